@@ -1,0 +1,73 @@
+# flashdelta — plain make. `make` builds build/flashdelta; `make test` runs the CPU test suite;
+# `make CUDA=0` forces a CPU-only build (CUDA is auto-detected from nvcc); `make asan` runs the tests under
+# ASan+UBSan; `make fuzz` builds the libFuzzer targets and runs each for FUZZ_SECONDS.
+CC       ?= gcc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+CUDA     ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
+BUILD    ?= build
+OPT      ?= -O2
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -Iinclude -pthread -MMD -MP
+LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+FUZZ_SECONDS ?= 30
+
+CORE_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/model/*.c src/cpu/*.c src/engine/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
+
+ifeq ($(CUDA),1)
+CFLAGS   += -DFD_HAVE_CUDA -I$(CUDA_HOME)/include
+NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -Isrc -DFD_HAVE_CUDA -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
+endif
+
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all test asan fuzz clean tokenizer-data
+all: $(BUILD)/flashdelta
+
+$(BUILD)/libflashdelta.a: $(CORE_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/flashdelta: $(CLI_OBJ) $(BUILD)/libflashdelta.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/fd_tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libflashdelta.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+# The CPU test suite; tests that run the CLI use $(BUILD)/flashdelta.
+test: $(BUILD)/flashdelta $(BUILD)/fd_tests
+	FD_BIN=$(BUILD)/flashdelta $(BUILD)/fd_tests $(TESTS)
+
+asan:
+	$(MAKE) BUILD=build/asan CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+		LDFLAGS="-fsanitize=address,undefined" test
+
+FUZZ_TARGETS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_CORE    := $(filter-out src/cpu/% src/engine/%,$(CORE_SRC))
+$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_CORE)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined -o $@ $^ -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+fuzz: $(FUZZ_TARGETS)
+	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=0 $(BUILD)/fuzz/corpus-$$n fuzz/seeds/$$n 2>&1 | tail -n 3; done
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,114 @@
+// The one backend interface. The engine drives a model forward pass through these entry points only and
+// never branches on which backend it talks to; `cpu` (reference, src/cpu) and `cuda` (src/cuda) implement it.
+//
+// Buffers are backend memory (host memory for cpu, device memory for cuda) obtained from alloc().
+// Argument conventions in the shape comments:
+//   act  activation element of the backend's choice (act_bytes wide: fp32 on cpu)
+//   f32  always float32 (recurrent state, conv state, logits, router math)
+// Row-major everywhere; [n, d] means n rows of d contiguous elements. n is a token count.
+#ifndef FD_BACKEND_H
+#define FD_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+// A weight matrix or vector as bound from the checkpoint. `data` is host memory (mmap) until
+// upload_weight() gives the backend its own copy in `dev`.
+typedef struct {
+    const char *name;
+    fd_dtype dtype;  // dtype of `data` (F32, F16 or BF16 as published)
+    int64_t rows;    // output features (or length for vectors)
+    int64_t cols;    // input features (1 for vectors)
+    const void *data;
+    void *dev;       // backend copy (cpu: == data)
+    fd_dtype dev_dtype;
+} fd_weight;
+
+typedef struct fd_backend fd_backend;
+
+// GDN prefill route: the chunked (UT/WY, chunk 64) form or the token-serial recurrence.
+typedef enum { FD_GDN_CHUNKED = 0, FD_GDN_SERIAL = 1 } fd_gdn_route;
+
+typedef struct {
+    const fd_weight *router;           // [E, d]
+    const fd_weight *gate, *up, *down; // arrays of E experts: [I, d], [I, d], [d, I] (views; fused or per-expert)
+    const fd_weight *sh_gate, *sh_up, *sh_down, *sh_gate_w; // shared expert [Is, d] [Is, d] [d, Is], gate [1, d]
+    int n_experts, top_k, inter, sh_inter, renorm;
+} fd_moe_weights;
+
+struct fd_backend {
+    const char *name;
+    int act_bytes;
+    void *impl;
+
+    // ---- memory ----
+    void *(*alloc)(fd_backend *be, size_t bytes); // zero-filled
+    void (*free)(fd_backend *be, void *p);
+    void (*zero)(fd_backend *be, void *p, size_t bytes);
+    void (*to_device)(fd_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(fd_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(fd_backend *be, void *dst, const void *src, size_t bytes);
+    void (*upload_weight)(fd_backend *be, fd_weight *w);
+    void (*sync)(fd_backend *be);
+    void (*destroy)(fd_backend *be);
+
+    // ---- dense ops ----
+    // out[n,d] act = table[ids[i]] ; ids are host memory
+    void (*embed)(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n);
+    // out[n,d] = rmsnorm(x[n,d]) * (plus_one ? 1+w : w); w [d]; out may alias x
+    void (*rmsnorm)(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
+                    int plus_one);
+    // out[n,m] = x[n,k] W[m,k]^T ; out act, or f32 when out_f32
+    void (*matmul)(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
+    void (*add)(fd_backend *be, void *x, const void *y, int64_t count);      // x += y
+    void (*silu_mul)(fd_backend *be, void *out, const void *g, const void *u, int64_t count); // silu(g)*u
+    void (*sigmoid_mul)(fd_backend *be, void *x, const void *gate, int64_t count);           // x *= sigmoid(gate)
+    // out[n, d] act -> f32 host-readable copy (for logits / hidden taps)
+    void (*to_f32)(fd_backend *be, float *out, const void *x, int64_t count);
+
+    // ---- gated DeltaNet ----
+    // qwen3_next grouped layout -> contiguous: qkvz [n, Hk*(2dk+2r dv)], ba [n, Hk*2r]
+    //   -> qkv [n, 2Hk dk + Hv dv] (Q|K|V), z [n, Hv dv], b [n, Hv], a [n, Hv]
+    void (*gdn_split_qkvz)(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba,
+                           int n, int Hk, int Hv, int dk, int dv);
+    // depthwise causal conv (kernel K) + SiLU over C channels; conv_state f32 [C, K-1] holds the previous K-1
+    // inputs (oldest first) and is updated. out may not alias x.
+    void (*conv1d_silu)(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
+                        int K);
+    // The GDN core for n tokens of one sequence. qkv [n, 2Hk dk + Hv dv] post-conv; b, a [n, Hv] raw projections;
+    // A_log, dt_bias [Hv]. Computes beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), L2-normalises q,k,
+    // scales q by 1/sqrt(dk), runs the gated delta rule from state f32 [Hv, dk, dv] (updated in place) and writes
+    // o [n, Hv, dv]. Value head h reads q/k head h / (Hv/Hk).
+    void (*gdn_core)(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
+                     const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
+                     int dv);
+    // out[rows, dv] = w * rmsnorm(x) * silu(z), w [dv] (not zero-centred)
+    void (*gated_rmsnorm)(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
+                          int dv, float eps);
+
+    // ---- gated attention ----
+    // qg [n, H, 2hd] (per head: query | gate) -> q [n, H, hd], gate [n, H*hd]
+    void (*split_q_gate)(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
+    // NeoX rotary on the first rot_dim dims of each head; positions pos0 .. pos0+n-1
+    void (*rope)(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0);
+    // Bytes per cached token per layer for K and V together (layout is the backend's).
+    size_t (*kv_bytes_per_token)(fd_backend *be, int Hkv, int hd);
+    // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache
+    void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
+                     int64_t capacity);
+    // causal attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]
+    void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
+                      int hd, int64_t capacity, float scale);
+
+    // ---- mixture of experts ----
+    // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)
+    void (*moe)(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
+};
+
+fd_backend *fd_backend_cpu_create(int n_threads);
+#ifdef FD_HAVE_CUDA
+fd_backend *fd_backend_cuda_create(int device);
+#endif
+
+#endif

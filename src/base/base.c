@@ -1,0 +1,216 @@
+// flashdelta base implementation: errors, logging, allocation, dtype conversion, files.
+#include "base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static _Thread_local char g_err[1024];
+
+int fd_error_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int fd_error_prefix(const char *fmt, ...) {
+    char old[sizeof g_err];
+    memcpy(old, g_err, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if ((size_t)n < sizeof g_err) {
+        size_t used = (size_t)n;
+        size_t room = sizeof g_err - used;
+        if (room > 2) {
+            memcpy(g_err + used, ": ", 2);
+            used += 2;
+            room -= 2;
+            size_t ol = strnlen(old, sizeof old - 1);
+            if (ol >= room) ol = room - 1;
+            memcpy(g_err + used, old, ol);
+            g_err[used + ol] = 0;
+        }
+    }
+    return -1;
+}
+
+const char *fd_error_msg(void) { return g_err[0] ? g_err : "unknown error"; }
+void fd_error_clear(void) { g_err[0] = 0; }
+
+void fd_panic(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "flashdelta: fatal: %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+void *fd_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) FD_PANIC("out of memory allocating %zu bytes", n);
+    return p;
+}
+void *fd_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) FD_PANIC("out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+void *fd_realloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) FD_PANIC("out of memory reallocating %zu bytes", n);
+    return q;
+}
+char *fd_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = fd_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+char *fd_sprintf(const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = fd_malloc((size_t)n + 1);
+    vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return s;
+}
+
+static int g_log_level = -1;
+void fd_log_set_level(int level) { g_log_level = level; }
+static int log_level(void) {
+    if (g_log_level < 0) {
+        const char *e = getenv("FD_LOG");
+        g_log_level = FD_LOG_INFO;
+        if (e && !strcmp(e, "debug")) g_log_level = FD_LOG_DEBUG;
+        if (e && !strcmp(e, "warn")) g_log_level = FD_LOG_WARN;
+        if (e && !strcmp(e, "quiet")) g_log_level = FD_LOG_QUIET;
+    }
+    return g_log_level;
+}
+void fd_log(int level, const char *fmt, ...) {
+    if (level < log_level()) return;
+    va_list ap;
+    fputs(level >= FD_LOG_WARN ? "flashdelta: warning: " : "flashdelta: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double fd_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *const k_dtype_names[FD_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "I64",
+                                                          "U8",  "I8",  "F64",  "BOOL", "F8_E4M3"};
+static const size_t k_dtype_sizes[FD_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 1, 8, 1, 1};
+const char *fd_dtype_name(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_names[t] : "?"; }
+size_t fd_dtype_size(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_sizes[t] : 0; }
+
+float fd_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t fd_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+float fd_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { // subnormal: normalise
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t fd_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000;
+    int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t man = u & 0x7fffff;
+    if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = sign | ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)h;
+}
+
+char *fd_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fd_error_set("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = fd_malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = fd_realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        fd_error_set("%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+int fd_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+char *fd_path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir);
+    return fd_sprintf("%s%s%s", dir, (n && dir[n - 1] == '/') ? "" : "/", name);
+}

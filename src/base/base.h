@@ -1,0 +1,77 @@
+// flashdelta base: the one error-handling family, logging, allocation helpers, timers.
+//
+// Two kinds of failure, two mechanisms:
+//  - Bad *input* (files, configs, requests): functions return -1 after fd_error_set(); the caller adds
+//    context with fd_error_prefix() or reports fd_error_msg(). Never a crash.
+//  - Broken *invariants* (our bugs, out-of-memory, CUDA API failures): FD_CHECK / FD_CUDA_CHECK print
+//    file:line and abort.
+#ifndef FD_BASE_H
+#define FD_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#if defined(__GNUC__)
+#define FD_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define FD_NORETURN __attribute__((noreturn))
+#else
+#define FD_PRINTF(a, b)
+#define FD_NORETURN
+#endif
+
+// ---- recoverable errors (thread-local message) ----
+int fd_error_set(const char *fmt, ...) FD_PRINTF(1, 2);    // always returns -1
+int fd_error_prefix(const char *fmt, ...) FD_PRINTF(1, 2); // prepends "<text>: "; returns -1
+const char *fd_error_msg(void);
+void fd_error_clear(void);
+
+// Propagate a failure (-1 / NULL) from a callee that already set the message.
+#define FD_TRY(expr)                                                                                                   \
+    do {                                                                                                               \
+        if ((expr) != 0) return -1;                                                                                    \
+    } while (0)
+
+// ---- invariants ----
+FD_NORETURN void fd_panic(const char *file, int line, const char *fmt, ...) FD_PRINTF(3, 4);
+#define FD_CHECK(cond, ...)                                                                                            \
+    do {                                                                                                               \
+        if (!(cond)) fd_panic(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__);                             \
+    } while (0)
+#define FD_PANIC(...) fd_panic(__FILE__, __LINE__, __VA_ARGS__)
+
+// ---- allocation (aborts with a message on out-of-memory) ----
+void *fd_malloc(size_t n);
+void *fd_calloc(size_t count, size_t size);
+void *fd_realloc(void *p, size_t n);
+char *fd_strdup(const char *s);
+char *fd_sprintf(const char *fmt, ...) FD_PRINTF(1, 2); // malloc'ed
+
+// ---- logging (stderr; level from FD_LOG=debug|info|warn|quiet) ----
+enum { FD_LOG_DEBUG = 0, FD_LOG_INFO = 1, FD_LOG_WARN = 2, FD_LOG_QUIET = 3 };
+void fd_log(int level, const char *fmt, ...) FD_PRINTF(2, 3);
+#define FD_INFO(...) fd_log(FD_LOG_INFO, __VA_ARGS__)
+#define FD_WARN(...) fd_log(FD_LOG_WARN, __VA_ARGS__)
+#define FD_DEBUG(...) fd_log(FD_LOG_DEBUG, __VA_ARGS__)
+void fd_log_set_level(int level);
+
+// ---- time ----
+double fd_time_s(void); // monotonic seconds
+
+// ---- numeric formats ----
+typedef enum { FD_F32 = 0, FD_F16, FD_BF16, FD_I32, FD_I64, FD_U8, FD_I8, FD_F64, FD_BOOL, FD_F8E4M3, FD_DTYPE_COUNT } fd_dtype;
+const char *fd_dtype_name(fd_dtype t);
+size_t fd_dtype_size(fd_dtype t);
+float fd_bf16_to_f32(uint16_t h);
+uint16_t fd_f32_to_bf16(float f); // round to nearest even
+float fd_f16_to_f32(uint16_t h);
+uint16_t fd_f32_to_f16(float f);
+
+// ---- files ----
+// Reads a whole file (NUL-terminated; *len excludes the NUL). NULL + fd_error on failure.
+char *fd_read_file(const char *path, size_t *len);
+int fd_file_exists(const char *path);
+char *fd_path_join(const char *dir, const char *name); // malloc'ed
+
+#endif

@@ -1,0 +1,51 @@
+// The model contract: configuration, the weights bound by name, and the layer plan. Files in src/model only
+// bind tensors (name, dtype, shape); the math lives in the backends.
+#ifndef FD_MODEL_H
+#define FD_MODEL_H
+#include "backend.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+
+typedef struct {
+    fd_layer_kind kind;
+    fd_weight input_norm, post_norm; // [d] zero-centred
+    // GDN (kind == FD_LAYER_GDN)
+    fd_weight in_qkvz, in_ba;        // qwen3_next: [Hk(2dk+2r dv), d], [2Hv, d]
+    fd_weight in_qkv, in_z, in_b, in_a; // qwen3_5: [2Hk dk + Hv dv, d], [Hv dv, d], [Hv, d], [Hv, d]
+    fd_weight conv_w;                // [conv_dim, 1, K] -> rows conv_dim, cols K
+    fd_weight A_log, dt_bias;        // [Hv]
+    fd_weight gdn_norm;              // [dv] plain (not zero-centred)
+    fd_weight out_proj;              // [d, Hv dv]
+    // attention (kind == FD_LAYER_ATTN)
+    fd_weight q_proj;                // [H 2hd, d] interleaved query|gate per head
+    fd_weight k_proj, v_proj;        // [Hkv hd, d]
+    fd_weight o_proj;                // [d, H hd]
+    fd_weight q_norm, k_norm;        // [hd] zero-centred
+    // FFN
+    int is_moe;
+    fd_weight gate_proj, up_proj, down_proj; // dense: [I, d], [I, d], [d, I]
+    fd_weight router;                        // [E, d]
+    fd_weight *ex_gate, *ex_up, *ex_down;    // arrays of E views: [I, d], [I, d], [d, I]
+    fd_weight sh_gate, sh_up, sh_down, sh_gate_w;
+    fd_moe_weights moe;
+} fd_layer;
+
+typedef struct {
+    fd_config cfg;
+    st_set st;
+    fd_weight embed;   // [V, d]
+    fd_weight lm_head; // [V, d] (== embed data when tied)
+    fd_weight final_norm;
+    fd_layer *layers;
+    int64_t n_params;
+    char weight_prefix[64]; // "model." or "model.language_model."
+} fd_model;
+
+// Loads config.json and binds every tensor. Returns 0 or -1 with fd_error set (message names file/tensor).
+int model_load(const char *dir, fd_model *m);
+// Gives the backend its copy of every weight.
+void model_upload(fd_model *m, fd_backend *be);
+void model_free(fd_model *m);
+// One-line-per-fact summary (for `flashdelta info`).
+void model_print_info(const fd_model *m, FILE *f);
+#endif
