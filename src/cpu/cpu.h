@@ -1,0 +1,29 @@
+// CPU reference backend: internal helpers shared by the op files. Activations are fp32.
+#ifndef FD_CPU_H
+#define FD_CPU_H
+#include "backend.h"
+#include <math.h>
+
+#include "base/threads.h"
+
+// Reads weight element i (any published dtype) as fp32.
+static inline float cpu_w_at(const fd_weight *w, int64_t i) {
+    switch (w->dtype) {
+    case FD_F32: return ((const float *)w->data)[i];
+    case FD_BF16: return fd_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case FD_F16: return fd_f16_to_f32(((const uint16_t *)w->data)[i]);
+    default: FD_PANIC("weight %s: unsupported dtype %s", w->name ? w->name : "?", fd_dtype_name(w->dtype));
+    }
+}
+// Converts `count` elements starting at element `off` of w to fp32.
+void cpu_w_row(const fd_weight *w, int64_t off, int64_t count, float *out);
+// out[n, m] = x[n, k] W[m, k]^T, fp32 (W any dtype)
+void cpu_matmul_f32(float *out, const float *x, const fd_weight *W, int n);
+static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void cpu_install_dense(fd_backend *be);
+void cpu_install_gdn(fd_backend *be);
+void cpu_install_attn(fd_backend *be);
+void cpu_install_moe(fd_backend *be);
+#endif

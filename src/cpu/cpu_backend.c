@@ -1,0 +1,51 @@
+// CPU backend: memory entry points (plain host memory) and the constructor.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+
+static void *cpu_alloc(fd_backend *be, size_t bytes) {
+    (void)be;
+    return fd_calloc(1, bytes);
+}
+static void cpu_free(fd_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+static void cpu_zero(fd_backend *be, void *p, size_t bytes) {
+    (void)be;
+    memset(p, 0, bytes);
+}
+static void cpu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+// Weights stay where they were bound (the mmap): the reference reads every dtype directly.
+static void cpu_upload_weight(fd_backend *be, fd_weight *w) {
+    (void)be;
+    w->dev = (void *)w->data;
+    w->dev_dtype = w->dtype;
+}
+static void cpu_sync(fd_backend *be) { (void)be; }
+static void cpu_destroy(fd_backend *be) { free(be); }
+
+fd_backend *fd_backend_cpu_create(int n_threads) {
+    fd_threads_init(n_threads);
+    fd_backend *be = fd_calloc(1, sizeof *be);
+    be->name = "cpu";
+    be->act_bytes = 4;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->zero = cpu_zero;
+    be->to_device = cpu_copy;
+    be->to_host = cpu_copy;
+    be->copy = cpu_copy;
+    be->upload_weight = cpu_upload_weight;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    cpu_install_dense(be);
+    cpu_install_gdn(be);
+    cpu_install_attn(be);
+    cpu_install_moe(be);
+    return be;
+}
