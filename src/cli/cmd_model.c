@@ -1,9 +1,251 @@
-// Model subcommands: info, logits, generate, run.
+// Model subcommands: info, logits, generate, run. Shared option parsing and engine setup live here.
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/threads.h"
 #include "cli/cli.h"
+#include "engine/engine.h"
 
-int cmd_info(int argc, char **argv) { (void)argc; (void)argv; return 1; }
-int cmd_logits(int argc, char **argv) { (void)argc; (void)argv; return 1; }
-int cmd_generate(int argc, char **argv) { (void)argc; (void)argv; return 1; }
-int cmd_run(int argc, char **argv) { (void)argc; (void)argv; return 1; }
+typedef struct {
+    const char *model_dir;
+    int32_t *ids;
+    int64_t n_ids;
+    const char *out;
+    int n_new;
+    int prefill_chunk; // 0 = default budget
+    int threads;
+    int64_t ctx;       // 0 = what the request needs
+    fd_gdn_route gdn_prefill;
+    const char *backend;
+} cli_opts;
+
+static int cli_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "flashdelta: error: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    return 2;
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+// "1,2,3" (spaces allowed) -> ids
+static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
+    int64_t cap = 64, cnt = 0;
+    int32_t *v = fd_malloc((size_t)cap * sizeof *v);
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',' && *end != ' ')) {
+            free(v);
+            return fd_error_set("--ids: '%.40s' is not a comma-separated list of non-negative token ids", s);
+        }
+        if (cnt == cap) v = fd_realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        v[cnt++] = (int32_t)x;
+        p = end;
+    }
+    if (!cnt) {
+        free(v);
+        return fd_error_set("--ids: no token ids given");
+    }
+    *ids = v;
+    *n = cnt;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
+    memset(o, 0, sizeof *o);
+    o->n_new = 16;
+    o->gdn_prefill = FD_GDN_CHUNKED;
+    o->backend = "cpu";
+    const char *env = getenv("FD_GDN_PREFILL");
+    if (env && !strcmp(env, "serial")) o->gdn_prefill = FD_GDN_SERIAL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+        if (a[0] != '-') {
+            if (o->model_dir) return cli_error("unexpected argument '%s'", a);
+            o->model_dir = a;
+            continue;
+        }
+        if (!v) return cli_error("option %s needs a value", a);
+        i++;
+        if (!strcmp(a, "--ids")) {
+            if (parse_ids(v, &o->ids, &o->n_ids)) return cli_error("%s", fd_error_msg());
+        } else if (!strcmp(a, "--out")) {
+            o->out = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-new")) {
+            if (parse_int(v, 0, 1 << 24, &x)) return cli_error("-n: '%s' is not a count in 0..16777216", v);
+            o->n_new = (int)x;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if (parse_int(v, 1, 1 << 20, &x)) return cli_error("--prefill-chunk: '%s' is not in 1..1048576", v);
+            o->prefill_chunk = (int)x;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(v, 1, 256, &x)) return cli_error("--threads: '%s' is not in 1..256", v);
+            o->threads = (int)x;
+        } else if (!strcmp(a, "--ctx")) {
+            if (parse_int(v, 1, 1 << 24, &x)) return cli_error("--ctx: '%s' is not in 1..16777216", v);
+            o->ctx = x;
+        } else if (!strcmp(a, "--gdn-prefill")) {
+            if (!strcmp(v, "chunked")) o->gdn_prefill = FD_GDN_CHUNKED;
+            else if (!strcmp(v, "serial")) o->gdn_prefill = FD_GDN_SERIAL;
+            else return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
+        } else if (!strcmp(a, "--backend")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) return cli_error("--backend: '%s' is not cpu or cuda", v);
+            o->backend = v;
+        } else {
+            return cli_error("unknown option '%s'", a);
+        }
+    }
+    if (need_model && !o->model_dir) return cli_error("%s", "missing MODEL_DIR");
+    return 0;
+}
+
+static fd_backend *make_backend(const cli_opts *o) {
+    if (!strcmp(o->backend, "cuda")) {
+#ifdef FD_HAVE_CUDA
+        return fd_backend_cuda_create(0);
+#else
+        fprintf(stderr, "flashdelta: error: this build has no CUDA backend (rebuild with CUDA=1)\n");
+        return NULL;
+#endif
+    }
+    return fd_backend_cpu_create(o->threads);
+}
+
+typedef struct {
+    fd_model model;
+    fd_backend *be;
+    fd_engine eng;
+} session;
+
+// Loads the model, creates the backend and an engine sized for `tokens` positions.
+static int session_open(session *s, const cli_opts *o, int64_t tokens) {
+    memset(s, 0, sizeof *s);
+    if (model_load(o->model_dir, &s->model)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    s->be = make_backend(o);
+    if (!s->be) return 1;
+    model_upload(&s->model, s->be);
+    fd_engine_opts eo;
+    engine_default_opts(&eo);
+    eo.gdn_prefill = o->gdn_prefill;
+    eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);
+    if (o->prefill_chunk) eo.max_batch = o->prefill_chunk;
+    if (eo.max_batch > eo.capacity) eo.max_batch = (int)eo.capacity;
+    if (engine_init(&s->eng, &s->model, s->be, &eo)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    FD_INFO("backend %s, %d threads, routes: gdn_prefill=%s, capacity %lld tokens, prefill budget %d", s->be->name,
+            fd_threads_count(), o->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", (long long)eo.capacity,
+            eo.max_batch);
+    return 0;
+}
+
+static void session_close(session *s) {
+    engine_free(&s->eng);
+    if (s->be) s->be->destroy(s->be);
+    model_free(&s->model);
+}
+
+int cmd_info(int argc, char **argv) {
+    cli_opts o;
+    int rc = parse_opts(argc, argv, &o, 1);
+    if (rc) return rc;
+    fd_model m;
+    if (model_load(o.model_dir, &m)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    model_print_info(&m, stdout);
+    model_free(&m);
+    return 0;
+}
+
+int cmd_logits(int argc, char **argv) {
+    cli_opts o;
+    int rc = parse_opts(argc, argv, &o, 1);
+    if (rc) return rc;
+    if (!o.ids) return cli_error("%s", "logits needs --ids");
+    if (!o.out) return cli_error("%s", "logits needs --out FILE");
+    session s;
+    if ((rc = session_open(&s, &o, o.n_ids))) {
+        session_close(&s);
+        free(o.ids);
+        return rc;
+    }
+    const int V = s.model.cfg.vocab_size;
+    float *logits = fd_malloc((size_t)o.n_ids * V * sizeof(float));
+    double t0 = fd_time_s();
+    rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 1);
+    double dt = fd_time_s() - t0;
+    if (rc) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    } else {
+        FILE *f = fopen(o.out, "wb");
+        if (!f || fwrite(logits, sizeof(float), (size_t)o.n_ids * V, f) != (size_t)o.n_ids * V) {
+            fprintf(stderr, "flashdelta: error: cannot write %s: %s\n", o.out, strerror(errno));
+            rc = 1;
+        }
+        if (f && fclose(f)) rc = 1;
+        if (!rc)
+            FD_INFO("wrote %lld x %d logits to %s (prefill %.1f tok/s)", (long long)o.n_ids, V, o.out,
+                    (double)o.n_ids / dt);
+    }
+    free(logits);
+    free(o.ids);
+    session_close(&s);
+    return rc ? 1 : 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    cli_opts o;
+    int rc = parse_opts(argc, argv, &o, 1);
+    if (rc) return rc;
+    if (!o.ids) return cli_error("%s", "generate needs --ids");
+    session s;
+    if ((rc = session_open(&s, &o, o.n_ids + o.n_new))) {
+        session_close(&s);
+        free(o.ids);
+        return rc;
+    }
+    int32_t *out = fd_malloc((size_t)(o.n_new + 1) * sizeof *out);
+    double t0 = fd_time_s();
+    rc = engine_generate_greedy(&s.eng, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out);
+    double dt = fd_time_s() - t0;
+    if (rc) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    } else {
+        for (int i = 0; i < o.n_new; i++) printf("%s%d", i ? " " : "", out[i]);
+        printf("\n");
+        FD_INFO("%lld prompt + %d new tokens in %.3f s", (long long)o.n_ids, o.n_new, dt);
+    }
+    free(out);
+    free(o.ids);
+    session_close(&s);
+    return rc ? 1 : 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "flashdelta: error: run is not built yet\n");
+    return 1;
+}

@@ -1,0 +1,226 @@
+// Engine: the decoder forward pass over the backend interface, and prefill / greedy generation on top of it.
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void engine_default_opts(fd_engine_opts *o) {
+    o->max_batch = 4096;
+    o->capacity = 262144;
+    o->gdn_prefill = FD_GDN_CHUNKED;
+}
+
+// Logits are computed in blocks of this many rows so a long all-positions request needs no [n, V] buffer
+// on the device.
+#define ENGINE_LOGIT_ROWS 64
+
+static int conv_dim(const fd_config *c) { return 2 * c->gdn_num_k_heads * c->gdn_k_dim + c->gdn_num_v_heads * c->gdn_v_dim; }
+
+// Scratch sizes (elements per token) for the widest use of each buffer.
+static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts *opt) {
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->be = be;
+    e->opt = *opt;
+    const fd_config *c = &m->cfg;
+    if (opt->max_batch < 1) return fd_error_set("prefill token budget must be >= 1 (got %d)", opt->max_batch);
+    if (opt->capacity < 1) return fd_error_set("context capacity must be >= 1 (got %lld)", (long long)opt->capacity);
+    const int64_t B = opt->max_batch, ab = be->act_bytes, d = c->hidden_size;
+    const int64_t Hv = c->gdn_num_v_heads, dv = c->gdn_v_dim, H = c->num_heads, hd = c->head_dim;
+    int64_t wide = max_i64(2 * c->gdn_num_k_heads * c->gdn_k_dim + 2 * Hv * dv, 2 * H * hd); // qkvz, q|gate
+    wide = max_i64(wide, c->intermediate_size);
+    wide = max_i64(wide, conv_dim(c));
+    int64_t mid = max_i64(max_i64(Hv * dv, H * hd), max_i64(c->intermediate_size, 2 * Hv));
+    mid = max_i64(mid, (int64_t)c->num_kv_heads * hd);
+    e->x = be->alloc(be, (size_t)(B * d * ab));
+    e->h = be->alloc(be, (size_t)(B * d * ab));
+    e->y = be->alloc(be, (size_t)(B * d * ab));
+    e->t0 = be->alloc(be, (size_t)(B * wide * ab));
+    e->t1 = be->alloc(be, (size_t)(B * wide * ab));
+    e->t2 = be->alloc(be, (size_t)(B * mid * ab));
+    e->t3 = be->alloc(be, (size_t)(B * mid * ab));
+    e->t4 = be->alloc(be, (size_t)(B * mid * ab));
+    e->t5 = be->alloc(be, (size_t)(B * mid * ab));
+    e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * c->vocab_size * sizeof(float));
+    e->kv = fd_calloc((size_t)c->num_layers, sizeof(void *));
+    e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
+    e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
+    for (int i = 0; i < c->num_layers; i++) {
+        if (c->layer_kind[i] == FD_LAYER_ATTN) {
+            e->kv[i] = be->alloc(be, be->kv_bytes_per_token(be, c->num_kv_heads, c->head_dim) * (size_t)opt->capacity);
+        } else {
+            e->conv_state[i] = be->alloc(be, (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float));
+            e->gdn_state[i] = be->alloc(be, (size_t)(Hv * c->gdn_k_dim * dv) * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+void engine_reset(fd_engine *e) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
+    for (int i = 0; i < c->num_layers; i++)
+        if (c->layer_kind[i] == FD_LAYER_GDN) {
+            be->zero(be, e->conv_state[i], (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float));
+            be->zero(be, e->gdn_state[i],
+                     (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float));
+        }
+    e->n_past = 0; // stale KV beyond n_past is never read
+}
+
+void engine_free(fd_engine *e) {
+    fd_backend *be = e->be;
+    if (!be) return;
+    const fd_config *c = &e->m->cfg;
+    for (int i = 0; i < c->num_layers; i++) {
+        if (e->kv[i]) be->free(be, e->kv[i]);
+        if (e->conv_state[i]) be->free(be, e->conv_state[i]);
+        if (e->gdn_state[i]) be->free(be, e->gdn_state[i]);
+    }
+    free(e->kv);
+    free(e->conv_state);
+    free(e->gdn_state);
+    void *bufs[] = {e->x, e->h, e->y, e->t0, e->t1, e->t2, e->t3, e->t4, e->t5, e->logits_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    memset(e, 0, sizeof *e);
+}
+
+static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)base + r * width * ab; }
+
+static void gdn_mixer(fd_engine *e, int li, int n) {
+    const fd_config *c = &e->m->cfg;
+    fd_layer *L = &e->m->layers[li];
+    fd_backend *be = e->be;
+    const int Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim, dv = c->gdn_v_dim;
+    // t1 = qkv [n, conv_dim], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out
+    if (c->arch == FD_ARCH_QWEN3_NEXT) {
+        be->matmul(be, e->t0, e->h, &L->in_qkvz, n, 0);
+        be->matmul(be, e->t5, e->h, &L->in_ba, n, 0);
+        be->gdn_split_qkvz(be, e->t1, e->t2, e->t3, e->t4, e->t0, e->t5, n, Hk, Hv, dk, dv);
+    } else {
+        be->matmul(be, e->t1, e->h, &L->in_qkv, n, 0);
+        be->matmul(be, e->t2, e->h, &L->in_z, n, 0);
+        be->matmul(be, e->t3, e->h, &L->in_b, n, 0);
+        be->matmul(be, e->t4, e->h, &L->in_a, n, 0);
+    }
+    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel);
+    const fd_gdn_route route = n == 1 ? FD_GDN_SERIAL : e->opt.gdn_prefill;
+    fd_route_count *rc = route == FD_GDN_CHUNKED ? &e->gdn_chunked : &e->gdn_serial;
+    rc->calls++;
+    rc->tokens += n;
+    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv);
+    be->gated_rmsnorm(be, e->t5, e->t5, e->t2, &L->gdn_norm, (int64_t)n * Hv, dv, c->rms_norm_eps);
+    be->matmul(be, e->y, e->t5, &L->out_proj, n, 0);
+}
+
+static void attn_mixer(fd_engine *e, int li, int n) {
+    const fd_config *c = &e->m->cfg;
+    fd_layer *L = &e->m->layers[li];
+    fd_backend *be = e->be;
+    const int H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim;
+    // t0 = q|gate, t2 = q, t3 = gate, t4 = k, t5 = v, t1 = attention out
+    be->matmul(be, e->t0, e->h, &L->q_proj, n, 0);
+    be->split_q_gate(be, e->t2, e->t3, e->t0, n, H, hd);
+    be->matmul(be, e->t4, e->h, &L->k_proj, n, 0);
+    be->matmul(be, e->t5, e->h, &L->v_proj, n, 0);
+    be->rmsnorm(be, e->t2, e->t2, &L->q_norm, (int64_t)n * H, hd, c->rms_norm_eps, 1);
+    be->rmsnorm(be, e->t4, e->t4, &L->k_norm, (int64_t)n * Hkv, hd, c->rms_norm_eps, 1);
+    be->rope(be, e->t2, n, H, hd, c->rotary_dim, c->rope_theta, e->n_past);
+    be->rope(be, e->t4, n, Hkv, hd, c->rotary_dim, c->rope_theta, e->n_past);
+    be->kv_store(be, e->kv[li], e->t4, e->t5, e->n_past, n, Hkv, hd, e->opt.capacity);
+    be->attention(be, e->t1, e->t2, e->kv[li], e->n_past, n, H, Hkv, hd, e->opt.capacity, 1.0f / sqrtf((float)hd));
+    be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
+    be->matmul(be, e->y, e->t1, &L->o_proj, n, 0);
+}
+
+static void ffn(fd_engine *e, int li, int n) {
+    const fd_config *c = &e->m->cfg;
+    fd_layer *L = &e->m->layers[li];
+    fd_backend *be = e->be;
+    if (L->is_moe) {
+        be->moe(be, e->y, e->h, &L->moe, n, c->hidden_size);
+        return;
+    }
+    be->matmul(be, e->t0, e->h, &L->gate_proj, n, 0);
+    be->matmul(be, e->t1, e->h, &L->up_proj, n, 0);
+    be->silu_mul(be, e->t0, e->t0, e->t1, (int64_t)n * c->intermediate_size);
+    be->matmul(be, e->y, e->t0, &L->down_proj, n, 0);
+}
+
+int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
+    if (n < 1 || n > e->opt.max_batch)
+        return fd_error_set("forward of %d tokens: must be 1..%d (the prefill token budget)", n, e->opt.max_batch);
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return fd_error_set("token id %d at position %d is outside the vocabulary [0, %d)", ids[i], i,
+                                c->vocab_size);
+    const int64_t d = c->hidden_size;
+    be->embed(be, e->x, &e->m->embed, ids, n);
+    for (int li = 0; li < c->num_layers; li++) {
+        fd_layer *L = &e->m->layers[li];
+        be->rmsnorm(be, e->h, e->x, &L->input_norm, n, (int)d, c->rms_norm_eps, 1);
+        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n);
+        else attn_mixer(e, li, n);
+        be->add(be, e->x, e->y, (int64_t)n * d);
+        be->rmsnorm(be, e->h, e->x, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
+        ffn(e, li, n);
+        be->add(be, e->x, e->y, (int64_t)n * d);
+    }
+    e->n_past += n;
+    if (!logits) return 0;
+    const int first = all_logits ? 0 : n - 1;
+    be->rmsnorm(be, e->h, row(e->x, first, d, be->act_bytes), &e->m->final_norm, n - first, (int)d,
+                c->rms_norm_eps, 1);
+    for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
+        const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
+        be->matmul(be, e->logits_dev, row(e->h, r0 - first, d, be->act_bytes), &e->m->lm_head, rows, 1);
+        be->to_host(be, logits + (int64_t)(r0 - first) * c->vocab_size, e->logits_dev,
+                    (size_t)rows * c->vocab_size * sizeof(float));
+    }
+    return 0;
+}
+
+int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits) {
+    if (chunk <= 0 || chunk > e->opt.max_batch) chunk = e->opt.max_batch;
+    if (n < 1) return fd_error_set("empty prompt");
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    const int V = e->m->cfg.vocab_size;
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int len = (int)(n - i < chunk ? n - i : chunk);
+        const int last = i + len == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + i * V;
+        else if (logits && last) out = logits;
+        FD_TRY(engine_forward(e, ids + i, len, out, all_logits));
+    }
+    return 0;
+}
+
+int32_t engine_argmax(const float *logits, int V) {
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+    const int V = e->m->cfg.vocab_size;
+    float *logits = fd_malloc((size_t)V * sizeof(float));
+    int rc = engine_prefill(e, ids, n, chunk, logits, 0);
+    for (int i = 0; rc == 0 && i < n_new; i++) {
+        out[i] = engine_argmax(logits, V);
+        if (i + 1 < n_new) rc = engine_forward(e, &out[i], 1, logits, 0);
+    }
+    free(logits);
+    return rc;
+}

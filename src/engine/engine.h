@@ -1,0 +1,48 @@
+// The engine: runs a bound model on a backend for one sequence at a time. It owns the per-sequence caches
+// (attention KV, GDN conv and recurrent state) and the scratch buffers, and drives the forward pass through
+// the backend interface only.
+#ifndef FD_ENGINE_H
+#define FD_ENGINE_H
+#include "backend.h"
+#include "model/model.h"
+
+typedef struct {
+    int64_t calls, tokens;
+} fd_route_count;
+
+typedef struct {
+    int max_batch;        // scratch rows: the largest n one forward call takes (the prefill token budget)
+    int64_t capacity;     // KV positions per sequence
+    fd_gdn_route gdn_prefill;
+} fd_engine_opts;
+
+typedef struct {
+    fd_model *m;
+    fd_backend *be;
+    fd_engine_opts opt;
+    // per-sequence state
+    int64_t n_past;
+    void **kv;          // [num_layers] attention caches (NULL for GDN layers)
+    float **conv_state; // [num_layers] f32 [conv_dim, K-1] (NULL for attention layers)
+    float **gdn_state;  // [num_layers] f32 [Hv, dk, dv]
+    // scratch (backend memory), sized for max_batch tokens
+    void *x, *h, *y, *t0, *t1, *t2, *t3, *t4, *t5;
+    float *logits_dev;  // [max_batch, V] f32
+    // route counters
+    fd_route_count gdn_chunked, gdn_serial;
+} fd_engine;
+
+void engine_default_opts(fd_engine_opts *o);
+int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts *opt);
+void engine_free(fd_engine *e);
+void engine_reset(fd_engine *e); // forget the sequence (zero state, n_past = 0)
+
+// Runs n tokens (n <= max_batch) at positions n_past.. and appends them to the sequence. Writes fp32 logits
+// to host `logits`: all n rows ([n, V]) when all_logits, else only the last row ([V]); NULL for none.
+int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits);
+// Prefill of any length in chunks of at most `chunk` tokens (0 = max_batch). Logits as engine_forward.
+int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits);
+// Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
+int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out);
+int32_t engine_argmax(const float *logits, int V);
+#endif

@@ -1,0 +1,281 @@
+// Binds a Hugging Face checkpoint's tensors to the model contract (model.h): every tensor is found by name,
+// its dtype must be F32/F16/BF16 and its shape must be exactly the one the config implies, or loading fails
+// with a one-line message naming the tensor and the file. qwen3_5 / qwen3_5_moe / qwen3_next share the
+// decoder; they differ in the GDN projection layout and the FFN.
+#include "model/model.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *file_of(const fd_model *m, const st_tensor *t) { return m->st.files[t->file].path; }
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+// Binds `name` with the expected shape (ndim dims given as varargs). rows/cols of the weight are the first
+// dim and the product of the rest.
+static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
+    int64_t want[ST_MAX_DIMS];
+    va_list ap;
+    va_start(ap, ndim);
+    for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
+    va_end(ap);
+    const st_tensor *t = st_find(&m->st, name);
+    char ws[128], gs[128];
+    shape_str(ws, sizeof ws, ndim, want);
+    if (!t) return fd_error_set("missing tensor '%s' (expected shape %s)", name, ws);
+    if (t->dtype != FD_F32 && t->dtype != FD_F16 && t->dtype != FD_BF16)
+        return fd_error_set("%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(m, t), name,
+                            fd_dtype_name(t->dtype));
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        shape_str(gs, sizeof gs, t->ndim, t->shape);
+        return fd_error_set("%s: tensor '%s' has shape %s, expected %s", file_of(m, t), name, gs, ws);
+    }
+    memset(w, 0, sizeof *w);
+    w->name = t->name;
+    w->dtype = t->dtype;
+    w->data = t->data;
+    w->rows = ndim ? want[0] : 1;
+    w->cols = 1;
+    for (int i = 1; i < ndim; i++) w->cols *= want[i];
+    m->n_params += w->rows * w->cols;
+    return 0;
+}
+
+// A view of `rows` rows starting at row `row0` of a bound 2-D weight (for fused expert tensors).
+static fd_weight view_rows(const fd_weight *w, int64_t row0, int64_t rows, int64_t cols) {
+    fd_weight v = *w;
+    v.data = (const char *)w->data + (size_t)(row0 * cols) * fd_dtype_size(w->dtype);
+    v.rows = rows;
+    v.cols = cols;
+    return v;
+}
+
+#define NAME(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
+
+static int bind_gdn(fd_model *m, fd_layer *L, const char *p, int i) {
+    const fd_config *c = &m->cfg;
+    char nm[256];
+    const int64_t d = c->hidden_size, Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim,
+                  dv = c->gdn_v_dim, conv_dim = 2 * Hk * dk + Hv * dv;
+    if (c->arch == FD_ARCH_QWEN3_NEXT) {
+        FD_TRY(bind(m, &L->in_qkvz, NAME("%slayers.%d.linear_attn.in_proj_qkvz.weight", p, i), 2,
+                    2 * Hk * dk + 2 * Hv * dv, d));
+        FD_TRY(bind(m, &L->in_ba, NAME("%slayers.%d.linear_attn.in_proj_ba.weight", p, i), 2, 2 * Hv, d));
+    } else {
+        FD_TRY(bind(m, &L->in_qkv, NAME("%slayers.%d.linear_attn.in_proj_qkv.weight", p, i), 2, conv_dim, d));
+        FD_TRY(bind(m, &L->in_z, NAME("%slayers.%d.linear_attn.in_proj_z.weight", p, i), 2, Hv * dv, d));
+        FD_TRY(bind(m, &L->in_b, NAME("%slayers.%d.linear_attn.in_proj_b.weight", p, i), 2, Hv, d));
+        FD_TRY(bind(m, &L->in_a, NAME("%slayers.%d.linear_attn.in_proj_a.weight", p, i), 2, Hv, d));
+    }
+    FD_TRY(bind(m, &L->conv_w, NAME("%slayers.%d.linear_attn.conv1d.weight", p, i), 3, conv_dim, (int64_t)1,
+                (int64_t)c->gdn_conv_kernel));
+    FD_TRY(bind(m, &L->A_log, NAME("%slayers.%d.linear_attn.A_log", p, i), 1, Hv));
+    FD_TRY(bind(m, &L->dt_bias, NAME("%slayers.%d.linear_attn.dt_bias", p, i), 1, Hv));
+    FD_TRY(bind(m, &L->gdn_norm, NAME("%slayers.%d.linear_attn.norm.weight", p, i), 1, dv));
+    FD_TRY(bind(m, &L->out_proj, NAME("%slayers.%d.linear_attn.out_proj.weight", p, i), 2, d, Hv * dv));
+    return 0;
+}
+
+static int bind_attn(fd_model *m, fd_layer *L, const char *p, int i) {
+    const fd_config *c = &m->cfg;
+    char nm[256];
+    const int64_t d = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim;
+    FD_TRY(bind(m, &L->q_proj, NAME("%slayers.%d.self_attn.q_proj.weight", p, i), 2, 2 * H * hd, d));
+    FD_TRY(bind(m, &L->k_proj, NAME("%slayers.%d.self_attn.k_proj.weight", p, i), 2, Hkv * hd, d));
+    FD_TRY(bind(m, &L->v_proj, NAME("%slayers.%d.self_attn.v_proj.weight", p, i), 2, Hkv * hd, d));
+    FD_TRY(bind(m, &L->o_proj, NAME("%slayers.%d.self_attn.o_proj.weight", p, i), 2, d, H * hd));
+    FD_TRY(bind(m, &L->q_norm, NAME("%slayers.%d.self_attn.q_norm.weight", p, i), 1, hd));
+    FD_TRY(bind(m, &L->k_norm, NAME("%slayers.%d.self_attn.k_norm.weight", p, i), 1, hd));
+    return 0;
+}
+
+// Experts as published either per expert (mlp.experts.E.{gate,up,down}_proj.weight) or fused
+// (mlp.experts.gate_up_proj [E, 2I, d] with gate rows first, mlp.experts.down_proj [E, d, I]).
+static int bind_moe(fd_model *m, fd_layer *L, const char *p, int i) {
+    const fd_config *c = &m->cfg;
+    char nm[256];
+    const int64_t d = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    FD_TRY(bind(m, &L->router, NAME("%slayers.%d.mlp.gate.weight", p, i), 2, E, d));
+    L->ex_gate = fd_calloc((size_t)E, sizeof(fd_weight));
+    L->ex_up = fd_calloc((size_t)E, sizeof(fd_weight));
+    L->ex_down = fd_calloc((size_t)E, sizeof(fd_weight));
+    if (st_find(&m->st, NAME("%slayers.%d.mlp.experts.gate_up_proj", p, i))) {
+        fd_weight gu, dn;
+        FD_TRY(bind(m, &gu, nm, 3, E, 2 * I, d));
+        FD_TRY(bind(m, &dn, NAME("%slayers.%d.mlp.experts.down_proj", p, i), 3, E, d, I));
+        for (int64_t e = 0; e < E; e++) {
+            L->ex_gate[e] = view_rows(&gu, e * 2 * I, I, d);
+            L->ex_up[e] = view_rows(&gu, e * 2 * I + I, I, d);
+            L->ex_down[e] = view_rows(&dn, e * d, d, I);
+        }
+    } else {
+        for (int64_t e = 0; e < E; e++) {
+            FD_TRY(bind(m, &L->ex_gate[e], NAME("%slayers.%d.mlp.experts.%lld.gate_proj.weight", p, i, (long long)e),
+                        2, I, d));
+            FD_TRY(bind(m, &L->ex_up[e], NAME("%slayers.%d.mlp.experts.%lld.up_proj.weight", p, i, (long long)e), 2,
+                        I, d));
+            FD_TRY(bind(m, &L->ex_down[e], NAME("%slayers.%d.mlp.experts.%lld.down_proj.weight", p, i, (long long)e),
+                        2, d, I));
+        }
+    }
+    const int64_t Is = c->shared_expert_intermediate_size;
+    if (Is > 0) {
+        FD_TRY(bind(m, &L->sh_gate, NAME("%slayers.%d.mlp.shared_expert.gate_proj.weight", p, i), 2, Is, d));
+        FD_TRY(bind(m, &L->sh_up, NAME("%slayers.%d.mlp.shared_expert.up_proj.weight", p, i), 2, Is, d));
+        FD_TRY(bind(m, &L->sh_down, NAME("%slayers.%d.mlp.shared_expert.down_proj.weight", p, i), 2, d, Is));
+        FD_TRY(bind(m, &L->sh_gate_w, NAME("%slayers.%d.mlp.shared_expert_gate.weight", p, i), 2, (int64_t)1, d));
+    }
+    return 0;
+}
+
+static void moe_wire(const fd_config *c, fd_layer *L) {
+    fd_moe_weights *mw = &L->moe;
+    mw->router = &L->router;
+    mw->gate = L->ex_gate;
+    mw->up = L->ex_up;
+    mw->down = L->ex_down;
+    const int has_shared = c->shared_expert_intermediate_size > 0;
+    mw->sh_gate = has_shared ? &L->sh_gate : NULL;
+    mw->sh_up = has_shared ? &L->sh_up : NULL;
+    mw->sh_down = has_shared ? &L->sh_down : NULL;
+    mw->sh_gate_w = has_shared ? &L->sh_gate_w : NULL;
+    mw->n_experts = c->num_experts;
+    mw->top_k = c->num_experts_per_tok;
+    mw->inter = c->moe_intermediate_size;
+    mw->sh_inter = c->shared_expert_intermediate_size;
+    mw->renorm = c->norm_topk_prob;
+}
+
+static int bind_all(fd_model *m) {
+    const fd_config *c = &m->cfg;
+    char nm[256];
+    const int64_t d = c->hidden_size, V = c->vocab_size;
+    const char *p = st_find(&m->st, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+    snprintf(m->weight_prefix, sizeof m->weight_prefix, "%s", p);
+    FD_TRY(bind(m, &m->embed, NAME("%sembed_tokens.weight", p), 2, V, d));
+    FD_TRY(bind(m, &m->final_norm, NAME("%snorm.weight", p), 1, d));
+    if (st_find(&m->st, "lm_head.weight")) {
+        FD_TRY(bind(m, &m->lm_head, "lm_head.weight", 2, V, d));
+    } else if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+    } else {
+        return fd_error_set("missing tensor 'lm_head.weight' (expected shape [%lld, %lld]; the config does not "
+                            "tie word embeddings)",
+                            (long long)V, (long long)d);
+    }
+    m->layers = fd_calloc((size_t)c->num_layers, sizeof(fd_layer));
+    for (int i = 0; i < c->num_layers; i++) {
+        fd_layer *L = &m->layers[i];
+        L->kind = c->layer_kind[i];
+        L->is_moe = c->layer_is_moe[i];
+        FD_TRY(bind(m, &L->input_norm, NAME("%slayers.%d.input_layernorm.weight", p, i), 1, d));
+        FD_TRY(bind(m, &L->post_norm, NAME("%slayers.%d.post_attention_layernorm.weight", p, i), 1, d));
+        FD_TRY(L->kind == FD_LAYER_GDN ? bind_gdn(m, L, p, i) : bind_attn(m, L, p, i));
+        if (L->is_moe) {
+            FD_TRY(bind_moe(m, L, p, i));
+            moe_wire(c, L);
+        } else {
+            const int64_t I = c->intermediate_size;
+            FD_TRY(bind(m, &L->gate_proj, NAME("%slayers.%d.mlp.gate_proj.weight", p, i), 2, I, d));
+            FD_TRY(bind(m, &L->up_proj, NAME("%slayers.%d.mlp.up_proj.weight", p, i), 2, I, d));
+            FD_TRY(bind(m, &L->down_proj, NAME("%slayers.%d.mlp.down_proj.weight", p, i), 2, d, I));
+        }
+    }
+    return 0;
+}
+
+int model_load(const char *dir, fd_model *m) {
+    memset(m, 0, sizeof *m);
+    if (cfg_load_dir(dir, &m->cfg)) return -1;
+    if (st_open_dir(dir, &m->st)) return -1;
+    if (bind_all(m)) {
+        fd_error_prefix("%s", dir);
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+static void upload(fd_backend *be, fd_weight *w) {
+    if (w->data) be->upload_weight(be, w);
+}
+
+void model_upload(fd_model *m, fd_backend *be) {
+    upload(be, &m->embed);
+    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed;
+    else upload(be, &m->lm_head);
+    upload(be, &m->final_norm);
+    for (int i = 0; i < m->cfg.num_layers; i++) {
+        fd_layer *L = &m->layers[i];
+        fd_weight *ws[] = {&L->input_norm, &L->post_norm, &L->in_qkvz,   &L->in_ba,     &L->in_qkv,    &L->in_z,
+                           &L->in_b,       &L->in_a,      &L->conv_w,    &L->A_log,     &L->dt_bias,   &L->gdn_norm,
+                           &L->out_proj,   &L->q_proj,    &L->k_proj,    &L->v_proj,    &L->o_proj,    &L->q_norm,
+                           &L->k_norm,     &L->gate_proj, &L->up_proj,   &L->down_proj, &L->router,    &L->sh_gate,
+                           &L->sh_up,      &L->sh_down,   &L->sh_gate_w};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) upload(be, ws[j]);
+        if (L->is_moe)
+            for (int e = 0; e < m->cfg.num_experts; e++) {
+                upload(be, &L->ex_gate[e]);
+                upload(be, &L->ex_up[e]);
+                upload(be, &L->ex_down[e]);
+            }
+    }
+}
+
+void model_free(fd_model *m) {
+    if (m->layers)
+        for (int i = 0; i < m->cfg.num_layers; i++) {
+            free(m->layers[i].ex_gate);
+            free(m->layers[i].ex_up);
+            free(m->layers[i].ex_down);
+        }
+    free(m->layers);
+    m->layers = NULL;
+    st_close(&m->st);
+}
+
+void model_print_info(const fd_model *m, FILE *f) {
+    const fd_config *c = &m->cfg;
+    int n_gdn = 0, n_attn = 0, n_moe = 0;
+    for (int i = 0; i < c->num_layers; i++) {
+        n_gdn += c->layer_kind[i] == FD_LAYER_GDN;
+        n_attn += c->layer_kind[i] == FD_LAYER_ATTN;
+        n_moe += c->layer_is_moe[i];
+    }
+    fprintf(f, "architecture: %s (model_type %s, %s)%s\n", cfg_arch_name(c->arch), c->model_type, c->architecture,
+            c->nested_text ? " [text_config]" : "");
+    fprintf(f, "layers: %d (%d gated-deltanet, %d attention; %d MoE FFN, %d dense FFN)\n", c->num_layers, n_gdn,
+            n_attn, n_moe, c->num_layers - n_moe);
+    fprintf(f, "layer plan: ");
+    for (int i = 0; i < c->num_layers; i++)
+        fprintf(f, "%s%s", c->layer_kind[i] == FD_LAYER_GDN ? "G" : "A", c->layer_is_moe[i] ? "m" : "");
+    fprintf(f, "   (G = gated deltanet, A = attention, m = MoE)\n");
+    fprintf(f, "hidden: %d  vocab: %d  tied embeddings: %s\n", c->hidden_size, c->vocab_size,
+            m->lm_head.data == m->embed.data ? "yes" : "no");
+    fprintf(f, "attention: %d q heads, %d kv heads, head_dim %d, rotary %d dims, theta %g\n", c->num_heads,
+            c->num_kv_heads, c->head_dim, c->rotary_dim, (double)c->rope_theta);
+    fprintf(f, "gated deltanet: %d k heads, %d v heads (r = %d), dk %d, dv %d, conv %d\n", c->gdn_num_k_heads,
+            c->gdn_num_v_heads, c->gdn_num_v_heads / c->gdn_num_k_heads, c->gdn_k_dim, c->gdn_v_dim,
+            c->gdn_conv_kernel);
+    if (c->num_experts)
+        fprintf(f, "moe: %d experts, top-%d, expert ffn %d, shared ffn %d, renormalise %s\n", c->num_experts,
+                c->num_experts_per_tok, c->moe_intermediate_size, c->shared_expert_intermediate_size,
+                c->norm_topk_prob ? "yes" : "no");
+    if (n_moe < c->num_layers) fprintf(f, "dense ffn: %d\n", c->intermediate_size);
+    int counts[FD_DTYPE_COUNT] = {0};
+    for (int i = 0; i < m->st.n_tensors; i++) counts[m->st.tensors[i].dtype]++;
+    fprintf(f, "parameters: %lld (%.3f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
+    fprintf(f, "dtypes:");
+    for (int t = 0; t < FD_DTYPE_COUNT; t++)
+        if (counts[t]) fprintf(f, " %s x%d", fd_dtype_name((fd_dtype)t), counts[t]);
+    fprintf(f, "  (%d tensors in %d file%s, weight prefix '%s')\n", m->st.n_tensors, m->st.n_files,
+            m->st.n_files == 1 ? "" : "s", m->weight_prefix);
+}
