@@ -10,7 +10,7 @@
 
 typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
-void test_fail(const char *file, int line, const char *fmt, ...) FD_PRINTF(3, 4);
+void test_fail(const char *file, int line, const char *what, const char *fmt, ...) FD_PRINTF(4, 5);
 extern jmp_buf test_abort_jmp;
 
 #define TEST(name)                                                                                                     \
@@ -20,12 +20,12 @@ extern jmp_buf test_abort_jmp;
 
 #define EXPECT(cond, ...)                                                                                              \
     do {                                                                                                               \
-        if (!(cond)) test_fail(__FILE__, __LINE__, "expected " #cond " " __VA_ARGS__);                                 \
+        if (!(cond)) test_fail(__FILE__, __LINE__, "expected " #cond, " " __VA_ARGS__);                                 \
     } while (0)
 #define ASSERT(cond, ...)                                                                                              \
     do {                                                                                                               \
         if (!(cond)) {                                                                                                 \
-            test_fail(__FILE__, __LINE__, "assertion " #cond " " __VA_ARGS__);                                         \
+            test_fail(__FILE__, __LINE__, "assertion " #cond, " " __VA_ARGS__);                                         \
             longjmp(test_abort_jmp, 1);                                                                                \
         }                                                                                                              \
     } while (0)

@@ -22,9 +22,9 @@ void test_register(const char *name, test_fn fn) {
     g_n_tests++;
 }
 
-void test_fail(const char *file, int line, const char *fmt, ...) {
+void test_fail(const char *file, int line, const char *what, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "    FAIL %s:%d: ", file, line);
+    fprintf(stderr, "    FAIL %s:%d: %s ", file, line, what);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -250,8 +250,8 @@ void model_print_info(const fd_model *m, FILE *f) {
         n_attn += c->layer_kind[i] == FD_LAYER_ATTN;
         n_moe += c->layer_is_moe[i];
     }
-    fprintf(f, "architecture: %s (model_type %s, %s)%s\n", cfg_arch_name(c->arch), c->model_type, c->architecture,
-            c->nested_text ? " [text_config]" : "");
+    fprintf(f, "architecture: %s (model_type %s%s%s)%s\n", cfg_arch_name(c->arch), c->model_type,
+            c->architecture[0] ? ", " : "", c->architecture, c->nested_text ? " [fields from text_config]" : "");
     fprintf(f, "layers: %d (%d gated-deltanet, %d attention; %d MoE FFN, %d dense FFN)\n", c->num_layers, n_gdn,
             n_attn, n_moe, c->num_layers - n_moe);
     fprintf(f, "layer plan: ");
