@@ -8,7 +8,8 @@ CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 BUILD    ?= build
 OPT      ?= -O2
-CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -Iinclude -pthread -MMD -MP
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -Iinclude -pthread -MMD -MP \
+            -DFD_SOURCE_DIR='"$(CURDIR)"'
 LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
 FUZZ_SECONDS ?= 30
 
@@ -59,9 +60,17 @@ asan:
 
 FUZZ_TARGETS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_CORE    := $(filter-out src/cpu/% src/engine/%,$(CORE_SRC))
-$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_CORE)
+FUZZ_CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -fsanitize=address,undefined
+# The core goes through an archive so a target links only the objects it needs.
+$(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined -o $@ $^ -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+$(BUILD)/fuzz/libcore.a: $(FUZZ_CORE:%.c=$(BUILD)/fuzz/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/%: fuzz/%.c $(BUILD)/fuzz/libcore.a
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
