@@ -64,7 +64,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -fsanitize=address
 # The core goes through an archive so a target links only the objects it needs.
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+	clang $(FUZZ_CFLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c -o $@ $<
 $(BUILD)/fuzz/libcore.a: $(FUZZ_CORE:%.c=$(BUILD)/fuzz/obj/%.o)
 	@rm -f $@
 	ar rcs $@ $^
@@ -74,7 +74,10 @@ $(BUILD)/fuzz/%: fuzz/%.c $(BUILD)/fuzz/libcore.a
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
-	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=0 $(BUILD)/fuzz/corpus-$$n fuzz/seeds/$$n 2>&1 | tail -n 3; done
+	  if ! $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=0 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	      $(BUILD)/fuzz/corpus-$$n fuzz/seeds/$$n >$(BUILD)/fuzz/$$n.log 2>&1; then \
+	    tail -n 40 $(BUILD)/fuzz/$$n.log; echo "fuzz: $$n FAILED (log: $(BUILD)/fuzz/$$n.log)"; exit 1; fi; \
+	  tail -n 1 $(BUILD)/fuzz/$$n.log; done
 
 clean:
 	rm -rf build
