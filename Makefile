@@ -74,7 +74,8 @@ $(BUILD)/fuzz/%: fuzz/%.c $(BUILD)/fuzz/libcore.a
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
-	  if ! $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=0 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	  d=; if [ -f fuzz/$$n.dict ]; then d=-dict=fuzz/$$n.dict; fi; \
+	  if ! $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=0 -artifact_prefix=$(BUILD)/fuzz/$$n- $$d \
 	      $(BUILD)/fuzz/corpus-$$n fuzz/seeds/$$n >$(BUILD)/fuzz/$$n.log 2>&1; then \
 	    tail -n 40 $(BUILD)/fuzz/$$n.log; echo "fuzz: $$n FAILED (log: $(BUILD)/fuzz/$$n.log)"; exit 1; fi; \
 	  tail -n 1 $(BUILD)/fuzz/$$n.log; done
