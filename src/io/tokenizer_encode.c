@@ -1,0 +1,554 @@
+// Encoding, in HF's order: added tokens on the raw text -> normalize the rest -> added tokens that match
+// normalized text -> Split steps -> ByteLevel -> BPE of each piece (with a per-call word cache).
+#include <string.h>
+#include <utf8proc.h>
+
+#include "base/base.h"
+#include "io/tokenizer_internal.h"
+
+enum {
+    CACHE_MAX_WORD = 64, // longer pieces are rare and cheap to recompute relative to their length
+    NAIVE_MAX = 48,      // below this many symbols a linear scan beats the heap
+};
+
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off, key_len, ids_off, n_ids;
+} cache_ent;
+
+typedef struct {
+    size_t *v; // triples: start, end, is_match
+    size_t n, cap;
+} span_vec;
+
+typedef struct {
+    const tok_tokenizer *t;
+    tok_ids *out;
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+    int failed; // a regex returned an error: the whole call fails rather than giving wrong ids
+    // word cache: piece bytes -> ids
+    cache_ent *ce;
+    uint32_t ccap, ccount;
+    char *ckeys;
+    size_t ckeys_n, ckeys_cap;
+    tok_ids cids;
+    // BPE scratch
+    int32_t *sym, *nid, *prev, *next;
+    uint32_t *rank;
+    uint64_t *heap;
+    size_t scap;
+    char *pbuf; // byte-level string of a word (ignore_merges)
+    size_t pcap;
+    char *qbuf; // a piece with the prefix space added
+    size_t qcap;
+    span_vec spans[TOK_MAX_STEPS];
+} enc_ctx;
+
+void tok_ids_push(tok_ids *v, int32_t id) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 64;
+        v->ids = fd_realloc(v->ids, v->cap * sizeof(int32_t));
+    }
+    v->ids[v->n++] = id;
+}
+
+void tok_ids_free(tok_ids *v) {
+    free(v->ids);
+    v->ids = NULL;
+    v->n = v->cap = 0;
+}
+
+int tok_utf8_decode(const uint8_t *s, uint32_t *cp) {
+    if (s[0] < 0x80) { *cp = s[0]; return 1; }
+    if (s[0] < 0xE0) { *cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F); return 2; }
+    if (s[0] < 0xF0) { *cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F); return 3; }
+    *cp = ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    return 4;
+}
+
+int tok_is_whitespace(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+// HF's word-character test for single_word added tokens: alphanumeric or '_' (as observed against HF).
+static int is_alnum(uint32_t cp) {
+    if (cp == '_') return 1;
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+           (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+}
+
+static size_t char_start_before(const char *s, size_t i) { // start of the char that ends at i
+    do i--;
+    while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80);
+    return i;
+}
+
+// ---- BPE ----
+static void grow_scratch(enc_ctx *c, size_t n) {
+    if (n <= c->scap) return;
+    c->scap = n * 2;
+    c->sym = fd_realloc(c->sym, c->scap * sizeof(int32_t));
+    c->nid = fd_realloc(c->nid, c->scap * sizeof(int32_t));
+    c->prev = fd_realloc(c->prev, c->scap * sizeof(int32_t));
+    c->next = fd_realloc(c->next, c->scap * sizeof(int32_t));
+    c->rank = fd_realloc(c->rank, c->scap * sizeof(uint32_t));
+    c->heap = fd_realloc(c->heap, c->scap * sizeof(uint64_t));
+}
+
+// Short words: repeatedly merge the lowest-ranked pair, leftmost first (HF's heap order), by linear scans.
+static size_t bpe_naive(enc_ctx *c, size_t n) {
+    const tok_tokenizer *t = c->t;
+    int32_t *s = c->sym, *nid = c->nid;
+    uint32_t *r = c->rank;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!tok_merge_find(t, s[i], s[i + 1], &r[i], &nid[i])) r[i] = UINT32_MAX;
+    while (n > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (r[i] < r[best]) best = i;
+        if (r[best] == UINT32_MAX) break;
+        s[best] = nid[best];
+        memmove(s + best + 1, s + best + 2, (n - best - 2) * sizeof(int32_t));
+        memmove(r + best + 1, r + best + 2, (n - best - 2) * sizeof(uint32_t));
+        memmove(nid + best + 1, nid + best + 2, (n - best - 2) * sizeof(int32_t));
+        n--;
+        if (best > 0 && !tok_merge_find(t, s[best - 1], s[best], &r[best - 1], &nid[best - 1])) r[best - 1] = UINT32_MAX;
+        if (best + 1 < n && !tok_merge_find(t, s[best], s[best + 1], &r[best], &nid[best])) r[best] = UINT32_MAX;
+    }
+    return n;
+}
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= *n) break;
+        if (l + 1 < *n && h[l + 1] < h[l]) l++;
+        if (h[l] >= v) break;
+        h[i] = h[l];
+        i = l;
+    }
+    h[i] = v;
+    return top;
+}
+
+// Long words: the same order with a min-heap keyed (rank, position) over a linked list: O(n log n), so 100 KB of
+// one letter stays linear-ish. Stale entries are dropped on pop by re-checking the pair.
+static size_t bpe_heap(enc_ctx *c, size_t n) {
+    const tok_tokenizer *t = c->t;
+    int32_t *s = c->sym, *prev = c->prev, *next = c->next;
+    uint64_t *h = c->heap;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    uint32_t r;
+    int32_t m;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (tok_merge_find(t, s[i], s[i + 1], &r, &m)) heap_push(h, &hn, ((uint64_t)r << 32) | i);
+    while (hn > 0) {
+        uint64_t e = heap_pop(h, &hn);
+        uint32_t pos = (uint32_t)e, er = (uint32_t)(e >> 32);
+        if (s[pos] < 0 || next[pos] < 0) continue;
+        int32_t nx = next[pos];
+        if (!tok_merge_find(t, s[pos], s[nx], &r, &m) || r != er) continue;
+        s[pos] = m;
+        s[nx] = -1; // dead
+        next[pos] = next[nx];
+        if (next[nx] >= 0) prev[next[nx]] = (int32_t)pos;
+        if (prev[pos] >= 0 && tok_merge_find(t, s[prev[pos]], s[pos], &r, &m))
+            heap_push(h, &hn, ((uint64_t)r << 32) | (uint32_t)prev[pos]);
+        if (next[pos] >= 0 && tok_merge_find(t, s[pos], s[next[pos]], &r, &m))
+            heap_push(h, &hn, ((uint64_t)r << 32) | pos);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0) s[k++] = s[i];
+    return k;
+}
+
+static void cache_put(enc_ctx *c, uint64_t h, uint32_t slot, const char *s, size_t n, const int32_t *ids, size_t k) {
+    if (c->ccount * 4 >= c->ccap * 3) return; // full enough: stop caching rather than probe long chains
+    if (c->ckeys_n + n > c->ckeys_cap) {
+        c->ckeys_cap = (c->ckeys_n + n) * 2;
+        c->ckeys = fd_realloc(c->ckeys, c->ckeys_cap);
+    }
+    memcpy(c->ckeys + c->ckeys_n, s, n);
+    cache_ent *e = &c->ce[slot];
+    *e = (cache_ent){h, (uint32_t)c->ckeys_n, (uint32_t)n, (uint32_t)c->cids.n, (uint32_t)k};
+    c->ckeys_n += n;
+    for (size_t i = 0; i < k; i++) tok_ids_push(&c->cids, ids[i]);
+    c->ccount++;
+}
+
+static void bpe(enc_ctx *c, const char *s, size_t n) {
+    const tok_tokenizer *t = c->t;
+    uint64_t h = 0;
+    uint32_t slot = 0;
+    if (n <= CACHE_MAX_WORD) {
+        h = tok_hash(s, n);
+        uint32_t mask = c->ccap - 1;
+        for (slot = (uint32_t)h & mask; c->ce[slot].hash; slot = (slot + 1) & mask) {
+            cache_ent *e = &c->ce[slot];
+            if (e->hash == h && e->key_len == n && !memcmp(c->ckeys + e->key_off, s, n)) {
+                for (uint32_t i = 0; i < e->n_ids; i++) tok_ids_push(c->out, c->cids.ids[e->ids_off + i]);
+                return;
+            }
+        }
+    }
+    grow_scratch(c, n + 1);
+    size_t k = 0;
+    if (t->ignore_merges) { // a word that is itself in the vocab is one token (Llama-3 style)
+        if (c->pcap < n * 2 + 1) c->pbuf = fd_realloc(c->pbuf, c->pcap = n * 2 + 16);
+        size_t bl = 0;
+        for (size_t i = 0; i < n; i++) { // byte-level string of the piece
+            uint8_t b = (uint8_t)s[i];
+            int32_t id = t->byte_id[b];
+            const char *bt = id >= 0 ? t->id_text[id] : NULL;
+            if (!bt) { bl = 0; break; }
+            memcpy(c->pbuf + bl, bt, t->id_text_len[id]);
+            bl += t->id_text_len[id];
+        }
+        int32_t whole = bl ? tok_str_map_get(&t->vocab, c->pbuf, bl, (const char *const *)t->id_text, t->id_text_len) : -1;
+        if (whole >= 0) {
+            c->sym[0] = whole;
+            k = 1;
+            goto emit;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = t->byte_id[(uint8_t)s[i]];
+        if (id < 0) { // no token for this byte: HF uses unk if there is one (fused if asked), else drops it
+            if (t->unk_id < 0 || (t->fuse_unk && k > 0 && c->sym[k - 1] == t->unk_id)) continue;
+            id = t->unk_id;
+        }
+        c->sym[k++] = id;
+    }
+    k = k <= NAIVE_MAX ? bpe_naive(c, k) : bpe_heap(c, k);
+emit:
+    for (size_t i = 0; i < k; i++) tok_ids_push(c->out, c->sym[i]);
+    if (n <= CACHE_MAX_WORD) cache_put(c, h, slot, s, n, c->sym, k);
+}
+
+// ---- pre-tokenization ----
+// The next regex match in s at or after from: 1 and its span, or 0 (none, or an error that fails the call).
+static int re_next(enc_ctx *c, pcre2_code *re, const char *s, size_t n, size_t from, size_t *ms, size_t *me) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, c->md, c->mctx);
+    if (rc == PCRE2_ERROR_NOMATCH) return 0;
+    if (rc < 0) {
+        PCRE2_UCHAR buf[200];
+        pcre2_get_error_message(rc, buf, sizeof buf);
+        fd_error_set("pre-tokenizer regex failed: %s", (char *)buf);
+        c->failed = 1;
+        return 0;
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+    *ms = ov[0];
+    *me = ov[1];
+    return 1;
+}
+
+static void bytelevel(enc_ctx *c, const char *s, size_t n) {
+    const tok_tokenizer *t = c->t;
+    if (t->prefix_space && s[0] != ' ') { // HF prepends to every piece that does not start with a space
+        if (c->qcap < n + 2) c->qbuf = fd_realloc(c->qbuf, c->qcap = n * 2 + 16);
+        c->qbuf[0] = ' ';
+        memcpy(c->qbuf + 1, s, n);
+        s = c->qbuf;
+        n++;
+    }
+    if (!t->bytelevel_re) {
+        bpe(c, s, n);
+        return;
+    }
+    size_t pos = 0, ms, me, prev = 0;
+    while (pos < n && re_next(c, t->bytelevel_re, s, n, pos, &ms, &me)) {
+        if (ms > prev) bpe(c, s + prev, ms - prev);
+        if (me > ms) bpe(c, s + ms, me - ms);
+        prev = me;
+        pos = me > ms ? me : me + 1; // the GPT-2 pattern has no empty matches; guard anyway
+    }
+    if (prev < n) bpe(c, s + prev, n - prev);
+}
+
+static void pretok(enc_ctx *c, int level, const char *s, size_t n);
+
+static void span_push(span_vec *v, size_t a, size_t b, size_t m) {
+    if (v->n + 3 > v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 192;
+        v->v = fd_realloc(v->v, v->cap * sizeof(size_t));
+    }
+    v->v[v->n++] = a;
+    v->v[v->n++] = b;
+    v->v[v->n++] = m;
+}
+
+// One Split step. Isolated (what every Qwen/GPT tokenizer uses) streams pieces straight down; the other
+// behaviours first collect HF's (span, is_match) list and fold it the way HF does.
+static void split_step(enc_ctx *c, int level, const char *s, size_t n) {
+    const tok_split *sp = &c->t->steps[level];
+    size_t pos = 0, prev = 0, ms, me;
+    if (sp->behavior == TOK_SPLIT_ISOLATED) {
+        while (pos <= n && re_next(c, sp->re, s, n, pos, &ms, &me)) {
+            if (ms > prev) pretok(c, level + 1, s + prev, ms - prev);
+            if (me > ms) pretok(c, level + 1, s + ms, me - ms);
+            prev = me;
+            if (me > ms) pos = me;
+            else if (me < n) pos = me + (size_t)tok_utf8_decode((const uint8_t *)s + me, &(uint32_t){0});
+            else break;
+        }
+        if (prev < n) pretok(c, level + 1, s + prev, n - prev);
+        return;
+    }
+    span_vec *v = &c->spans[level];
+    v->n = 0;
+    while (pos <= n && re_next(c, sp->re, s, n, pos, &ms, &me)) {
+        if (ms > prev) span_push(v, prev, ms, sp->invert);
+        span_push(v, ms, me, !sp->invert);
+        prev = me;
+        if (me > ms) pos = me;
+        else if (me < n) pos = me + (size_t)tok_utf8_decode((const uint8_t *)s + me, &(uint32_t){0});
+        else break;
+    }
+    if (prev < n) span_push(v, prev, n, sp->invert);
+    // Fold in place: out[k] pieces (start, end), kept only where keep.
+    size_t k = 0;
+    int prev_match = 0;
+    if (sp->behavior == TOK_SPLIT_NEXT) { // HF folds from the right
+        size_t cnt = v->n / 3;
+        for (size_t j = cnt; j-- > 0;) {
+            size_t a = v->v[3 * j], b = v->v[3 * j + 1], m = v->v[3 * j + 2];
+            if (m && !prev_match && k > 0) v->v[3 * (cnt - k)] = a; // extend the piece to the right of it
+            else {
+                k++;
+                v->v[3 * (cnt - k)] = a;
+                v->v[3 * (cnt - k) + 1] = b;
+                v->v[3 * (cnt - k) + 2] = 0;
+            }
+            prev_match = (int)m;
+        }
+        for (size_t j = cnt - k; j < cnt; j++) {
+            size_t a = v->v[3 * j], b = v->v[3 * j + 1];
+            if (b > a) pretok(c, level + 1, s + a, b - a);
+        }
+        return;
+    }
+    for (size_t j = 0; j < v->n / 3; j++) {
+        size_t a = v->v[3 * j], b = v->v[3 * j + 1], m = v->v[3 * j + 2];
+        int merge = sp->behavior == TOK_SPLIT_PREV ? (m && !prev_match && k > 0)
+                  : sp->behavior == TOK_SPLIT_CONTIGUOUS ? ((int)m == prev_match && k > 0) : 0;
+        if (sp->behavior == TOK_SPLIT_REMOVED && m) continue;
+        if (merge) v->v[3 * (k - 1) + 1] = b;
+        else {
+            v->v[3 * k] = a;
+            v->v[3 * k + 1] = b;
+            k++;
+        }
+        prev_match = (int)m;
+    }
+    for (size_t j = 0; j < k; j++) {
+        size_t a = v->v[3 * j], b = v->v[3 * j + 1];
+        if (b > a) pretok(c, level + 1, s + a, b - a);
+    }
+}
+
+static void pretok(enc_ctx *c, int level, const char *s, size_t n) {
+    if (c->failed || n == 0) return;
+    if (level == c->t->n_steps) bytelevel(c, s, n);
+    else split_step(c, level, s, n);
+}
+
+// ---- added tokens ----
+typedef void (*gap_fn)(enc_ctx *c, const char *s, size_t n);
+
+// HF's AddedVocabulary::find_matches: leftmost-longest, non-overlapping; single_word may veto a match; lstrip /
+// rstrip widen it over whitespace (never back into what an earlier match took).
+static void added_split(enc_ctx *c, const tok_added_set *set, const char *s, size_t n, gap_fn gap) {
+    if (set->n == 0) {
+        gap(c, s, n);
+        return;
+    }
+    size_t pos = 0, done = 0;
+    while (pos < n && !c->failed) {
+        const tok_added *hit = NULL;
+        size_t p = pos;
+        for (; p < n && !hit; p++) {
+            uint8_t b = (uint8_t)s[p];
+            for (int j = set->first[b]; j < set->first[b + 1]; j++) {
+                const tok_added *a = set->tok[j];
+                if (a->len <= n - p && !memcmp(s + p, a->content, a->len)) {
+                    hit = a;
+                    break;
+                }
+            }
+        }
+        if (!hit) break;
+        size_t start = p - 1, stop = start + hit->len;
+        pos = stop;
+        uint32_t cp;
+        if (hit->single_word) {
+            int left_word = start > 0 && (tok_utf8_decode((const uint8_t *)s + char_start_before(s, start), &cp), is_alnum(cp));
+            int right_word = stop < n && (tok_utf8_decode((const uint8_t *)s + stop, &cp), is_alnum(cp));
+            if (left_word || right_word) continue;
+        }
+        if (hit->lstrip) {
+            size_t ns = start;
+            while (ns > 0) {
+                size_t q = char_start_before(s, ns);
+                tok_utf8_decode((const uint8_t *)s + q, &cp);
+                if (!tok_is_whitespace(cp)) break;
+                ns = q;
+            }
+            start = ns > done ? ns : done;
+        }
+        if (hit->rstrip)
+            while (stop < n && (tok_utf8_decode((const uint8_t *)s + stop, &cp), tok_is_whitespace(cp)))
+                stop += (size_t)tok_utf8_decode((const uint8_t *)s + stop, &cp);
+        if (start > done) gap(c, s + done, start - done);
+        tok_ids_push(c->out, hit->id);
+        done = stop > done ? stop : done;
+    }
+    if (done < n) gap(c, s + done, n - done);
+}
+
+static void norm_gap(enc_ctx *c, const char *s, size_t n) { pretok(c, 0, s, n); }
+
+static void append(char **buf, size_t *n, size_t *cap, const void *s, size_t k) {
+    if (*n + k + 1 > *cap) *buf = fd_realloc(*buf, *cap = (*n + k + 1) * 2);
+    memcpy(*buf + *n, s, k);
+    *n += k;
+}
+
+// The normalizer over valid UTF-8 (malloc'ed result). Characters newer than HF's Unicode tables stay as they are,
+// and, as unassigned characters do there, they split the text into runs normalized on their own.
+char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n) {
+    char *out = NULL;
+    size_t on = 0, cap = 0, seg = 0, i = 0;
+    for (;;) {
+        size_t next = i;
+        int is_new = 0;
+        if (i < n) {
+            uint32_t cp;
+            next = i + (size_t)tok_utf8_decode((const uint8_t *)s + i, &cp);
+            is_new = cp >= 0x800 && tok_is_new_char(cp);
+        }
+        if (i == n || is_new) {
+            if (i > seg) {
+                utf8proc_uint8_t *d = NULL;
+                utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s + seg, (utf8proc_ssize_t)(i - seg), &d,
+                                                  t->norm_options);
+                FD_CHECK(r >= 0, "utf8proc_map failed on validated UTF-8: %s", utf8proc_errmsg(r));
+                append(&out, &on, &cap, d, (size_t)r);
+                free(d);
+            }
+            if (i == n) break;
+            append(&out, &on, &cap, s + i, next - i);
+            seg = next;
+        }
+        i = next;
+    }
+    if (!out) out = fd_calloc(1, 1);
+    out[on] = 0;
+    *out_n = on;
+    return out;
+}
+
+static void raw_gap(enc_ctx *c, const char *s, size_t n) {
+    const tok_tokenizer *t = c->t;
+    int need = 0;
+    if (t->norm_options) {
+        uint8_t lim = t->norm_ascii_only_fast == 1 ? 0xCC : 0x80; // lead bytes from 0xCC start U+0300 and up
+        for (size_t i = 0; i < n && !need; i++) need = (uint8_t)s[i] >= lim;
+    }
+    if (!need) {
+        added_split(c, &t->norm_set, s, n, norm_gap);
+        return;
+    }
+    size_t nn;
+    char *d = tok_normalize(t, s, n, &nn);
+    added_split(c, &t->norm_set, d, nn, norm_gap);
+    free(d);
+}
+
+size_t tok_utf8_invalid_at(const char *text, size_t len) {
+    const uint8_t *s = (const uint8_t *)text;
+    size_t i = 0;
+    while (i < len) {
+        uint8_t b = s[i];
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (b >= 0xC2 && b <= 0xDF) need = 1;
+        else if (b >= 0xE0 && b <= 0xEF) {
+            need = 2;
+            if (b == 0xE0) lo = 0xA0;
+            if (b == 0xED) hi = 0x9F; // no surrogates
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            need = 3;
+            if (b == 0xF0) lo = 0x90;
+            if (b == 0xF4) hi = 0x8F;
+        } else return i;
+        if (i + need >= len) return i; // truncated
+        if (s[i + 1] < lo || s[i + 1] > hi) return i;
+        for (size_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        i += need + 1;
+    }
+    return len;
+}
+
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+    size_t bad = tok_utf8_invalid_at(text, len);
+    if (bad < len) return fd_error_set("tokenize: input is not valid UTF-8 at byte %zu", bad);
+    size_t n0 = out->n;
+    enc_ctx c = {.t = t, .out = out};
+    c.md = pcre2_match_data_create(1, NULL);
+    c.mctx = pcre2_match_context_create(NULL);
+    c.jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    FD_CHECK(c.md && c.mctx && c.jstack, "out of memory");
+    pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
+    uint64_t want = len / 8 < 64 ? 64 : len / 8 > (1u << 16) ? (1u << 16) : len / 8;
+    c.ccap = 64;
+    while (c.ccap < want) c.ccap *= 2;
+    c.ce = fd_calloc(c.ccap, sizeof(cache_ent));
+    if (len > 0) added_split(&c, &t->raw_set, text, len, raw_gap);
+    pcre2_match_data_free(c.md);
+    pcre2_match_context_free(c.mctx);
+    pcre2_jit_stack_free(c.jstack);
+    free(c.ce);
+    free(c.ckeys);
+    tok_ids_free(&c.cids);
+    free(c.sym);
+    free(c.nid);
+    free(c.prev);
+    free(c.next);
+    free(c.rank);
+    free(c.heap);
+    free(c.pbuf);
+    free(c.qbuf);
+    for (int i = 0; i < TOK_MAX_STEPS; i++) free(c.spans[i].v);
+    if (c.failed) {
+        out->n = n0;
+        return -1;
+    }
+    return 0;
+}
