@@ -1,0 +1,53 @@
+// Loader for the HF reference fixtures (see fixture.h).
+#include "fixture.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+const char *const k_fixture_names[] = {"qwen35_dense_tied", "qwen35_vl_sharded", "qwen3_next_moe", "qwen35_moe", NULL};
+
+static int read_ids(json_t *root, const char *key, int32_t **out, int *n) {
+    json_t *a = json_object_get(root, key);
+    if (!json_is_array(a)) return fd_error_set("prompt.json: '%s' is not an array", key);
+    *n = (int)json_array_size(a);
+    *out = fd_malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) (*out)[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return 0;
+}
+
+int fixture_load(const char *name, fixture *fx) {
+    memset(fx, 0, sizeof *fx);
+    fx->dir = fd_sprintf("tests/data/fixtures/%s", name);
+    char *p = fd_path_join(fx->dir, "prompt.json");
+    json_error_t err;
+    json_t *root = json_load_file(p, 0, &err);
+    free(p);
+    if (!root) return fd_error_set("%s/prompt.json: %s", fx->dir, err.text);
+    int rc = read_ids(root, "ids", &fx->ids, &fx->n_ids);
+    if (!rc) rc = read_ids(root, "greedy", &fx->greedy, &fx->n_greedy);
+    fx->vocab = (int)json_integer_value(json_object_get(root, "vocab_size"));
+    json_decref(root);
+    if (rc) return -1;
+    size_t len;
+    p = fd_path_join(fx->dir, "logits.f32");
+    char *raw = fd_read_file(p, &len);
+    free(p);
+    if (!raw) return -1;
+    if (len != (size_t)fx->n_ids * fx->vocab * sizeof(float)) {
+        free(raw);
+        return fd_error_set("%s/logits.f32: %zu bytes, expected %d x %d floats", fx->dir, len, fx->n_ids, fx->vocab);
+    }
+    fx->logits = (float *)raw;
+    return 0;
+}
+
+void fixture_free(fixture *fx) {
+    free(fx->dir);
+    free(fx->ids);
+    free(fx->greedy);
+    free(fx->logits);
+    memset(fx, 0, sizeof *fx);
+}

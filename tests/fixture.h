@@ -1,0 +1,22 @@
+// Reference fixtures made by tools/make_fixtures.py with HF transformers (tests/data/fixtures/NAME/):
+// an HF model dir + prompt.json (ids, greedy continuation) + logits.f32 ([n_prompt, vocab] fp32).
+#ifndef FD_TEST_FIXTURE_H
+#define FD_TEST_FIXTURE_H
+#include <stdint.h>
+
+typedef struct {
+    char *dir;
+    int32_t *ids;
+    int n_ids;
+    int32_t *greedy;
+    int n_greedy;
+    int vocab;
+    float *logits; // [n_ids, vocab]
+} fixture;
+
+// Names of the committed fixtures, NULL-terminated.
+extern const char *const k_fixture_names[];
+// Loads tests/data/fixtures/NAME; returns 0 or -1 (fd_error set).
+int fixture_load(const char *name, fixture *fx);
+void fixture_free(fixture *fx);
+#endif

@@ -1,0 +1,120 @@
+// Whole-model checks against HF transformers fp32 on every fixture (CPU backend): logits for every prompt
+// position, greedy continuation, chunked-prefill budgets, GDN routes.
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "fixture.h"
+#include "test.h"
+
+typedef struct {
+    fd_model m;
+    fd_backend *be;
+    fd_engine e;
+} loaded;
+
+static fd_backend *cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+
+static int open_model(loaded *L, const char *dir, int budget, fd_gdn_route route, int64_t cap) {
+    memset(L, 0, sizeof *L);
+    if (model_load(dir, &L->m)) return -1;
+    L->be = cpu();
+    model_upload(&L->m, L->be);
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.max_batch = budget;
+    o.capacity = cap;
+    o.gdn_prefill = route;
+    return engine_init(&L->e, &L->m, L->be, &o);
+}
+
+static void close_model(loaded *L) {
+    engine_free(&L->e);
+    model_free(&L->m);
+}
+
+TEST(models_logits_match_hf_fp32) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        loaded L;
+        ASSERT(open_model(&L, fx.dir, 512, FD_GDN_CHUNKED, 1024) == 0, "%s: %s", fx.dir, fd_error_msg());
+        EXPECT(L.m.cfg.vocab_size == fx.vocab);
+        float *lg = malloc(sizeof(float) * fx.n_ids * fx.vocab);
+        for (int i = 0; i < fx.n_ids * fx.vocab; i++) lg[i] = NAN;
+        ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 0, lg, 1) == 0, "%s", fd_error_msg());
+        double err = test_rel_l2(lg, fx.logits, (size_t)fx.n_ids * fx.vocab);
+        double worst = 0;
+        for (int t = 0; t < fx.n_ids; t++) {
+            double e = test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab, (size_t)fx.vocab);
+            if (e > worst) worst = e;
+        }
+        printf("    %-20s logits rel-L2 %.2e (worst position %.2e)\n", k_fixture_names[f], err, worst);
+        EXPECT(err <= 1e-4 && worst <= 1e-4, "%s: logits rel-L2 %.3g, worst row %.3g", k_fixture_names[f], err,
+               worst);
+        free(lg);
+        close_model(&L);
+        fixture_free(&fx);
+    }
+}
+
+// Greedy ids identical to HF for every prefill budget (1, 7, 64, full) and both GDN prefill routes.
+TEST(models_greedy_matches_hf_all_budgets_and_routes) {
+    const int budgets[] = {0, 64, 7, 1};
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        for (int r = 0; r < 2; r++)
+            for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+                if (r == 1 && budgets[b] != 0) continue; // serial route: one budget is enough
+                loaded L;
+                const int budget = budgets[b] ? budgets[b] : fx.n_ids;
+                ASSERT(open_model(&L, fx.dir, budget, (fd_gdn_route)r, fx.n_ids + fx.n_greedy + 1) == 0, "%s",
+                       fd_error_msg());
+                int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
+                ASSERT(engine_generate_greedy(&L.e, fx.ids, fx.n_ids, budget, fx.n_greedy, out) == 0, "%s",
+                       fd_error_msg());
+                int first_diff = -1;
+                for (int i = 0; i < fx.n_greedy && first_diff < 0; i++)
+                    if (out[i] != fx.greedy[i]) first_diff = i;
+                EXPECT(first_diff < 0, "%s budget %d route %s: greedy differs from HF at new token %d (%d vs %d)",
+                       k_fixture_names[f], budget, r ? "serial" : "chunked", first_diff,
+                       first_diff >= 0 ? out[first_diff] : 0, first_diff >= 0 ? fx.greedy[first_diff] : 0);
+                free(out);
+                close_model(&L);
+            }
+        fixture_free(&fx);
+    }
+}
+
+// The serial and chunked GDN routes, and chunked prefill, agree on logits (not just argmax).
+TEST(models_routes_and_budgets_agree_on_logits) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        const size_t n = (size_t)fx.n_ids * fx.vocab;
+        float *a = malloc(n * 4), *b = malloc(n * 4);
+        loaded L;
+        ASSERT(open_model(&L, fx.dir, fx.n_ids, FD_GDN_CHUNKED, fx.n_ids) == 0, "%s", fd_error_msg());
+        ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 0, a, 1) == 0, "%s", fd_error_msg());
+        close_model(&L);
+        ASSERT(open_model(&L, fx.dir, fx.n_ids, FD_GDN_SERIAL, fx.n_ids) == 0, "%s", fd_error_msg());
+        ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 0, b, 1) == 0, "%s", fd_error_msg());
+        close_model(&L);
+        double e1 = test_rel_l2(a, b, n);
+        EXPECT(e1 <= 1e-5, "%s: chunked vs serial GDN logits rel-L2 %.3g", k_fixture_names[f], e1);
+        ASSERT(open_model(&L, fx.dir, 7, FD_GDN_CHUNKED, fx.n_ids) == 0, "%s", fd_error_msg());
+        ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 7, b, 1) == 0, "%s", fd_error_msg());
+        close_model(&L);
+        double e2 = test_rel_l2(b, a, n);
+        EXPECT(e2 <= 1e-5, "%s: prefill in chunks of 7 vs one shot: logits rel-L2 %.3g", k_fixture_names[f], e2);
+        printf("    %-20s chunked vs serial %.2e, budget 7 vs full %.2e\n", k_fixture_names[f], e1, e2);
+        free(a);
+        free(b);
+        fixture_free(&fx);
+    }
+}
