@@ -141,6 +141,18 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }
+    const fd_config *c = &s->model.cfg;
+    for (int64_t i = 0; i < o->n_ids; i++)
+        if (o->ids[i] >= c->vocab_size) {
+            fprintf(stderr, "flashdelta: error: --ids: token id %d (position %lld) is outside the vocabulary [0, %d)\n",
+                    o->ids[i], (long long)i, c->vocab_size);
+            return 1;
+        }
+    if (o->ctx && tokens > o->ctx) {
+        fprintf(stderr, "flashdelta: error: %lld tokens (prompt + new) do not fit the context capacity --ctx %lld\n",
+                (long long)tokens, (long long)o->ctx);
+        return 1;
+    }
     s->be = make_backend(o);
     if (!s->be) return 1;
     model_upload(&s->model, s->be);

@@ -29,7 +29,6 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "flashdelta: error: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "flashdelta: error: unknown command '%s' (see flashdelta --help)\n", argv[1]);
     return 2;
 }

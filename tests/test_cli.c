@@ -1,0 +1,237 @@
+// The CLI contract (info / logits / generate / run) and bad input: every bad model directory or argument
+// gives exit status 1 or 2 (never a signal) and one line "flashdelta: error: ..." naming what is wrong.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "test.h"
+
+static char *ids_csv(const int32_t *ids, int n) {
+    size_t cap = (size_t)n * 12 + 1, used = 0;
+    char *s = malloc(cap);
+    s[0] = 0;
+    for (int i = 0; i < n; i++) used += (size_t)snprintf(s + used, cap - used, "%s%d", i ? "," : "", ids[i]);
+    return s;
+}
+
+TEST(cli_logits_writes_all_positions) {
+    fixture fx;
+    ASSERT(fixture_load("qwen3_next_moe", &fx) == 0, "%s", fd_error_msg());
+    char *csv = ids_csv(fx.ids, fx.n_ids);
+    char out[] = "/tmp/fd_logitsXXXXXX";
+    int fd = mkstemp(out);
+    ASSERT(fd >= 0);
+    close(fd);
+    char *cmd = fd_sprintf("%s logits %s --ids %s --out %s --prefill-chunk 64 2>/dev/null", test_bin(), fx.dir, csv,
+                           out);
+    EXPECT(test_run(cmd, NULL) == 0);
+    size_t len = 0;
+    char *raw = fd_read_file(out, &len);
+    ASSERT(raw, "%s", fd_error_msg());
+    EXPECT(len == (size_t)fx.n_ids * fx.vocab * 4, "logits file has %zu bytes, expected %d x %d floats", len,
+           fx.n_ids, fx.vocab);
+    if (len == (size_t)fx.n_ids * fx.vocab * 4) {
+        double e = test_rel_l2((const float *)raw, fx.logits, (size_t)fx.n_ids * fx.vocab);
+        EXPECT(e <= 1e-4, "CLI logits rel-L2 vs HF %.3g", e);
+    }
+    unlink(out);
+    free(raw);
+    free(cmd);
+    free(csv);
+    fixture_free(&fx);
+}
+
+TEST(cli_generate_prints_greedy_ids) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        char *csv = ids_csv(fx.ids, fx.n_ids);
+        char *want = malloc((size_t)fx.n_greedy * 12 + 2);
+        size_t used = 0;
+        for (int i = 0; i < fx.n_greedy; i++) used += (size_t)sprintf(want + used, "%s%d", i ? " " : "", fx.greedy[i]);
+        strcpy(want + used, "\n");
+        const char *chunks[] = {"", "--prefill-chunk 7"};
+        for (int c = 0; c < 2; c++) {
+            char *cmd = fd_sprintf("%s generate %s --ids %s -n %d %s 2>/dev/null", test_bin(), fx.dir, csv,
+                                   fx.n_greedy, chunks[c]);
+            char *got = NULL;
+            EXPECT(test_run(cmd, &got) == 0);
+            EXPECT(got && !strcmp(got, want), "%s %s:\n got  %s want %s", k_fixture_names[f], chunks[c],
+                   got ? got : "(null)", want);
+            free(got);
+            free(cmd);
+        }
+        free(want);
+        free(csv);
+        fixture_free(&fx);
+    }
+}
+
+TEST(cli_info_and_run) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        char *cmd = fd_sprintf("%s info tests/data/fixtures/%s 2>&1", test_bin(), k_fixture_names[f]);
+        char *out = NULL;
+        EXPECT(test_run(cmd, &out) == 0);
+        EXPECT(out && strstr(out, "architecture: ") && strstr(out, "parameters: ") && strstr(out, "layer plan: "),
+               "%s", out ? out : "");
+        free(out);
+        free(cmd);
+    }
+    char *cmd = fd_sprintf("%s run 2>/dev/null", test_bin()), *out = NULL;
+    EXPECT(test_run(cmd, &out) == 0);
+    EXPECT(out && strstr(out, "RANDOM weights") && strstr(out, "greedy output: yes"), "%s", out ? out : "");
+    free(out);
+    free(cmd);
+}
+
+// ---- bad input ----
+
+// Copies a fixture to a fresh temp dir; returns the malloc'ed path.
+static char *copy_fixture(const char *name) {
+    char tmpl[] = "/tmp/fd_badXXXXXX";
+    ASSERT(mkdtemp(tmpl));
+    char *cmd = fd_sprintf("cp -r tests/data/fixtures/%s/. %s/", name, tmpl);
+    ASSERT(test_run(cmd, NULL) == 0);
+    free(cmd);
+    return fd_strdup(tmpl);
+}
+
+static void remove_dir(char *dir) {
+    char *cmd = fd_sprintf("rm -rf %s", dir);
+    test_run(cmd, NULL);
+    free(cmd);
+    free(dir);
+}
+
+// Replaces the first `from` in DIR/FILE with `to`.
+static void edit_file(const char *dir, const char *file, const char *from, const char *to) {
+    char *p = fd_path_join(dir, file);
+    size_t len;
+    char *s = fd_read_file(p, &len);
+    ASSERT(s, "%s", fd_error_msg());
+    char *at = memmem(s, len, from, strlen(from));
+    ASSERT(at, "'%s' not found in %s", from, p);
+    FILE *f = fopen(p, "wb");
+    ASSERT(f);
+    fwrite(s, 1, (size_t)(at - s), f);
+    fwrite(to, 1, strlen(to), f);
+    fwrite(at + strlen(from), 1, len - (size_t)(at - s) - strlen(from), f);
+    fclose(f);
+    free(s);
+    free(p);
+}
+
+// Runs `flashdelta ARGS`, expects exit 1/2 and a single stderr line with every needle.
+static void expect_error(const char *args, const char *needle1, const char *needle2) {
+    char *cmd = fd_sprintf("%s %s 2>&1 >/dev/null", test_bin(), args), *out = NULL;
+    int rc = test_run(cmd, &out);
+    EXPECT(rc == 1 || rc == 2, "'%s' exited with %d", args, rc);
+    int lines = 0;
+    for (char *p = out; p && *p; p++) lines += *p == '\n';
+    EXPECT(out && !strncmp(out, "flashdelta: error: ", 19) && lines == 1, "'%s' printed: %s", args, out ? out : "");
+    EXPECT(out && strstr(out, needle1), "'%s': message lacks '%s': %s", args, needle1, out ? out : "");
+    if (needle2) EXPECT(out && strstr(out, needle2), "'%s': message lacks '%s': %s", args, needle2, out ? out : "");
+    free(out);
+    free(cmd);
+}
+
+TEST(cli_bad_model_dirs) {
+    expect_error("info /nonexistent/model", "/nonexistent/model", "config.json");
+    char *d = copy_fixture("qwen35_dense_tied"), *a;
+    edit_file(d, "config.json", "\"intermediate_size\": 128", "\"intermediate_size\": 100");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "mlp.gate_proj.weight", "expected [100, 64]");
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_dense_tied"); // tied checkpoint declared untied: lm_head missing
+    edit_file(d, "config.json", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "lm_head.weight", NULL);
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_dense_tied");
+    edit_file(d, "config.json", "\"qwen3_5_text\"", "\"llama\"");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "unknown architecture", "llama");
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_dense_tied");
+    edit_file(d, "config.json", "\"vocab_size\": 512", "\"vocab_size\": [512");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "config.json", NULL);
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_dense_tied"); // a tensor renamed in the safetensors header: missing tensor
+    edit_file(d, "model.safetensors", "model.norm.weight", "model.norX.weight");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "model.norm.weight", "missing");
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_vl_sharded"); // a shard missing
+    char *p = fd_path_join(d, "model-00002-of-00003.safetensors");
+    unlink(p);
+    free(p);
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "model-00002-of-00003.safetensors", NULL);
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen35_vl_sharded"); // dtype that no weight may have
+    edit_file(d, "model-00001-of-00003.safetensors", "\"F32\"", "\"I32\"");
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "I32", "model-00001-of-00003.safetensors");
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen3_next_moe"); // truncated weights
+    p = fd_path_join(d, "model.safetensors");
+    ASSERT(truncate(p, 300000) == 0);
+    free(p);
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "model.safetensors", NULL);
+    free(a);
+    remove_dir(d);
+
+    d = copy_fixture("qwen3_next_moe"); // no weights at all
+    p = fd_path_join(d, "model.safetensors");
+    unlink(p);
+    free(p);
+    a = fd_sprintf("info %s", d);
+    expect_error(a, "model.safetensors", NULL);
+    free(a);
+    remove_dir(d);
+}
+
+TEST(cli_bad_arguments) {
+    const char *m = "tests/data/fixtures/qwen35_moe";
+    char *a;
+    a = fd_sprintf("generate %s --ids 1,2,x -n 3", m);
+    expect_error(a, "--ids", NULL);
+    free(a);
+    a = fd_sprintf("generate %s --ids 1,2,999999 -n 3", m);
+    expect_error(a, "999999", "vocabulary");
+    free(a);
+    a = fd_sprintf("generate %s --ids 1,2 -n -4", m);
+    expect_error(a, "-n", NULL);
+    free(a);
+    a = fd_sprintf("generate %s --ids 1,2 --bogus 1", m);
+    expect_error(a, "unknown option", "--bogus");
+    free(a);
+    a = fd_sprintf("generate %s --ids 1,2,3,4 -n 8 --ctx 6", m);
+    expect_error(a, "capacity", NULL);
+    free(a);
+    a = fd_sprintf("logits %s --ids 1,2", m);
+    expect_error(a, "--out", NULL);
+    free(a);
+    a = fd_sprintf("generate %s --ids 1 --gdn-prefill fast", m);
+    expect_error(a, "--gdn-prefill", "chunked | serial");
+    free(a);
+    expect_error("frobnicate", "unknown command", NULL);
+}
