@@ -1,0 +1,172 @@
+// Gated attention's cache and core: bf16 KV cache, causal flash-style attention (online softmax, no n x n
+// matrix), GQA, head_dim up to 256.
+//
+// Cache layout per layer (capacity C tokens): K [C, Hkv, hd] bf16, then V [C, Hkv, hd] bf16.
+//
+// Attention kernel (first version: CUDA cores, fp32 math): grid (ceil(n/16), H), 4 warps, 4 queries per warp.
+// Keys stream through shared memory in tiles of 32; lane j scores key j of the tile for the warp's 4 queries,
+// the running max/sum are warp-uniform, and lane l accumulates output dims {2l, 2l+1} + 64m. Decode over long
+// contexts (few queries) is left to a split-K version (issue 4).
+#include <math.h>
+
+#include "cuda/cuda_common.h"
+
+#define ATT_BQ 16   // queries per block
+#define ATT_QW 4    // queries per warp
+#define ATT_BK 32   // keys per tile
+#define ATT_MAXP 4  // bf16 pairs per lane per query: hd <= 256
+
+size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
+    (void)be;
+    return (size_t)2 * Hkv * hd * sizeof(__nv_bfloat16);
+}
+
+__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k, const float *v, int64_t count) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        kc[i] = __float2bfloat16_rn(k[i]);
+        vc[i] = __float2bfloat16_rn(v[i]);
+    }
+}
+
+void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
+                 int64_t capacity) {
+    if (n <= 0) return;
+    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld",
+             (long long)pos0, (long long)(pos0 + n), (long long)capacity);
+    __nv_bfloat16 *kc = (__nv_bfloat16 *)cache + pos0 * Hkv * hd;
+    __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd + pos0 * Hkv * hd;
+    int64_t count = (int64_t)n * Hkv * hd;
+    unsigned grid = cu_blocks(count, 256) > 8192 ? 8192 : cu_blocks(count, 256);
+    k_kv_store<<<grid, 256, 0, cu_of(be)->stream>>>(kc, vc, (const float *)k, (const float *)v, count);
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// q [n, H, hd] f32 at positions pos0..; out [n, H*hd] f32. Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2
+// (one pad word per row: lanes read 32 different rows of one column), Vt [32][hd/2] bf16x2.
+__global__ void __launch_bounds__(128) k_attention(float *out, const float *q, const __nv_bfloat16 *kc,
+                                                   const __nv_bfloat16 *vc, int64_t pos0, int n, int H, int Hkv,
+                                                   int hd, float scale) {
+    extern __shared__ float sm[];
+    int hd2 = hd / 2, ldk = hd2 + 1;
+    float *Qs = sm;
+    __nv_bfloat162 *Kt = (__nv_bfloat162 *)(Qs + ATT_BQ * hd);
+    __nv_bfloat162 *Vt = Kt + ATT_BK * ldk;
+    int qb = blockIdx.x, h = blockIdx.y, kvh = h / (H / Hkv);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int q0 = qb * ATT_BQ;
+    int qlast = min(n, q0 + ATT_BQ) - 1;
+    for (int e = threadIdx.x; e < ATT_BQ * hd; e += blockDim.x) {
+        int i = e / hd, d = e - i * hd;
+        Qs[e] = q0 + i < n ? q[((int64_t)(q0 + i) * H + h) * hd + d] : 0.f;
+    }
+    float m[ATT_QW], l[ATT_QW], acc[ATT_QW][2 * ATT_MAXP];
+    int64_t qpos[ATT_QW];
+#pragma unroll
+    for (int a = 0; a < ATT_QW; a++) {
+        int qi = q0 + w * ATT_QW + a;
+        qpos[a] = qi < n ? pos0 + qi : -1; // -1: padding query, every key masked
+        m[a] = -INFINITY, l[a] = 0.f;
+#pragma unroll
+        for (int p = 0; p < 2 * ATT_MAXP; p++) acc[a][p] = 0.f;
+    }
+    int64_t kend = pos0 + qlast + 1; // keys [0, kend) are visible to some query of this block
+    const __nv_bfloat162 *kc2 = (const __nv_bfloat162 *)kc, *vc2 = (const __nv_bfloat162 *)vc;
+    for (int64_t kt0 = 0; kt0 < kend; kt0 += ATT_BK) {
+        __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
+        for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
+            int j = e / hd2, d2 = e - j * hd2;
+            int64_t kp = kt0 + j;
+            __nv_bfloat162 z2 = __floats2bfloat162_rn(0.f, 0.f);
+            bool ok = kp < kend;
+            int64_t off = (kp * Hkv + kvh) * hd2 + d2;
+            Kt[j * ldk + d2] = ok ? kc2[off] : z2;
+            Vt[j * hd2 + d2] = ok ? vc2[off] : z2;
+        }
+        __syncthreads();
+        // scores of key (kt0 + lane) for this warp's queries
+        float s[ATT_QW];
+#pragma unroll
+        for (int a = 0; a < ATT_QW; a++) s[a] = 0.f;
+        const float *qw = Qs + (w * ATT_QW) * hd;
+        for (int d2 = 0; d2 < hd2; d2++) {
+            float2 kf = __bfloat1622float2(Kt[lane * ldk + d2]);
+#pragma unroll
+            for (int a = 0; a < ATT_QW; a++) s[a] += qw[a * hd + 2 * d2] * kf.x + qw[a * hd + 2 * d2 + 1] * kf.y;
+        }
+        float p[ATT_QW];
+        int64_t kp = kt0 + lane;
+#pragma unroll
+        for (int a = 0; a < ATT_QW; a++) {
+            bool vis = kp <= qpos[a];
+            float sa = vis ? s[a] * scale : -INFINITY;
+            float mn = fmaxf(m[a], warp_max(sa));
+            if (mn == -INFINITY) { // no visible key yet for this query
+                p[a] = 0.f;
+                continue;
+            }
+            float alpha = expf(m[a] - mn); // m = -inf -> 0
+            p[a] = vis ? expf(sa - mn) : 0.f;
+            l[a] = l[a] * alpha + warp_sum(p[a]);
+            m[a] = mn;
+#pragma unroll
+            for (int e = 0; e < 2 * ATT_MAXP; e++) acc[a][e] *= alpha;
+        }
+        for (int j = 0; j < ATT_BK; j++) {
+            float pj[ATT_QW];
+#pragma unroll
+            for (int a = 0; a < ATT_QW; a++) pj[a] = __shfl_sync(0xffffffffu, p[a], j);
+#pragma unroll
+            for (int mm = 0; mm < ATT_MAXP; mm++) {
+                int d2 = lane + 32 * mm;
+                if (d2 < hd2) {
+                    float2 vf = __bfloat1622float2(Vt[j * hd2 + d2]);
+#pragma unroll
+                    for (int a = 0; a < ATT_QW; a++) {
+                        acc[a][2 * mm] += pj[a] * vf.x;
+                        acc[a][2 * mm + 1] += pj[a] * vf.y;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < ATT_QW; a++) {
+        if (qpos[a] < 0) continue;
+        int qi = q0 + w * ATT_QW + a;
+        float inv = l[a] > 0.f ? 1.f / l[a] : 0.f;
+        float *orow = out + ((int64_t)qi * H + h) * hd;
+#pragma unroll
+        for (int mm = 0; mm < ATT_MAXP; mm++) {
+            int d2 = lane + 32 * mm;
+            if (d2 < hd2) {
+                orow[2 * d2] = acc[a][2 * mm] * inv;
+                orow[2 * d2 + 1] = acc[a][2 * mm + 1] * inv;
+            }
+        }
+    }
+}
+
+void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
+                  int hd, int64_t capacity, float scale) {
+    if (n <= 0) return;
+    if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);
+    if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
+    FD_CHECK(pos0 + n <= capacity, "attention beyond cache capacity");
+    const __nv_bfloat16 *kc = (const __nv_bfloat16 *)cache;
+    const __nv_bfloat16 *vc = kc + capacity * Hkv * hd;
+    size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
+    FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((n + ATT_BQ - 1) / ATT_BQ, H);
+    k_attention<<<grid, 128, smem, cu_of(be)->stream>>>((float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd,
+                                                        scale);
+    FD_CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,64 @@
+// Depthwise causal conv1d (kernel K, no bias) + SiLU over C channels, with an fp32 state holding the previous
+// K-1 inputs per channel (oldest first).
+//   out[t, c] = silu( sum_j w[c, j] * in(t - (K-1) + j, c) ),  in(s) = x[s, c] for s >= 0, state[c, K-1+s] else
+// Two launches: the outputs (parallel over channels and token tiles), then the state update. Splitting them
+// keeps the first kernel free of a read/write race on the state between token tiles.
+#include "cuda/cuda_common.h"
+
+#define CONV_MAXK 8
+#define CONV_TT 64 // tokens per thread
+
+__global__ void k_conv1d_silu(float *out, const float *x, const float *w, const float *state, int n, int C, int K) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int t0 = blockIdx.y * CONV_TT;
+    int t1 = min(n, t0 + CONV_TT);
+    float wk[CONV_MAXK];
+#pragma unroll
+    for (int j = 0; j < CONV_MAXK; j++) wk[j] = j < K ? w[(int64_t)c * K + j] : 0.f;
+    for (int t = t0; t < t1; t++) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < CONV_MAXK; j++) {
+            if (j < K) {
+                int s = t - (K - 1) + j;
+                float v = s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s];
+                acc += wk[j] * v;
+            }
+        }
+        out[(int64_t)t * C + c] = acc / (1.f + expf(-acc));
+    }
+}
+
+// new_state[c, j] = in(n - (K-1) + j, c) for j < K-1, reading the old state before overwriting it.
+__global__ void k_conv_state(float *state, const float *x, int n, int C, int K) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float nv[CONV_MAXK];
+#pragma unroll
+    for (int j = 0; j < CONV_MAXK - 1; j++) {
+        if (j < K - 1) {
+            int s = n - (K - 1) + j;
+            nv[j] = s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < CONV_MAXK - 1; j++)
+        if (j < K - 1) state[(int64_t)c * (K - 1) + j] = nv[j];
+}
+
+void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
+                    int K) {
+    if (n <= 0) return;
+    FD_CHECK(K >= 1 && K <= CONV_MAXK, "conv kernel %d unsupported (max %d)", K, CONV_MAXK);
+    FD_CHECK(w->rows == C && w->cols == K, "conv weight %s is [%lld, %lld], want [%d, %d]", w->name ? w->name : "?",
+             (long long)w->rows, (long long)w->cols, C, K);
+    cudaStream_t s = cu_of(be)->stream;
+    dim3 grid(cu_blocks(C, 128), cu_blocks(n, CONV_TT));
+    k_conv1d_silu<<<grid, 128, 0, s>>>((float *)out, (const float *)x, cu_wf32(w), conv_state, n, C, K);
+    FD_CUDA_LAUNCH_CHECK();
+    if (K > 1) {
+        k_conv_state<<<cu_blocks(C, 128), 128, 0, s>>>(conv_state, (const float *)x, n, C, K);
+        FD_CUDA_LAUNCH_CHECK();
+    }
+}

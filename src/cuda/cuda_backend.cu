@@ -1,0 +1,194 @@
+// The CUDA backend object: memory entry points, weight upload (dtype conversion on the device), embedding
+// lookup, scratch buffers, and the table of function pointers that wires in the op-family files.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_common.h"
+
+int cu_debug_sync = 0;
+
+void cu_after_launch(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && cu_debug_sync) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        fd_panic(file, line, "CUDA kernel launch failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+void *cu_scratch(fd_backend *be, int slot, size_t bytes) {
+    cu_impl *c = cu_of(be);
+    FD_CHECK(slot >= 0 && slot < CU_SCR_COUNT);
+    if (bytes == 0) bytes = 256;
+    if (c->scratch_bytes[slot] < bytes) {
+        // cudaFree waits for the device, so an earlier op still reading the old buffer finishes first.
+        if (c->scratch[slot]) FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
+        size_t want = bytes + bytes / 4; // grow geometrically-ish to avoid re-allocating on every new shape
+        FD_CUDA_CHECK(cudaMalloc(&c->scratch[slot], want));
+        c->scratch_bytes[slot] = want;
+    }
+    return c->scratch[slot];
+}
+
+const float *cu_wf32(const fd_weight *w) {
+    FD_CHECK(w && w->dev, "weight %s not uploaded", w && w->name ? w->name : "?");
+    FD_CHECK(w->dev_dtype == FD_F32, "weight %s: expected an fp32 device copy, have %s", w->name ? w->name : "?",
+             fd_dtype_name(w->dev_dtype));
+    return (const float *)w->dev;
+}
+
+// ---- memory ----
+static void *cu_alloc(fd_backend *be, size_t bytes) {
+    void *p = NULL;
+    FD_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    FD_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu_of(be)->stream));
+    return p;
+}
+static void cu_free(fd_backend *be, void *p) {
+    (void)be;
+    if (p) FD_CUDA_CHECK(cudaFree(p));
+}
+static void cu_zero(fd_backend *be, void *p, size_t bytes) {
+    FD_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu_of(be)->stream));
+}
+static void cu_to_device(fd_backend *be, void *dst, const void *src, size_t bytes) {
+    // From pageable memory the copy is staged before the call returns, so `src` may be reused at once.
+    FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_of(be)->stream));
+}
+static void cu_to_host(fd_backend *be, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = cu_of(be);
+    FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+static void cu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
+    FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_of(be)->stream));
+}
+static void cu_sync(fd_backend *be) { FD_CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream)); }
+
+// ---- weights ----
+// src dtype -> fp32 or bf16, elementwise.
+__global__ void k_convert(void *dst, int dst_bf16, const void *src, int src_dtype, int64_t count) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float v;
+    if (src_dtype == FD_F32) v = ((const float *)src)[i];
+    else if (src_dtype == FD_BF16) v = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+    else v = __half2float(((const __half *)src)[i]);
+    if (dst_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+    else ((float *)dst)[i] = v;
+}
+
+// Matrices go to bf16 for cuBLASLt; vectors, conv kernels ([C, K] with small K) and single-row gates stay fp32
+// because our own fp32 kernels read them and they are tiny.
+static void cu_upload_weight(fd_backend *be, fd_weight *w) {
+    cu_impl *c = cu_of(be);
+    FD_CHECK(w->data, "weight %s has no data", w->name ? w->name : "?");
+    FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
+             w->name ? w->name : "?", fd_dtype_name(w->dtype));
+    int64_t count = w->rows * (w->cols > 0 ? w->cols : 1);
+    int small = w->cols < 16 || w->rows == 1;
+    fd_dtype want = small ? FD_F32 : FD_BF16;
+    size_t src_bytes = (size_t)count * fd_dtype_size(w->dtype);
+    void *dst = NULL;
+    FD_CUDA_CHECK(cudaMalloc(&dst, (size_t)count * fd_dtype_size(want)));
+    if (w->dtype == want) {
+        FD_CUDA_CHECK(cudaMemcpyAsync(dst, w->data, src_bytes, cudaMemcpyHostToDevice, c->stream));
+    } else {
+        void *tmp = cu_scratch(be, CU_SCR_H, src_bytes);
+        FD_CUDA_CHECK(cudaMemcpyAsync(tmp, w->data, src_bytes, cudaMemcpyHostToDevice, c->stream));
+        k_convert<<<cu_blocks(count, 256), 256, 0, c->stream>>>(dst, want == FD_BF16, tmp, (int)w->dtype, count);
+        FD_CUDA_LAUNCH_CHECK();
+    }
+    // The host copy may be an mmap that the caller unmaps later; finish the transfer now.
+    FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    w->dev = dst;
+    w->dev_dtype = want;
+}
+
+// ---- embedding: out[n, d] f32 = table[ids[i]] ----
+__global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int d) {
+    int i = blockIdx.y;
+    int64_t row = ids[i];
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
+        float v = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
+                       : ((const float *)table)[row * d + j];
+        out[(int64_t)i * d + j] = v;
+    }
+}
+
+static void cu_embed(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n) {
+    cu_impl *c = cu_of(be);
+    if (n <= 0) return;
+    for (int i = 0; i < n; i++)
+        FD_CHECK(ids[i] >= 0 && ids[i] < table->rows, "token id %d out of range [0, %lld)", ids[i],
+                 (long long)table->rows);
+    int32_t *dids = (int32_t *)cu_scratch(be, CU_SCR_H, (size_t)n * sizeof(int32_t));
+    FD_CUDA_CHECK(cudaMemcpyAsync(dids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
+    int d = (int)table->cols;
+    dim3 grid(cu_blocks(d, 256) < 8 ? cu_blocks(d, 256) : 8, (unsigned)n);
+    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, dids, d);
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+static void cu_to_f32(fd_backend *be, float *out, const void *x, int64_t count) {
+    cu_to_host(be, out, x, (size_t)count * sizeof(float)); // activations are fp32 already
+}
+
+static void cu_destroy(fd_backend *be) {
+    cu_impl *c = cu_of(be);
+    FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < CU_SCR_COUNT; i++)
+        if (c->scratch[i]) FD_CUDA_CHECK(cudaFree(c->scratch[i]));
+    if (c->lt_workspace) FD_CUDA_CHECK(cudaFree(c->lt_workspace));
+    FD_CUBLAS_CHECK(cublasLtDestroy(c->lt));
+    FD_CUDA_CHECK(cudaStreamDestroy(c->stream));
+    free(c);
+    free(be);
+}
+
+extern "C" fd_backend *fd_backend_cuda_create(int device) {
+    int count = 0;
+    FD_CUDA_CHECK(cudaGetDeviceCount(&count));
+    FD_CHECK(device >= 0 && device < count, "CUDA device %d requested, %d present", device, count);
+    FD_CUDA_CHECK(cudaSetDevice(device));
+    const char *dbg = getenv("FD_CUDA_SYNC");
+    cu_debug_sync = dbg && dbg[0] == '1';
+
+    cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
+    c->device = device;
+    FD_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    FD_CUBLAS_CHECK(cublasLtCreate(&c->lt));
+    c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
+    FD_CUDA_CHECK(cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes));
+    FD_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, device));
+
+    fd_backend *be = (fd_backend *)fd_calloc(1, sizeof *be);
+    be->name = "cuda";
+    be->act_bytes = 4;
+    be->impl = c;
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->zero = cu_zero;
+    be->to_device = cu_to_device;
+    be->to_host = cu_to_host;
+    be->copy = cu_copy;
+    be->upload_weight = cu_upload_weight;
+    be->sync = cu_sync;
+    be->destroy = cu_destroy;
+    be->embed = cu_embed;
+    be->rmsnorm = cu_rmsnorm;
+    be->matmul = cu_matmul;
+    be->add = cu_add;
+    be->silu_mul = cu_silu_mul;
+    be->sigmoid_mul = cu_sigmoid_mul;
+    be->to_f32 = cu_to_f32;
+    be->gdn_split_qkvz = cu_gdn_split_qkvz;
+    be->conv1d_silu = cu_conv1d_silu;
+    be->gdn_core = cu_gdn_core;
+    be->gated_rmsnorm = cu_gated_rmsnorm;
+    be->split_q_gate = cu_split_q_gate;
+    be->rope = cu_rope;
+    be->kv_bytes_per_token = cu_kv_bytes_per_token;
+    be->kv_store = cu_kv_store;
+    be->attention = cu_attention;
+    be->moe = cu_moe;
+    return be;
+}

@@ -1,0 +1,115 @@
+// Shared by every src/cuda/*.cu file: the one CUDA/cuBLAS error-check family, the backend's private state
+// (stream, cuBLASLt handle, growable scratch buffers) and the entry points each op-family file provides.
+//
+// Numeric choices of this first version (see docs/perf-notes.md, CUDA section):
+//  - activations are fp32 (act_bytes = 4); GEMM operands are rounded to bf16 right before cuBLASLt and
+//    accumulated in fp32; everything else (norms, gates, conv, GDN, softmax) is computed in fp32.
+//  - weights: matrices are stored bf16 on the device, small tensors (vectors, conv kernels, [1, d] gates) fp32.
+//  - KV cache: bf16.
+#ifndef FD_CUDA_COMMON_H
+#define FD_CUDA_COMMON_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+#define FD_CUDA_CHECK(call)                                                                                            \
+    do {                                                                                                               \
+        cudaError_t fd_e_ = (call);                                                                                    \
+        if (fd_e_ != cudaSuccess)                                                                                      \
+            fd_panic(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(fd_e_),                          \
+                     cudaGetErrorString(fd_e_), #call);                                                                \
+    } while (0)
+
+#define FD_CUBLAS_CHECK(call)                                                                                          \
+    do {                                                                                                               \
+        cublasStatus_t fd_s_ = (call);                                                                                 \
+        if (fd_s_ != CUBLAS_STATUS_SUCCESS)                                                                            \
+            fd_panic(__FILE__, __LINE__, "cuBLAS error %d (%s) in %s", (int)fd_s_, cublasLtGetStatusString(fd_s_),     \
+                     #call);                                                                                           \
+    } while (0)
+
+// After every kernel launch: catches bad launch configurations at the call site. (Asynchronous faults
+// surface at the next synchronising call; set FD_CUDA_SYNC=1 to synchronise after every op while debugging.)
+#define FD_CUDA_LAUNCH_CHECK() cu_after_launch(__FILE__, __LINE__)
+
+// Scratch buffers: grown on demand, never shrunk, owned by the backend. Ops run in stream order on one stream,
+// so an op may reuse any slot freely; a slot is only valid inside one op call.
+enum {
+    CU_SCR_A = 0, // GEMM activation copy in bf16 / attention / misc
+    CU_SCR_B,
+    CU_SCR_C,
+    CU_SCR_D,
+    CU_SCR_E,
+    CU_SCR_F,
+    CU_SCR_G,
+    CU_SCR_H,
+    CU_SCR_COUNT
+};
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    void *scratch[CU_SCR_COUNT];
+    size_t scratch_bytes[CU_SCR_COUNT];
+    int sync_every_op; // FD_CUDA_SYNC=1
+    int num_sms;
+} cu_impl;
+
+static inline cu_impl *cu_of(fd_backend *be) { return (cu_impl *)be->impl; }
+
+// Returns a device buffer of at least `bytes` for slot `slot` (contents undefined).
+void *cu_scratch(fd_backend *be, int slot, size_t bytes);
+void cu_after_launch(const char *file, int line);
+extern int cu_debug_sync;
+
+static inline unsigned cu_blocks(int64_t count, int threads) { return (unsigned)((count + threads - 1) / threads); }
+
+// Reads the fp32 device copy of a small weight (vectors are always uploaded as fp32).
+const float *cu_wf32(const fd_weight *w);
+
+// ---- gemm.cu ----
+void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
+// Row-major out[n, m] (fp32) = x[n, k] (fp32) W[m, k]^T with W bf16 or fp32 on the device.
+void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+
+// ---- norm_rope.cu ----
+void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
+                int plus_one);
+void cu_add(fd_backend *be, void *x, const void *y, int64_t count);
+void cu_silu_mul(fd_backend *be, void *out, const void *g, const void *u, int64_t count);
+void cu_sigmoid_mul(fd_backend *be, void *x, const void *gate, int64_t count);
+void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
+                      int dv, float eps);
+void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
+void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0);
+
+// ---- conv.cu ----
+void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
+                    int K);
+
+// ---- gdn.cu ----
+void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba, int n,
+                       int Hk, int Hv, int dk, int dv);
+void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
+                 const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
+                 int dv);
+
+// ---- attention.cu ----
+size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
+void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
+                 int64_t capacity);
+void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
+                  int hd, int64_t capacity, float scale);
+
+// ---- moe.cu ----
+void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
+
+#endif

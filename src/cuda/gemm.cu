@@ -1,0 +1,111 @@
+// GEMM through cuBLASLt: out[n, m] = x[n, k] W[m, k]^T, fp32 accumulation.
+// bf16 weights: the fp32 activations are rounded to bf16 into a scratch buffer first (one extra pass over x,
+// n*k*6 bytes; the weight read, m*k*2 bytes, dominates for every layer shape we run). fp32 weights (only small
+// ones) run as a true fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32).
+#include <stdint.h>
+
+#include "cuda/cuda_common.h"
+
+// Scalar on purpose: x may be any float offset into an activation buffer, and coalesced 4-byte loads already
+// run this pass at memory speed.
+__global__ void k_f32_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t count) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+static int ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a % (uintptr_t)al) != 0) al >>= 1;
+    return al;
+}
+
+// Heuristic results cached per problem (shape, operand type, output alignment): the query costs tens of
+// microseconds, more than a decode-sized GEMM.
+typedef struct {
+    int m, n, k, bf16, align_c, align_b, valid;
+    cublasLtMatmulAlgo_t algo;
+} algo_entry;
+#define ALGO_CACHE 128
+static algo_entry g_algo_cache[ALGO_CACHE];
+static int g_algo_next;
+
+static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W, int bf16, int m, int n, int k) {
+    cu_impl *c = cu_of(be);
+    cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasLtMatmulDesc_t op;
+    FD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    FD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    FD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    // Column-major view: C[m, n] = op(A)[m, k] B[k, n] with A = W stored [k, m] (ld k), B = x stored [k, n].
+    cublasLtMatrixLayout_t la, lb, lc;
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, ab, k, m, k));
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, ab, k, n, k));
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m));
+
+    int align_c = ptr_align(out), align_b = ptr_align(xin);
+    algo_entry *hit = NULL;
+    for (int i = 0; i < ALGO_CACHE; i++) {
+        algo_entry *e = &g_algo_cache[i];
+        if (e->valid && e->m == m && e->n == n && e->k == k && e->bf16 == bf16 && e->align_c == align_c &&
+            e->align_b == align_b) {
+            hit = e;
+            break;
+        }
+    }
+    if (!hit) {
+        cublasLtMatmulPreference_t pref;
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &c->lt_workspace_bytes, sizeof c->lt_workspace_bytes));
+        uint32_t aa = 256, abb = (uint32_t)align_b, ac = (uint32_t)align_c;
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                                             sizeof aa));
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &abb,
+                                                             sizeof abb));
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                                             sizeof ac));
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                                             sizeof ac));
+        cublasLtMatmulHeuristicResult_t res;
+        int got = 0;
+        FD_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &res, &got));
+        FD_CHECK(got > 0, "cuBLASLt found no algorithm for m=%d n=%d k=%d", m, n, k);
+        FD_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        hit = &g_algo_cache[g_algo_next];
+        g_algo_next = (g_algo_next + 1) % ALGO_CACHE;
+        hit->m = m, hit->n = n, hit->k = k, hit->bf16 = bf16, hit->align_c = align_c, hit->align_b = align_b;
+        hit->algo = res.algo;
+        hit->valid = 1;
+    }
+    float alpha = 1.f, beta = 0.f;
+    FD_CUBLAS_CHECK(cublasLtMatmul(c->lt, op, &alpha, W, la, xin, lb, &beta, out, lc, out, lc, &hit->algo,
+                                   c->lt_workspace, c->lt_workspace_bytes, c->stream));
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    FD_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
+    FD_CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+    if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+    if (n <= 0) return;
+    FD_CHECK(W->dev, "weight %s not uploaded", W->name ? W->name : "?");
+    int m = (int)W->rows, k = (int)W->cols;
+    if (W->dev_dtype == FD_BF16) {
+        int64_t cnt = (int64_t)n * k;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)cnt * 2);
+        k_f32_to_bf16<<<cu_blocks(cnt, 256) < 65535u ? cu_blocks(cnt, 256) : 65535u, 256, 0, cu_of(be)->stream>>>(xb, x, cnt);
+        FD_CUDA_LAUNCH_CHECK();
+        gemm_run(be, out, xb, W->dev, 1, m, n, k);
+    } else {
+        FD_CHECK(W->dev_dtype == FD_F32);
+        gemm_run(be, out, x, W->dev, 0, m, n, k);
+    }
+}
+
+void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32) {
+    (void)out_f32; // activations are fp32, so both outputs are fp32
+    cu_gemm_f32out(be, (float *)out, (const float *)x, W, n);
+}

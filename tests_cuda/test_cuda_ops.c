@@ -1,0 +1,477 @@
+// CUDA backend op tests: every entry point of backend.h run on fresh random inputs at several shapes on the
+// CPU reference backend and on the CUDA backend, compared by rel-L2. GPU outputs are poisoned with NaN before
+// each call, so an unwritten element fails (test_rel_l2 returns INFINITY on any NaN). The GDN routes are also
+// checked against an fp64 recurrence written here, and their output/state errors are printed.
+//
+// Thresholds (rel-L2 vs the fp32 CPU reference), by what the GPU path rounds:
+//   TOL_EXACT  0      layout-only ops (embed, splits)
+//   TOL_F32    2e-5   fp32 arithmetic in a different order (norms, elementwise, rope, conv)
+//   TOL_GDN    2e-4   fp32 GDN, both routes (vs CPU and vs fp64); long decays amplify ordering differences
+//   TOL_ATTN   1e-2   bf16 KV cache (K and V rounded to 8 mantissa bits: ~3e-3 expected)
+//   TOL_BF16   2e-2   GEMMs with bf16 operands (activations rounded to bf16; ~3e-3 expected), MoE
+// Built only in CUDA builds (make test-cuda); needs a GPU.
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "../tests/test.h"
+
+#define TOL_EXACT 0.0
+#define TOL_F32 2e-5
+#define TOL_GDN 2e-4
+#define TOL_ATTN 1e-2
+#define TOL_BF16 2e-2
+
+static fd_backend *cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+static fd_backend *gpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cuda_create(0);
+    return be;
+}
+
+static uint64_t g_seed = 0x9e3779b97f4a7c15ull;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *x = fd_malloc(n * sizeof(float) + 4);
+    test_fill_uniform(x, n, lo, hi, &g_seed);
+    return x;
+}
+
+// ---- device buffers (fp32 activations on both backends) ----
+static void *up(const float *h, size_t n) {
+    void *d = gpu()->alloc(gpu(), n * 4);
+    gpu()->to_device(gpu(), d, h, n * 4);
+    return d;
+}
+static void *dalloc(size_t n) { return gpu()->alloc(gpu(), n * 4 + 4); }
+static void poison(void *d, size_t n) {
+    float *nan = fd_malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    gpu()->to_device(gpu(), d, nan, n * 4);
+    free(nan);
+}
+static float *down(const void *d, size_t n) {
+    float *h = fd_malloc(n * 4 + 4);
+    gpu()->to_host(gpu(), h, d, n * 4);
+    return h;
+}
+static void dfree(void *d) { gpu()->free(gpu(), d); }
+
+// ---- weights: one host tensor, a CPU view and a GPU upload of the same values ----
+typedef struct {
+    fd_weight c, g;
+} tw;
+static tw mkw(const char *name, int64_t rows, int64_t cols, fd_dtype dt, float lo, float hi) {
+    size_t n = (size_t)(rows * cols);
+    float *f = rnd(n, lo, hi);
+    void *data = f;
+    if (dt == FD_BF16) {
+        uint16_t *b = fd_malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) b[i] = fd_f32_to_bf16(f[i]);
+        free(f);
+        data = b;
+    }
+    tw w;
+    memset(&w, 0, sizeof w);
+    w.c.name = name, w.c.dtype = dt, w.c.rows = rows, w.c.cols = cols, w.c.data = data;
+    w.g = w.c;
+    cpu()->upload_weight(cpu(), &w.c);
+    gpu()->upload_weight(gpu(), &w.g);
+    return w;
+}
+static void freew(tw *w) {
+    dfree(w->g.dev);
+    free((void *)w->c.data);
+}
+
+static double cmp(const char *what, const float *g, const float *c, size_t n, double tol) {
+    double e = test_rel_l2(g, c, n);
+    EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);
+    printf("    %-52s rel-L2 %.3g\n", what, e);
+    return e;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST(cuda_matmul) {
+    int shapes[][3] = {{1, 64, 48}, {7, 200, 130}, {64, 512, 384}, {200, 1024, 515}, {3, 2048, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
+        // [m, k] with m == 1 is a single-row gate: kept fp32 on the device (true fp32 GEMM)
+        tw W = mkw("W", m, k, FD_BF16, -0.1f, 0.1f);
+        float *x = rnd((size_t)n * k, -1, 1), *oc = fd_malloc((size_t)n * m * 4);
+        void *dx = up(x, (size_t)n * k), *dout = dalloc((size_t)n * m);
+        poison(dout, (size_t)n * m);
+        gpu()->matmul(gpu(), dout, dx, &W.g, n, 1);
+        cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
+        float *og = down(dout, (size_t)n * m);
+        char what[96];
+        snprintf(what, sizeof what, "matmul n=%d k=%d m=%d (%s)", n, k, m, fd_dtype_name(W.g.dev_dtype));
+        cmp(what, og, oc, (size_t)n * m, W.g.dev_dtype == FD_F32 ? TOL_F32 : TOL_BF16);
+        free(x), free(oc), free(og), dfree(dx), dfree(dout), freew(&W);
+    }
+}
+
+TEST(cuda_rmsnorm_both_kinds) {
+    int shapes[][2] = {{1, 64}, {7, 1000}, {200, 2048}, {64, 5120}};
+    for (size_t s = 0; s < 4; s++)
+        for (int plus_one = 0; plus_one < 2; plus_one++)
+            for (int alias = 0; alias < 2; alias++) {
+                int n = shapes[s][0], d = shapes[s][1];
+                tw w = mkw("norm", d, 1, FD_F32, -0.5f, 0.5f);
+                float *x = rnd((size_t)n * d, -2, 2), *oc = fd_malloc((size_t)n * d * 4);
+                void *dx = up(x, (size_t)n * d), *dout = alias ? dx : dalloc((size_t)n * d);
+                if (!alias) poison(dout, (size_t)n * d);
+                gpu()->rmsnorm(gpu(), dout, dx, &w.g, n, d, 1e-6f, plus_one);
+                cpu()->rmsnorm(cpu(), oc, x, &w.c, n, d, 1e-6f, plus_one);
+                float *og = down(dout, (size_t)n * d);
+                char what[96];
+                snprintf(what, sizeof what, "rmsnorm n=%d d=%d plus_one=%d alias=%d", n, d, plus_one, alias);
+                cmp(what, og, oc, (size_t)n * d, TOL_F32);
+                free(x), free(oc), free(og), dfree(dx), freew(&w);
+                if (!alias) dfree(dout);
+            }
+}
+
+TEST(cuda_elementwise) {
+    int64_t counts[] = {1, 7, 4097, 200 * 1000 + 3};
+    for (size_t s = 0; s < 4; s++) {
+        int64_t n = counts[s];
+        float *a = rnd((size_t)n, -4, 4), *b = rnd((size_t)n, -4, 4), *oc = fd_malloc((size_t)n * 4);
+        void *da = up(a, (size_t)n), *db = up(b, (size_t)n), *dout = dalloc((size_t)n);
+        char what[96];
+        poison(dout, (size_t)n);
+        gpu()->silu_mul(gpu(), dout, da, db, n);
+        cpu()->silu_mul(cpu(), oc, a, b, n);
+        float *og = down(dout, (size_t)n);
+        snprintf(what, sizeof what, "silu_mul count=%lld", (long long)n);
+        cmp(what, og, oc, (size_t)n, TOL_F32);
+        free(og);
+        memcpy(oc, a, (size_t)n * 4);
+        gpu()->add(gpu(), da, db, n);
+        cpu()->add(cpu(), oc, b, n);
+        og = down(da, (size_t)n);
+        snprintf(what, sizeof what, "add count=%lld", (long long)n);
+        cmp(what, og, oc, (size_t)n, TOL_F32);
+        free(og);
+        gpu()->sigmoid_mul(gpu(), da, db, n);
+        cpu()->sigmoid_mul(cpu(), oc, b, n);
+        og = down(da, (size_t)n);
+        snprintf(what, sizeof what, "sigmoid_mul count=%lld", (long long)n);
+        cmp(what, og, oc, (size_t)n, TOL_F32);
+        float *h = fd_malloc((size_t)n * 4 + 4);
+        gpu()->to_f32(gpu(), h, da, n);
+        EXPECT(!memcmp(h, og, (size_t)n * 4), "to_f32 differs from to_host");
+        free(h), free(og), free(a), free(b), free(oc), dfree(da), dfree(db), dfree(dout);
+    }
+}
+
+TEST(cuda_embed) {
+    int V = 1001, d = 333, n = 64;
+    tw table = mkw("embed", V, d, FD_BF16, -1, 1);
+    int32_t ids[64];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+    ids[0] = V - 1;
+    float *oc = fd_malloc((size_t)n * d * 4);
+    void *dout = dalloc((size_t)n * d);
+    poison(dout, (size_t)n * d);
+    gpu()->embed(gpu(), dout, &table.g, ids, n);
+    cpu()->embed(cpu(), oc, &table.c, ids, n);
+    float *og = down(dout, (size_t)n * d);
+    cmp("embed bf16 table V=1001 d=333 n=64", og, oc, (size_t)n * d, TOL_EXACT);
+    free(oc), free(og), dfree(dout), freew(&table);
+}
+
+TEST(cuda_split_q_gate_and_rope) {
+    int cfg[][4] = {{6, 256, 64, 0}, {4, 128, 128, 1}, {3, 64, 32, 2}}; // H, hd, rot_dim, pos-case
+    int ns[] = {1, 7, 64, 200};
+    int64_t pos0s[] = {0, 1000, 200000};
+    for (size_t c = 0; c < 3; c++)
+        for (size_t s = 0; s < 4; s++) {
+            int H = cfg[c][0], hd = cfg[c][1], rot = cfg[c][2], n = ns[s];
+            int64_t pos0 = pos0s[cfg[c][3]];
+            size_t cnt = (size_t)n * H * hd;
+            float *qg = rnd(cnt * 2, -1, 1), *qc = fd_malloc(cnt * 4), *gc = fd_malloc(cnt * 4);
+            void *dqg = up(qg, cnt * 2), *dq = dalloc(cnt), *dg = dalloc(cnt);
+            poison(dq, cnt), poison(dg, cnt);
+            gpu()->split_q_gate(gpu(), dq, dg, dqg, n, H, hd);
+            cpu()->split_q_gate(cpu(), qc, gc, qg, n, H, hd);
+            float *qgpu = down(dq, cnt), *ggpu = down(dg, cnt);
+            char what[96];
+            snprintf(what, sizeof what, "split_q_gate n=%d H=%d hd=%d (q)", n, H, hd);
+            cmp(what, qgpu, qc, cnt, TOL_EXACT);
+            snprintf(what, sizeof what, "split_q_gate n=%d H=%d hd=%d (gate)", n, H, hd);
+            cmp(what, ggpu, gc, cnt, TOL_EXACT);
+            gpu()->rope(gpu(), dq, n, H, hd, rot, 1e7f, pos0);
+            cpu()->rope(cpu(), qc, n, H, hd, rot, 1e7f, pos0);
+            free(qgpu);
+            qgpu = down(dq, cnt);
+            snprintf(what, sizeof what, "rope n=%d H=%d hd=%d rot=%d pos0=%lld", n, H, hd, rot, (long long)pos0);
+            cmp(what, qgpu, qc, cnt, TOL_F32);
+            free(qg), free(qc), free(gc), free(qgpu), free(ggpu), dfree(dqg), dfree(dq), dfree(dg);
+        }
+}
+
+TEST(cuda_gated_rmsnorm) {
+    int shapes[][2] = {{1, 128}, {7 * 6, 128}, {200 * 6, 128}, {13, 96}};
+    for (size_t s = 0; s < 4; s++) {
+        int rows = shapes[s][0], dv = shapes[s][1];
+        tw w = mkw("gdn_norm", dv, 1, FD_F32, 0.5f, 1.5f);
+        size_t cnt = (size_t)rows * dv;
+        float *x = rnd(cnt, -2, 2), *z = rnd(cnt, -3, 3), *oc = fd_malloc(cnt * 4);
+        void *dx = up(x, cnt), *dz = up(z, cnt), *dout = dalloc(cnt);
+        poison(dout, cnt);
+        gpu()->gated_rmsnorm(gpu(), dout, dx, dz, &w.g, rows, dv, 1e-6f);
+        cpu()->gated_rmsnorm(cpu(), oc, x, z, &w.c, rows, dv, 1e-6f);
+        float *og = down(dout, cnt);
+        char what[96];
+        snprintf(what, sizeof what, "gated_rmsnorm rows=%d dv=%d", rows, dv);
+        cmp(what, og, oc, cnt, TOL_F32);
+        free(x), free(z), free(oc), free(og), dfree(dx), dfree(dz), dfree(dout), freew(&w);
+    }
+}
+
+TEST(cuda_conv1d_silu_state_across_calls) {
+    int Cs[] = {777, 8192};
+    int ns[][2] = {{1, 1}, {7, 1}, {64, 200}, {200, 7}, {2, 3}}; // two consecutive calls
+    for (size_t ci = 0; ci < 2; ci++)
+        for (size_t s = 0; s < 5; s++) {
+            int C = Cs[ci], K = 4;
+            tw w = mkw("conv", C, K, FD_BF16, -0.7f, 0.7f);
+            float *st = rnd((size_t)C * (K - 1), -1, 1);
+            void *dst = up(st, (size_t)C * (K - 1));
+            for (int call = 0; call < 2; call++) {
+                int n = ns[s][call];
+                size_t cnt = (size_t)n * C;
+                float *x = rnd(cnt, -2, 2), *oc = fd_malloc(cnt * 4);
+                void *dx = up(x, cnt), *dout = dalloc(cnt);
+                poison(dout, cnt);
+                gpu()->conv1d_silu(gpu(), dout, dx, &w.g, dst, n, C, K);
+                cpu()->conv1d_silu(cpu(), oc, x, &w.c, st, n, C, K);
+                float *og = down(dout, cnt), *sg = down(dst, (size_t)C * (K - 1));
+                char what[96];
+                snprintf(what, sizeof what, "conv1d_silu C=%d n=%d call %d (out)", C, n, call);
+                cmp(what, og, oc, cnt, TOL_F32);
+                snprintf(what, sizeof what, "conv1d_silu C=%d n=%d call %d (state)", C, n, call);
+                cmp(what, sg, st, (size_t)C * (K - 1), TOL_F32);
+                free(x), free(oc), free(og), free(sg), dfree(dx), dfree(dout);
+            }
+            free(st), dfree(dst), freew(&w);
+        }
+}
+
+TEST(cuda_gdn_split_qkvz) {
+    int cfg[][5] = {{1, 2, 6, 128, 128}, {7, 2, 4, 32, 16}, {64, 1, 3, 16, 24}};
+    for (size_t s = 0; s < 3; s++) {
+        int n = cfg[s][0], Hk = cfg[s][1], Hv = cfg[s][2], dk = cfg[s][3], dv = cfg[s][4], r = Hv / Hk;
+        size_t nqkvz = (size_t)n * Hk * (2 * dk + 2 * r * dv), nba = (size_t)n * 2 * Hv;
+        size_t nqkv = (size_t)n * (2 * Hk * dk + Hv * dv), nz = (size_t)n * Hv * dv, nb = (size_t)n * Hv;
+        float *qkvz = rnd(nqkvz, -1, 1), *ba = rnd(nba, -1, 1);
+        float *c[4] = {fd_malloc(nqkv * 4), fd_malloc(nz * 4), fd_malloc(nb * 4), fd_malloc(nb * 4)};
+        size_t sz[4] = {nqkv, nz, nb, nb};
+        void *d[4];
+        for (int i = 0; i < 4; i++) d[i] = dalloc(sz[i]), poison(d[i], sz[i]);
+        void *dq = up(qkvz, nqkvz), *dba = up(ba, nba);
+        gpu()->gdn_split_qkvz(gpu(), d[0], d[1], d[2], d[3], dq, dba, n, Hk, Hv, dk, dv);
+        cpu()->gdn_split_qkvz(cpu(), c[0], c[1], c[2], c[3], qkvz, ba, n, Hk, Hv, dk, dv);
+        const char *names[4] = {"qkv", "z", "b", "a"};
+        for (int i = 0; i < 4; i++) {
+            float *g = down(d[i], sz[i]);
+            char what[96];
+            snprintf(what, sizeof what, "gdn_split_qkvz n=%d Hk=%d Hv=%d (%s)", n, Hk, Hv, names[i]);
+            cmp(what, g, c[i], sz[i], TOL_EXACT);
+            free(g), free(c[i]), dfree(d[i]);
+        }
+        free(qkvz), free(ba), dfree(dq), dfree(dba);
+    }
+}
+
+// ---- GDN: fp64 recurrence from the definition (DESIGN.md §3), gates and norms in fp64 too ----
+static void gdn_ref64(double *o, double *S, const float *qkv, const float *b, const float *a, const float *A_log,
+                      const float *dt_bias, int n, int Hk, int Hv, int dk, int dv) {
+    int cq = 2 * Hk * dk + Hv * dv, r = Hv / Hk;
+    double *q = fd_malloc(sizeof(double) * dk), *k = fd_malloc(sizeof(double) * dk);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Hv; h++) {
+            const float *row = qkv + (int64_t)t * cq;
+            const float *qs = row + (h / r) * dk, *ks = row + Hk * dk + (h / r) * dk, *vs = row + 2 * Hk * dk + h * dv;
+            double nq = 0, nk = 0;
+            for (int i = 0; i < dk; i++) nq += (double)qs[i] * qs[i], nk += (double)ks[i] * ks[i];
+            for (int i = 0; i < dk; i++) q[i] = qs[i] / sqrt(nq + 1e-6) / sqrt((double)dk), k[i] = ks[i] / sqrt(nk + 1e-6);
+            double x = (double)a[t * Hv + h] + dt_bias[h];
+            double g = -exp((double)A_log[h]) * (x > 20 ? x : log1p(exp(x)));
+            double beta = 1 / (1 + exp(-(double)b[t * Hv + h]));
+            double *Sh = S + (int64_t)h * dk * dv;
+            for (int i = 0; i < dk * dv; i++) Sh[i] *= exp(g);
+            for (int j = 0; j < dv; j++) {
+                double kv = 0;
+                for (int i = 0; i < dk; i++) kv += Sh[i * dv + j] * k[i];
+                double u = beta * (vs[j] - kv);
+                for (int i = 0; i < dk; i++) Sh[i * dv + j] += k[i] * u;
+            }
+            for (int j = 0; j < dv; j++) {
+                double s = 0;
+                for (int i = 0; i < dk; i++) s += Sh[i * dv + j] * q[i];
+                o[((int64_t)t * Hv + h) * dv + j] = s;
+            }
+        }
+    free(q), free(k);
+}
+
+static double rel_l2_64(const float *a, const double *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// Two consecutive calls (n1 then n2 tokens) from a random initial state, so the state carries across calls.
+static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk, int dv) {
+    int cq = 2 * Hk * dk + Hv * dv, n = n1 + n2;
+    size_t ns = (size_t)Hv * dk * dv;
+    tw A_log = mkw("A_log", Hv, 1, FD_F32, -1.0f, 1.5f), dt_bias = mkw("dt_bias", Hv, 1, FD_F32, -1, 1);
+    float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
+    float *S0 = rnd(ns, -0.3f, 0.3f), *Sc = fd_malloc(ns * 4);
+    memcpy(Sc, S0, ns * 4);
+    double *S64 = fd_malloc(ns * 8), *o64 = fd_malloc((size_t)n * Hv * dv * 8);
+    for (size_t i = 0; i < ns; i++) S64[i] = S0[i];
+    gdn_ref64(o64, S64, qkv, b, a, (const float *)A_log.c.data, (const float *)dt_bias.c.data, n, Hk, Hv, dk, dv);
+    void *dS = up(S0, ns);
+    float *og = fd_malloc((size_t)n * Hv * dv * 4), *oc = fd_malloc((size_t)n * Hv * dv * 4);
+    int t0 = 0;
+    for (int call = 0; call < 2; call++) {
+        int m = call ? n2 : n1;
+        if (!m) continue;
+        size_t no = (size_t)m * Hv * dv;
+        void *dqkv = up(qkv + (size_t)t0 * cq, (size_t)m * cq), *db = up(b + (size_t)t0 * Hv, (size_t)m * Hv);
+        void *da = up(a + (size_t)t0 * Hv, (size_t)m * Hv), *dout = dalloc(no);
+        poison(dout, no);
+        gpu()->gdn_core(gpu(), route, dout, dqkv, db, da, &A_log.g, &dt_bias.g, dS, m, Hk, Hv, dk, dv);
+        cpu()->gdn_core(cpu(), route, oc + (size_t)t0 * Hv * dv, qkv + (size_t)t0 * cq, b + (size_t)t0 * Hv,
+                        a + (size_t)t0 * Hv, &A_log.c, &dt_bias.c, Sc, m, Hk, Hv, dk, dv);
+        gpu()->to_host(gpu(), og + (size_t)t0 * Hv * dv, dout, no * 4);
+        dfree(dqkv), dfree(db), dfree(da), dfree(dout);
+        t0 += m;
+    }
+    float *Sg = down(dS, ns);
+    const char *rn = route == FD_GDN_SERIAL ? "serial " : "chunked";
+    size_t no = (size_t)n * Hv * dv;
+    double eo = rel_l2_64(og, o64, no), es = rel_l2_64(Sg, S64, ns);
+    double eoc = test_rel_l2(og, oc, no), esc = test_rel_l2(Sg, Sc, ns);
+    double cpu_o = rel_l2_64(oc, o64, no);
+    printf("    gdn %s n=%d+%d Hk=%d Hv=%d dk=%d dv=%d: vs fp64 out %.3g state %.3g | vs cpu out %.3g state %.3g "
+           "| cpu vs fp64 out %.3g\n",
+           rn, n1, n2, Hk, Hv, dk, dv, eo, es, eoc, esc, cpu_o);
+    EXPECT(eo <= TOL_GDN && es <= TOL_GDN, "gdn %s vs fp64: out %.3g state %.3g", rn, eo, es);
+    EXPECT(eoc <= TOL_GDN && esc <= TOL_GDN, "gdn %s vs cpu: out %.3g state %.3g", rn, eoc, esc);
+    free(qkv), free(b), free(a), free(S0), free(Sc), free(S64), free(o64), free(og), free(oc), free(Sg);
+    dfree(dS), freew(&A_log), freew(&dt_bias);
+}
+
+static const int gdn_shapes[][6] = {
+    // n1, n2, Hk, Hv, dk, dv
+    {1, 0, 2, 6, 128, 128},  {7, 0, 2, 6, 128, 128},  {64, 0, 2, 6, 128, 128}, {200, 0, 2, 6, 128, 128},
+    {64, 1, 2, 6, 128, 128}, {130, 70, 2, 4, 96, 48}, {7, 200, 1, 3, 64, 32},  {3, 5, 2, 2, 256, 256},
+};
+
+TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
+    for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
+        const int *c = gdn_shapes[s];
+        check_gdn(FD_GDN_SERIAL, c[0], c[1], c[2], c[3], c[4], c[5]);
+    }
+}
+
+TEST(cuda_gdn_chunked_vs_cpu_and_fp64) {
+    for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
+        const int *c = gdn_shapes[s];
+        check_gdn(FD_GDN_CHUNKED, c[0], c[1], c[2], c[3], c[4], c[5]);
+    }
+}
+
+// ---- attention: store a prefix of n0 tokens, then n more, and attend the n new queries over all ----
+static void check_attn(int n0, int n, int H, int Hkv, int hd) {
+    int64_t cap = n0 + n + 5;
+    size_t row = (size_t)Hkv * hd, qn = (size_t)n * H * hd;
+    size_t kvb_c = cpu()->kv_bytes_per_token(cpu(), Hkv, hd), kvb_g = gpu()->kv_bytes_per_token(gpu(), Hkv, hd);
+    float *cc = fd_calloc((size_t)cap, kvb_c);
+    void *cg = gpu()->alloc(gpu(), (size_t)cap * kvb_g);
+    float scale = 1.0f / sqrtf((float)hd);
+    int starts[2] = {0, n0}, lens[2] = {n0, n};
+    float *q = NULL, *oc = fd_malloc(qn * 4);
+    void *dq = NULL, *dout = NULL;
+    for (int call = 0; call < 2; call++) {
+        int m = lens[call];
+        if (!m) continue;
+        float *k = rnd((size_t)m * row, -2, 2), *v = rnd((size_t)m * row, -1, 1);
+        void *dk = up(k, (size_t)m * row), *dv = up(v, (size_t)m * row);
+        gpu()->kv_store(gpu(), cg, dk, dv, starts[call], m, Hkv, hd, cap);
+        cpu()->kv_store(cpu(), cc, k, v, starts[call], m, Hkv, hd, cap);
+        free(k), free(v), dfree(dk), dfree(dv);
+    }
+    q = rnd(qn, -2, 2);
+    dq = up(q, qn), dout = dalloc(qn);
+    poison(dout, qn);
+    gpu()->attention(gpu(), dout, dq, cg, n0, n, H, Hkv, hd, cap, scale);
+    cpu()->attention(cpu(), oc, q, cc, n0, n, H, Hkv, hd, cap, scale);
+    float *og = down(dout, qn);
+    char what[96];
+    snprintf(what, sizeof what, "attention pos0=%d n=%d H=%d Hkv=%d hd=%d", n0, n, H, Hkv, hd);
+    cmp(what, og, oc, qn, TOL_ATTN);
+    free(q), free(oc), free(og), free(cc), dfree(dq), dfree(dout), dfree(cg);
+}
+
+TEST(cuda_attention_gqa_causal) {
+    int ns[][2] = {{0, 1}, {0, 7}, {0, 64}, {0, 200}, {37, 1}, {100, 7}, {3000, 5}, {500, 64}};
+    int heads[][3] = {{6, 2, 256}, {8, 2, 128}, {4, 4, 64}};
+    for (size_t h = 0; h < 3; h++)
+        for (size_t s = 0; s < 8; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2]);
+}
+
+// ---- MoE ----
+static void check_moe(int n, int d, int E, int k, int inter, int sh_inter, int renorm, int shared) {
+    tw router = mkw("router", E, d, FD_BF16, -0.2f, 0.2f);
+    tw *g = fd_malloc(sizeof(tw) * E), *u = fd_malloc(sizeof(tw) * E), *dn = fd_malloc(sizeof(tw) * E);
+    fd_weight *gc = fd_malloc(sizeof(fd_weight) * E * 6), *uc = gc + E, *dc = gc + 2 * E;
+    fd_weight *gg = gc + 3 * E, *ug = gc + 4 * E, *dg = gc + 5 * E;
+    for (int e = 0; e < E; e++) {
+        g[e] = mkw("gate", inter, d, FD_BF16, -0.1f, 0.1f), u[e] = mkw("up", inter, d, FD_BF16, -0.1f, 0.1f);
+        dn[e] = mkw("down", d, inter, FD_BF16, -0.1f, 0.1f);
+        gc[e] = g[e].c, uc[e] = u[e].c, dc[e] = dn[e].c, gg[e] = g[e].g, ug[e] = u[e].g, dg[e] = dn[e].g;
+    }
+    tw sg = mkw("sh_gate", sh_inter, d, FD_BF16, -0.1f, 0.1f), su = mkw("sh_up", sh_inter, d, FD_BF16, -0.1f, 0.1f);
+    tw sd = mkw("sh_down", d, sh_inter, FD_BF16, -0.1f, 0.1f), sw = mkw("sh_gate_w", 1, d, FD_BF16, -0.1f, 0.1f);
+    fd_moe_weights mc = {&router.c, gc, uc, dc, NULL, NULL, NULL, NULL, E, k, inter, sh_inter, renorm};
+    fd_moe_weights mg = {&router.g, gg, ug, dg, NULL, NULL, NULL, NULL, E, k, inter, sh_inter, renorm};
+    if (shared) {
+        mc.sh_gate = &sg.c, mc.sh_up = &su.c, mc.sh_down = &sd.c, mc.sh_gate_w = &sw.c;
+        mg.sh_gate = &sg.g, mg.sh_up = &su.g, mg.sh_down = &sd.g, mg.sh_gate_w = &sw.g;
+    }
+    float *x = rnd((size_t)n * d, -1, 1), *oc = fd_malloc((size_t)n * d * 4);
+    void *dx = up(x, (size_t)n * d), *dout = dalloc((size_t)n * d);
+    poison(dout, (size_t)n * d);
+    gpu()->moe(gpu(), dout, dx, &mg, n, d);
+    cpu()->moe(cpu(), oc, x, &mc, n, d);
+    float *og = down(dout, (size_t)n * d);
+    char what[96];
+    snprintf(what, sizeof what, "moe n=%d d=%d E=%d k=%d I=%d renorm=%d shared=%d", n, d, E, k, inter, renorm,
+             shared);
+    cmp(what, og, oc, (size_t)n * d, TOL_BF16);
+    for (int e = 0; e < E; e++) freew(&g[e]), freew(&u[e]), freew(&dn[e]);
+    freew(&router), freew(&sg), freew(&su), freew(&sd), freew(&sw);
+    free(g), free(u), free(dn), free(gc), free(x), free(oc), free(og), dfree(dx), dfree(dout);
+}
+
+TEST(cuda_moe_router_experts_shared) {
+    int ns[] = {1, 7, 64, 200};
+    for (size_t s = 0; s < 4; s++) {
+        check_moe(ns[s], 128, 16, 4, 96, 64, 1, 1);
+        check_moe(ns[s], 96, 10, 3, 40, 24, 0, 0);
+    }
+    check_moe(33, 256, 64, 8, 32, 48, 1, 1);
+}
