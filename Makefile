@@ -10,7 +10,17 @@ BUILD    ?= build
 OPT      ?= -O2
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -Iinclude -pthread -MMD -MP \
             -DFD_SOURCE_DIR='"$(CURDIR)"'
-LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+# STATIC_HOSTLIBS=1 links jansson/pcre2/utf8proc from their static (.a) archives and the CUDA runtime statically,
+# so a binary built here runs on a machine that lacks those shared libraries (the GPU machine).
+STATIC_HOSTLIBS ?= 0
+ifeq ($(STATIC_HOSTLIBS),1)
+HOSTLIBS := -l:libjansson.a -l:libpcre2-8.a -l:libutf8proc.a
+CUDART   := -lcudart_static -ldl -lrt -Wl,-rpath,$(CUDA_HOME)/lib64
+else
+HOSTLIBS := -ljansson -lpcre2-8 -lutf8proc
+CUDART   := -lcudart
+endif
+LDLIBS   += $(HOSTLIBS) -lm -lpthread
 FUZZ_SECONDS ?= 30
 
 CORE_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/model/*.c src/cpu/*.c src/engine/*.c))
@@ -21,7 +31,7 @@ CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
 ifeq ($(CUDA),1)
 CFLAGS   += -DFD_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -Isrc -DFD_HAVE_CUDA -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
-LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas $(CUDART) -lstdc++
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 
@@ -29,7 +39,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan fuzz clean tokenizer-data
+.PHONY: all test test-cuda asan fuzz clean tokenizer-data
 all: $(BUILD)/flashdelta
 
 $(BUILD)/libflashdelta.a: $(CORE_OBJ)
@@ -53,6 +63,18 @@ $(BUILD)/%.o: %.cu
 # The CPU test suite; tests that run the CLI use $(BUILD)/flashdelta.
 test: $(BUILD)/flashdelta $(BUILD)/fd_tests
 	FD_BIN=$(BUILD)/flashdelta $(BUILD)/fd_tests $(TESTS)
+
+# The GPU op tests (CUDA builds only, needs a GPU): every backend.h op, CPU reference vs CUDA, on random inputs.
+CUDA_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests_cuda/*.c)))
+$(BUILD)/fd_cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/tests/test_main.o $(BUILD)/libflashdelta.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+ifeq ($(CUDA),1)
+test-cuda: $(BUILD)/fd_cuda_tests
+	$(BUILD)/fd_cuda_tests $(TESTS)
+else
+test-cuda:
+	@echo "test-cuda needs a CUDA build (nvcc not found, or CUDA=0)"; exit 1
+endif
 
 asan:
 	$(MAKE) BUILD=build/asan CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
