@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "model/config.h"
 #include "test.h"
 
@@ -196,6 +197,11 @@ TEST(cfg_rope_precedence) {
                      P, &c) == 0,
            "%s", fd_error_msg());
     EXPECT(c.rope_theta == 7.f);
+    // ...but an empty rope_scaling is falsy in Python, so rope_parameters applies.
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_next\",\"rope_scaling\":{},\"rope_parameters\":{\"rope_theta\":9}}", P,
+                     &c) == 0,
+           "%s", fd_error_msg());
+    EXPECT(c.rope_theta == 9.f);
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}",
                    "rope_parameters.rope_type", "'yarn'", "not supported");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"rope_scaling\":{\"type\":\"linear\",\"factor\":4}}",
@@ -209,11 +215,18 @@ TEST(cfg_tie_and_eos) {
                      P, &c) == 0,
            "%s", fd_error_msg());
     EXPECT(c.tie_word_embeddings == 1 && c.eos_token_id == 7 && c.num_layers == 4);
-    ASSERT(cfg_parse("{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,"
-                     "\"text_config\":{\"tie_word_embeddings\":false,\"eos_token_id\":[]}}",
-                     P, &c) == 0,
-           "%s", fd_error_msg());
+    fd_log_set_level(FD_LOG_QUIET); // the disagreement warning is expected
+    int rc = cfg_parse("{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,"
+                       "\"text_config\":{\"tie_word_embeddings\":false,\"eos_token_id\":[]}}",
+                       P, &c);
+    fd_log_set_level(FD_LOG_INFO);
+    ASSERT(rc == 0, "%s", fd_error_msg());
     EXPECT(c.tie_word_embeddings == 0 && c.eos_token_id == -1);
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_5\",\"text_config\":{\"tie_word_embeddings\":true}}", P, &c) == 0, "%s",
+           fd_error_msg());
+    EXPECT(c.tie_word_embeddings == 1);
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_5\",\"text_config\":{}}", P, &c) == 0, "%s", fd_error_msg());
+    EXPECT(c.tie_word_embeddings == 0);
     ASSERT(cfg_parse("{\"model_type\":\"qwen3_5_text\",\"tie_word_embeddings\":true,\"eos_token_id\":null}", P,
                      &c) == 0,
            "%s", fd_error_msg());
@@ -350,4 +363,36 @@ TEST(cfg_load_dir_files) {
     unlink(path);
     rmdir(dir);
     free(path);
+}
+
+// The configs and checkpoints HF itself saved (tests/data/fixtures, made by tools/make_fixtures.py) must load.
+TEST(cfg_st_hf_saved_fixtures) {
+    static const struct {
+        const char *dir;
+        fd_arch arch;
+        int nested, n_files;
+    } fx[] = {{"qwen35_dense_tied", FD_ARCH_QWEN3_5, 0, 1},
+              {"qwen35_moe", FD_ARCH_QWEN3_5_MOE, 0, 1},
+              {"qwen35_vl_sharded", FD_ARCH_QWEN3_5, 1, 3},
+              {"qwen3_next_moe", FD_ARCH_QWEN3_NEXT, 0, 1}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        char *dir = fd_sprintf("tests/data/fixtures/%s", fx[i].dir);
+        char *cj = fd_path_join(dir, "config.json");
+        if (!fd_file_exists(cj)) { // run from outside the source tree
+            free(dir), free(cj);
+            continue;
+        }
+        fd_config c;
+        EXPECT(cfg_load_dir(dir, &c) == 0, "%s", fd_error_msg());
+        EXPECT(c.arch == fx[i].arch && c.nested_text == fx[i].nested, "%s", fx[i].dir);
+        st_set s;
+        ASSERT(st_open_dir(dir, &s) == 0, "%s", fd_error_msg());
+        EXPECT(s.n_files == fx[i].n_files, "%s: %d files", fx[i].dir, s.n_files);
+        const char *embed = fx[i].nested ? "model.language_model.embed_tokens.weight" : "model.embed_tokens.weight";
+        const st_tensor *e = st_find(&s, embed);
+        EXPECT(e && e->ndim == 2 && e->shape[0] == c.vocab_size && e->shape[1] == c.hidden_size, "%s", fx[i].dir);
+        EXPECT((st_find(&s, "lm_head.weight") == NULL) == (c.tie_word_embeddings != 0), "%s", fx[i].dir);
+        st_close(&s);
+        free(dir), free(cj);
+    }
 }

@@ -162,6 +162,7 @@ static int parse_layer_types(const ctx *c, fd_config *cfg) {
 static int parse_rope(const ctx *c, fd_config *cfg, double *prf_out) {
     const json_t *rp = field(c, "rope_scaling");
     const char *rp_name = "rope_scaling";
+    if (json_is_object(rp) && json_object_size(rp) == 0) rp = NULL; // Python: `{} or x` is x
     if (!rp) {
         rp = field(c, "rope_parameters");
         rp_name = "rope_parameters";
@@ -378,8 +379,19 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
     FD_TRY(parse_text(&tc, cfg));
 
     // tie_word_embeddings: the text config's value when it has one, else the top level, else HF's False.
-    if (vl && field(&tc, "tie_word_embeddings")) FD_TRY(get_bool(&tc, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
-    else FD_TRY(get_bool(&rc, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
+    // transformers 5.17 is itself split here (tools/hf_config_probe.py): Qwen3_5ForConditionalGeneration ties by
+    // the top-level flag, AutoModelForCausalLM (-> Qwen3_5ForCausalLM) by text_config's. Saved checkpoints carry
+    // both, equal; when they differ we say so.
+    int top_tie;
+    FD_TRY(get_bool(&rc, "tie_word_embeddings", 0, &top_tie));
+    cfg->tie_word_embeddings = top_tie;
+    if (vl && field(&tc, "tie_word_embeddings")) {
+        FD_TRY(get_bool(&tc, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
+        if (field(&rc, "tie_word_embeddings") && top_tie != cfg->tie_word_embeddings)
+            FD_WARN("%s: tie_word_embeddings is %s at the top level but %s in text_config; using text_config's "
+                    "(as HF's Qwen3_5ForCausalLM does; Qwen3_5ForConditionalGeneration would use the top level)",
+                    path, top_tie ? "true" : "false", cfg->tie_word_embeddings ? "true" : "false");
+    }
     const json_t *eos = field(&tc, "eos_token_id");
     if (eos) FD_TRY(parse_eos(&tc, eos, &cfg->eos_token_id));
     else FD_TRY(parse_eos(&rc, field(&rc, "eos_token_id"), &cfg->eos_token_id));
