@@ -18,7 +18,7 @@ typedef struct {
     int n_new;
     int prefill_chunk; // 0 = default budget
     int threads;
-    int64_t ctx;       // 0 = what the request needs
+    int64_t ctx; // 0 = what the request needs
     fd_gdn_route gdn_prefill;
     const char *backend;
 } cli_opts;
@@ -67,7 +67,7 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
     return 0;
 }
 
-static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
+static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) {
     memset(o, 0, sizeof *o);
     o->n_new = 16;
     o->gdn_prefill = FD_GDN_CHUNKED;
@@ -86,6 +86,8 @@ static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
         if (!v) return cli_error("option %s needs a value", a);
         i++;
         if (!strcmp(a, "--ids")) {
+            free(o->ids); // a repeated --ids replaces the earlier one
+            o->ids = NULL;
             if (parse_ids(v, &o->ids, &o->n_ids)) return cli_error("%s", fd_error_msg());
         } else if (!strcmp(a, "--out")) {
             o->out = v;
@@ -102,9 +104,12 @@ static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
             if (parse_int(v, 1, 1 << 24, &x)) return cli_error("--ctx: '%s' is not in 1..16777216", v);
             o->ctx = x;
         } else if (!strcmp(a, "--gdn-prefill")) {
-            if (!strcmp(v, "chunked")) o->gdn_prefill = FD_GDN_CHUNKED;
-            else if (!strcmp(v, "serial")) o->gdn_prefill = FD_GDN_SERIAL;
-            else return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
+            if (!strcmp(v, "chunked"))
+                o->gdn_prefill = FD_GDN_CHUNKED;
+            else if (!strcmp(v, "serial"))
+                o->gdn_prefill = FD_GDN_SERIAL;
+            else
+                return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
         } else if (!strcmp(a, "--backend")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return cli_error("--backend: '%s' is not cpu or cuda", v);
             o->backend = v;
@@ -114,6 +119,16 @@ static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
     }
     if (need_model && !o->model_dir) return cli_error("%s", "missing MODEL_DIR");
     return 0;
+}
+
+// Parses argv; on failure nothing stays allocated.
+static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
+    int rc = parse_opts_inner(argc, argv, o, need_model);
+    if (rc) {
+        free(o->ids);
+        o->ids = NULL;
+    }
+    return rc;
 }
 
 static fd_backend *make_backend(const cli_opts *o) {
@@ -196,8 +211,10 @@ int cmd_logits(int argc, char **argv) {
     cli_opts o;
     int rc = parse_opts(argc, argv, &o, 1);
     if (rc) return rc;
-    if (!o.ids) return cli_error("%s", "logits needs --ids");
-    if (!o.out) return cli_error("%s", "logits needs --out FILE");
+    if (!o.ids || !o.out) {
+        free(o.ids);
+        return cli_error("%s", o.ids ? "logits needs --out FILE" : "logits needs --ids");
+    }
     session s;
     if ((rc = session_open(&s, &o, o.n_ids))) {
         session_close(&s);
@@ -262,7 +279,9 @@ int cmd_generate(int argc, char **argv) {
 
 // The bundled demo: the tiny random-weight qwen3_5 fixture, whose prompt and HF greedy continuation ship
 // with it, so the demo can say whether the engine reproduced Hugging Face transformers exactly.
-static const char *demo_dir(void) { return FD_SOURCE_DIR "/tests/data/fixtures/qwen35_dense_tied"; }
+static const char *demo_dir(void) {
+    return FD_SOURCE_DIR "/tests/data/fixtures/qwen35_dense_tied";
+}
 
 static int load_demo_prompt(const char *dir, int32_t **ids, int64_t *n, int32_t **ref, int *n_ref) {
     char *p = fd_path_join(dir, "prompt.json");
@@ -327,9 +346,10 @@ int cmd_run(int argc, char **argv) {
     } else {
         printf("generated ids:");
         for (int i = 0; i < o.n_new; i++) printf(" %d", out[i]);
-        printf("\n\nprefill: %lld tokens in %.3f s (%.0f tok/s); decode: %d tokens in %.3f s (%.0f tok/s); backend %s\n",
-               (long long)o.n_ids, t1 - t0, (double)o.n_ids / (t1 - t0), o.n_new, t2 - t1,
-               o.n_new > 1 ? (o.n_new - 1) / (t2 - t1) : 0.0, s.be->name);
+        printf(
+            "\n\nprefill: %lld tokens in %.3f s (%.0f tok/s); decode: %d tokens in %.3f s (%.0f tok/s); backend %s\n",
+            (long long)o.n_ids, t1 - t0, (double)o.n_ids / (t1 - t0), o.n_new, t2 - t1,
+            o.n_new > 1 ? (o.n_new - 1) / (t2 - t1) : 0.0, s.be->name);
         if (ref) {
             int same = 0;
             while (same < o.n_new && out[same] == ref[same]) same++;
