@@ -39,6 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FD_CHECK(strlen(c.model_type) < sizeof c.model_type && strlen(c.architecture) < sizeof c.architecture);
     } else {
         FD_CHECK(strstr(fd_error_msg(), "fuzz/config.json") != NULL, "error lacks the file name: %s", fd_error_msg());
+        FD_CHECK(strchr(fd_error_msg(), '\n') == NULL, "multi-line error: %s", fd_error_msg());
     }
     free(text);
     return 0;

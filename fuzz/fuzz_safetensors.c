@@ -34,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         FD_CHECK(ts == NULL && n == 0);
         FD_CHECK(strstr(fd_error_msg(), "fuzz.safetensors") != NULL, "error lacks the file name: %s", fd_error_msg());
+        FD_CHECK(strchr(fd_error_msg(), '\n') == NULL, "multi-line error: %s", fd_error_msg());
     }
     free(buf);
     return 0;

@@ -314,6 +314,11 @@ TEST(st_bad_dtype) {
     const char *h2 = "{\"w\":{\"dtype\":5,\"shape\":[2],\"data_offsets\":[0,1]}}";
     EXPECT_ERR(open_header(h2, strlen(h2), 1, &p), p, "'w'", "'dtype' must be a string");
     free(p);
+    // Control characters in a crafted name must not split the one-line message.
+    const char *hn = "{\"a\\nb\":{\"dtype\":\"X\\r\",\"shape\":[2],\"data_offsets\":[0,1]}}";
+    EXPECT_ERR(open_header(hn, strlen(hn), 1, &p), p, "'a?b'", "'X?'");
+    EXPECT(strchr(fd_error_msg(), '\n') == NULL && strchr(fd_error_msg(), '\r') == NULL);
+    free(p);
     const char *h3 = "{\"w\":{\"shape\":[2],\"data_offsets\":[0,1]}}";
     EXPECT_ERR(open_header(h3, strlen(h3), 1, &p), p, "'w'", "'dtype' must be a string, got nothing");
     free(p);

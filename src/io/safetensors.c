@@ -19,6 +19,18 @@
 // Tensor counts are stored in an int; real checkpoints have at most tens of thousands per file.
 #define ST_MAX_TENSORS (1 << 24)
 
+// Untrusted strings (tensor names, JSON values, parser messages) go into one-line error messages: cap their
+// length and replace control characters so a crafted name cannot forge or split lines.
+#define PRINTABLE_MAX 120
+static const char *printable(const char *s, char *buf) {
+    size_t n = 0;
+    for (; s[n] && n < PRINTABLE_MAX; n++) buf[n] = ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) ? '?' : s[n];
+    if (s[n]) memcpy(buf + n, "...", 3), n += 3;
+    buf[n] = 0;
+    return buf;
+}
+#define SAFE(s) printable((s), (char[PRINTABLE_MAX + 4]){0})
+
 static int dtype_from_name(const char *s, fd_dtype *out) {
     for (int t = 0; t < FD_DTYPE_COUNT; t++) {
         if (!strcmp(s, fd_dtype_name((fd_dtype)t))) {
@@ -73,9 +85,9 @@ static int parse_entry(const char *path, const char *name, const json_t *e, cons
         return fd_error_set("%s: tensor '%s': 'dtype' must be a string, got %s", path, name,
                             jd ? json_kind(jd) : "nothing");
     if (dtype_from_name(json_string_value(jd), &t->dtype))
-        return fd_error_set("%s: tensor '%s': unsupported dtype '%.32s' (expected one of F32 F16 BF16 I32 I64 U8 I8 "
+        return fd_error_set("%s: tensor '%s': unsupported dtype '%s' (expected one of F32 F16 BF16 I32 I64 U8 I8 "
                             "F64 BOOL F8_E4M3)",
-                            path, name, json_string_value(jd));
+                            path, name, SAFE(json_string_value(jd)));
     if (!json_is_array(js))
         return fd_error_set("%s: tensor '%s': 'shape' must be an array, got %s", path, name,
                             js ? json_kind(js) : "nothing");
@@ -137,9 +149,9 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         if (strstr(jerr.text, "duplicate"))
-            return fd_error_set("%s: duplicate tensor name in header (%s)", path, jerr.text);
+            return fd_error_set("%s: duplicate tensor name in header (%s)", path, SAFE(jerr.text));
         return fd_error_set("%s: corrupt JSON header at line %d column %d: %s", path, jerr.line, jerr.column,
-                            jerr.text);
+                            SAFE(jerr.text));
     }
     if (!json_is_object(root)) {
         fd_error_set("%s: JSON header must be an object, got %s", path, json_kind(root));
@@ -165,7 +177,7 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
         }
         st_tensor *t = &ts[cnt];
         memset(t, 0, sizeof *t);
-        if (parse_entry(path, key, val, data, data_len, t)) goto fail;
+        if (parse_entry(path, SAFE(key), val, data, data_len, t)) goto fail;
         t->name = fd_strdup(key);
         cnt++;
     }
@@ -175,7 +187,7 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
     // The JSON parser already rejects equal keys; this guards the sorted-array invariant st_find relies on.
     for (int i = 1; i < cnt; i++) {
         if (!strcmp(ts[i - 1].name, ts[i].name)) {
-            fd_error_set("%s: duplicate tensor '%s' in header", path, ts[i].name);
+            fd_error_set("%s: duplicate tensor '%s' in header", path, SAFE(ts[i].name));
             free_tensors(ts, cnt);
             return -1;
         }
@@ -266,7 +278,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     if (!root) {
         if (jerr.line <= 0) return fd_error_set("%s: cannot read: %s", index_path, jerr.text);
         return fd_error_set("%s: invalid JSON at line %d column %d: %s", index_path, jerr.line, jerr.column,
-                            jerr.text);
+                            SAFE(jerr.text));
     }
     int rc = -1;
     char **shards = NULL; // distinct shard file names in order of first appearance
@@ -291,7 +303,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     json_object_foreach(wm, key, val) {
         const char *f = json_is_string(val) ? json_string_value(val) : NULL;
         if (!f || !f[0] || f[0] == '/') {
-            fd_error_set("%s: weight_map['%s'] must be a relative shard file name", index_path, key);
+            fd_error_set("%s: weight_map['%s'] must be a relative shard file name", index_path, SAFE(key));
             goto done;
         }
         int s = 0;
@@ -307,7 +319,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
         st_tensor *ts;
         int n;
         int bad = open_one(set, p, &ts, &n);
-        if (bad) fd_error_prefix("%s lists shard '%s'", index_path, shards[s]);
+        if (bad) fd_error_prefix("%s lists shard '%s'", index_path, SAFE(shards[s]));
         free(p);
         if (bad) goto done;
         if ((int64_t)n_all + n > ST_MAX_TENSORS) {
@@ -323,7 +335,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     qsort(all, (size_t)n_all, sizeof *all, cmp_tensor_name);
     for (int i = 1; i < n_all; i++) {
         if (!strcmp(all[i - 1].name, all[i].name)) {
-            fd_error_set("%s: tensor '%s' appears in both %s and %s", index_path, all[i].name,
+            fd_error_set("%s: tensor '%s' appears in both %s and %s", index_path, SAFE(all[i].name),
                          set->files[all[i - 1].file].path, set->files[all[i].file].path);
             goto done;
         }
@@ -335,12 +347,12 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
         int s = shard_of[k++];
         int i = find_index(all, n_all, key);
         if (i < 0) {
-            fd_error_set("%s: tensor '%s' is mapped to %s, which does not contain it", index_path, key,
+            fd_error_set("%s: tensor '%s' is mapped to %s, which does not contain it", index_path, SAFE(key),
                          set->files[s].path);
             goto done;
         }
         if (all[i].file != s) {
-            fd_error_set("%s: tensor '%s' is mapped to %s but found in %s", index_path, key, set->files[s].path,
+            fd_error_set("%s: tensor '%s' is mapped to %s but found in %s", index_path, SAFE(key), set->files[s].path,
                          set->files[all[i].file].path);
             goto done;
         }

@@ -11,6 +11,18 @@
 
 #include "base/base.h"
 
+// Untrusted strings (tensor names, JSON values, parser messages) go into one-line error messages: cap their
+// length and replace control characters so a crafted name cannot forge or split lines.
+#define PRINTABLE_MAX 120
+static const char *printable(const char *s, char *buf) {
+    size_t n = 0;
+    for (; s[n] && n < PRINTABLE_MAX; n++) buf[n] = ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) ? '?' : s[n];
+    if (s[n]) memcpy(buf + n, "...", 3), n += 3;
+    buf[n] = 0;
+    return buf;
+}
+#define SAFE(s) printable((s), (char[PRINTABLE_MAX + 4]){0})
+
 // Per-architecture defaults (the dataclass field defaults in the HF configuration files).
 typedef struct {
     const char *text_model_type;
@@ -150,9 +162,9 @@ static int parse_layer_types(const ctx *c, fd_config *cfg) {
         if (!strcmp(s, "linear_attention") || !strcmp(s, "mamba")) cfg->layer_kind[i] = FD_LAYER_GDN;
         else if (!strcmp(s, "full_attention") || !strcmp(s, "attention")) cfg->layer_kind[i] = FD_LAYER_ATTN;
         else
-            return fd_error_set("%s: field '%slayer_types[%d]' = '%.64s' is not supported (expected "
+            return fd_error_set("%s: field '%slayer_types[%d]' = '%s' is not supported (expected "
                                 "'linear_attention' or 'full_attention')",
-                                c->path, c->prefix, i, s);
+                                c->path, c->prefix, i, SAFE(s));
     }
     return 0;
 }
@@ -185,8 +197,8 @@ static int parse_rope(const ctx *c, fd_config *cfg, double *prf_out) {
         if (!ty) ty = field(&sub, "type");
         if (ty && !json_is_string(ty)) return type_error(&sub, "rope_type", "a string", ty);
         if (ty && strcmp(json_string_value(ty), "default"))
-            return fd_error_set("%s: field '%srope_type' = '%.32s' is not supported (only 'default' RoPE)", c->path,
-                                pre, json_string_value(ty));
+            return fd_error_set("%s: field '%srope_type' = '%s' is not supported (only 'default' RoPE)", c->path,
+                                pre, SAFE(json_string_value(ty)));
     }
     if (!(theta > 0) || !isfinite(theta) || theta > 3e38)
         return fd_error_set("%s: rope_theta must be a positive finite number, got %g", c->path, theta);
@@ -317,7 +329,7 @@ static int parse_text(const ctx *c, fd_config *cfg) {
     const json_t *og = field(c, "output_gate_type");
     if (og && !(json_is_string(og) && !strcmp(json_string_value(og), "sigmoid")))
         FD_WARN("%s: output_gate_type = %s is ignored: HF's %s code always applies a sigmoid gate, and so do we",
-                c->path, json_is_string(og) ? json_string_value(og) : json_kind(og), cfg_arch_name(cfg->arch));
+                c->path, json_is_string(og) ? SAFE(json_string_value(og)) : json_kind(og), cfg_arch_name(cfg->arch));
     return 0;
 }
 
@@ -341,9 +353,9 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
     else if (!strcmp(m, "qwen3_5_moe") || !strcmp(m, "qwen3_5_moe_text")) cfg->arch = FD_ARCH_QWEN3_5_MOE;
     else if (!strcmp(m, "qwen3_next")) cfg->arch = FD_ARCH_QWEN3_NEXT;
     else
-        return fd_error_set("%s: unknown architecture '%.64s' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
+        return fd_error_set("%s: unknown architecture '%s' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
                             "qwen3_5_moe_text, qwen3_next)",
-                            path, m);
+                            path, SAFE(m));
     vl = !strcmp(m, "qwen3_5") || !strcmp(m, "qwen3_5_moe");
 
     const json_t *archs = field(&rc, "architectures");
@@ -373,7 +385,7 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
         if (tmt && !json_is_string(tmt)) return type_error(&tc, "model_type", "a string", tmt);
         if (tmt && strcmp(json_string_value(tmt), text_type))
             FD_WARN("%s: text_config.model_type '%s' differs from '%s'; HF builds a %s text config regardless", path,
-                    json_string_value(tmt), text_type, text_type);
+                    SAFE(json_string_value(tmt)), text_type, text_type);
     }
     FD_TRY(copy_str(path, "model_type", text_type, cfg->model_type, sizeof cfg->model_type));
     FD_TRY(parse_text(&tc, cfg));
@@ -404,7 +416,8 @@ int cfg_parse(const char *json_text, const char *path, fd_config *cfg) {
     json_error_t jerr;
     json_t *root = json_loads(json_text, 0, &jerr);
     if (!root)
-        return fd_error_set("%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column, jerr.text);
+        return fd_error_set("%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column,
+                            SAFE(jerr.text));
     int rc = parse_root(root, path, cfg);
     json_decref(root);
     return rc;
