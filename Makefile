@@ -20,11 +20,13 @@ else
 HOSTLIBS := -ljansson -lpcre2-8 -lutf8proc
 CUDART   := -lcudart
 endif
-LDLIBS   += $(HOSTLIBS) -lm -lpthread
+# libmicrohttpd (the HTTP server of `flashdelta serve`) stays a shared library even with STATIC_HOSTLIBS=1: its
+# static archive needs GnuTLS.
+LDLIBS   += $(HOSTLIBS) -lmicrohttpd -lm -lpthread
 FUZZ_SECONDS ?= 30
 
 CORE_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/model/*.c src/cpu/*.c src/engine/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
 
