@@ -20,6 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint8_t *p = ts[i].data;
             FD_CHECK(p >= buf && p + ts[i].nbytes <= buf + size, "tensor %s out of bounds", ts[i].name);
             FD_CHECK(ts[i].name[0] != 0 && ts[i].ndim >= 0 && ts[i].ndim <= ST_MAX_DIMS);
+            size_t off = (size_t)(p - buf), esz = fd_dtype_size(ts[i].dtype);
+            FD_CHECK(ts[i].nbytes == 0 || off / esz * esz == off, "tensor %s misaligned", ts[i].name);
             FD_CHECK(i == 0 || strcmp(ts[i - 1].name, ts[i].name) < 0, "not sorted/unique");
             uint64_t count = 1;
             for (int d = 0; d < ts[i].ndim; d++) count *= (uint64_t)ts[i].shape[d];

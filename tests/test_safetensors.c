@@ -390,6 +390,19 @@ TEST(st_bad_offsets) {
     rm_tree(g_dir);
 }
 
+TEST(st_misaligned_tensor) {
+    tmp_dir();
+    char *p;
+    // 1 byte of U8, then an F32 at data offset 1: header 112 bytes + 8 → file offset 121, not a multiple of 4.
+    char h[113];
+    snprintf(h, sizeof h, "%-112s",
+             "{\"u\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+             "\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[1,5]}}");
+    EXPECT_ERR(open_header(h, 112, 5, &p), p, "'f'", "file offset 121", "not aligned", "4-byte dtype F32");
+    free(p);
+    rm_tree(g_dir);
+}
+
 TEST(st_duplicate_tensor) {
     tmp_dir();
     char *p;
@@ -404,10 +417,11 @@ TEST(st_duplicate_tensor) {
 TEST(st_parse_all_truncations) {
     const char *hdr = "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                       "\"a\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[8,12]}}";
-    size_t hl = strlen(hdr), len = 8 + hl + 12;
+    size_t hl = (strlen(hdr) + 7) / 8 * 8, len = 8 + hl + 12; // padded with spaces, like the reference writer
     uint8_t *buf = fd_malloc(len);
     for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
-    memcpy(buf + 8, hdr, hl);
+    memset(buf + 8, ' ', hl);
+    memcpy(buf + 8, hdr, strlen(hdr));
     for (size_t i = 0; i < 12; i++) buf[8 + hl + i] = (uint8_t)i;
     st_tensor *ts;
     int n;

@@ -75,8 +75,8 @@ static int get_nonneg(const json_t *v, uint64_t *out) {
 }
 
 // Validates one header entry and fills *t (name not set). data/data_len describe the data section.
-static int parse_entry(const char *path, const char *name, const json_t *e, const uint8_t *data, size_t data_len,
-                       st_tensor *t) {
+static int parse_entry(const char *path, const char *name, const json_t *e, const uint8_t *data, size_t data_off,
+                       size_t data_len, st_tensor *t) {
     if (!json_is_object(e))
         return fd_error_set("%s: tensor '%s': header entry must be an object, got %s", path, name, json_kind(e));
     const json_t *jd = json_object_get(e, "dtype"), *js = json_object_get(e, "shape"),
@@ -124,6 +124,12 @@ static int parse_entry(const char *path, const char *name, const json_t *e, cons
         return fd_error_set("%s: tensor '%s': data_offsets span %llu bytes but shape and dtype %s need %llu", path,
                             name, (unsigned long long)(end - begin), fd_dtype_name(t->dtype),
                             (unsigned long long)nbytes);
+    // Consumers read elements through typed pointers; the mapping is page-aligned, so an element-aligned file
+    // offset makes those reads aligned. The reference writer and HF's save_pretrained always align tensors.
+    size_t esz = fd_dtype_size(t->dtype);
+    if (nbytes > 0 && (data_off + begin) % esz != 0)
+        return fd_error_set("%s: tensor '%s': data at file offset %llu is not aligned to its %zu-byte dtype %s", path,
+                            name, (unsigned long long)(data_off + begin), esz, fd_dtype_name(t->dtype));
     t->nbytes = (size_t)nbytes;
     t->data = data + begin;
     t->file = 0;
@@ -177,7 +183,7 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
         }
         st_tensor *t = &ts[cnt];
         memset(t, 0, sizeof *t);
-        if (parse_entry(path, SAFE(key), val, data, data_len, t)) goto fail;
+        if (parse_entry(path, SAFE(key), val, data, 8 + (size_t)hlen, data_len, t)) goto fail;
         t->name = fd_strdup(key);
         cnt++;
     }
