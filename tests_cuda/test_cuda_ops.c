@@ -69,9 +69,9 @@ static tw mkw(const char *name, int64_t rows, int64_t cols, fd_dtype dt, float l
     size_t n = (size_t)(rows * cols);
     float *f = rnd(n, lo, hi);
     void *data = f;
-    if (dt == FD_BF16) {
+    if (dt == FD_BF16 || dt == FD_F16) {
         uint16_t *b = fd_malloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) b[i] = fd_f32_to_bf16(f[i]);
+        for (size_t i = 0; i < n; i++) b[i] = dt == FD_BF16 ? fd_f32_to_bf16(f[i]) : fd_f32_to_f16(f[i]);
         free(f);
         data = b;
     }
@@ -97,11 +97,13 @@ static double cmp(const char *what, const float *g, const float *c, size_t n, do
 
 // ---------------------------------------------------------------------------------------------------------
 TEST(cuda_matmul) {
-    int shapes[][3] = {{1, 64, 48}, {7, 200, 130}, {64, 512, 384}, {200, 1024, 515}, {3, 2048, 1}};
+    // n, k, m, published dtype. [1, k] (a single-row gate) and fp32/fp16 matrices are fp32 on the device.
+    int shapes[][4] = {{1, 64, 48, FD_BF16},     {7, 200, 130, FD_BF16}, {64, 512, 384, FD_BF16},
+                       {200, 1024, 515, FD_BF16}, {3, 2048, 1, FD_BF16},  {7, 200, 130, FD_F32},
+                       {64, 96, 33, FD_F16}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
-        // [m, k] with m == 1 is a single-row gate: kept fp32 on the device (true fp32 GEMM)
-        tw W = mkw("W", m, k, FD_BF16, -0.1f, 0.1f);
+        tw W = mkw("W", m, k, (fd_dtype)shapes[s][3], -0.1f, 0.1f);
         float *x = rnd((size_t)n * k, -1, 1), *oc = fd_malloc((size_t)n * m * 4);
         void *dx = up(x, (size_t)n * k), *dout = dalloc((size_t)n * m);
         poison(dout, (size_t)n * m);
@@ -109,7 +111,8 @@ TEST(cuda_matmul) {
         cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
         float *og = down(dout, (size_t)n * m);
         char what[96];
-        snprintf(what, sizeof what, "matmul n=%d k=%d m=%d (%s)", n, k, m, fd_dtype_name(W.g.dev_dtype));
+        snprintf(what, sizeof what, "matmul n=%d k=%d m=%d (%s -> %s)", n, k, m, fd_dtype_name(W.c.dtype),
+                 fd_dtype_name(W.g.dev_dtype));
         cmp(what, og, oc, (size_t)n * m, W.g.dev_dtype == FD_F32 ? TOL_F32 : TOL_BF16);
         free(x), free(oc), free(og), dfree(dx), dfree(dout), freew(&W);
     }

@@ -19,8 +19,11 @@ void *cu_scratch(fd_backend *be, int slot, size_t bytes) {
     FD_CHECK(slot >= 0 && slot < CU_SCR_COUNT);
     if (bytes == 0) bytes = 256;
     if (c->scratch_bytes[slot] < bytes) {
-        // cudaFree waits for the device, so an earlier op still reading the old buffer finishes first.
-        if (c->scratch[slot]) FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
+        // An earlier op may still be reading the old buffer: drain the stream before freeing it.
+        if (c->scratch[slot]) {
+            FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+            FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
+        }
         size_t want = bytes + bytes / 4; // grow geometrically-ish to avoid re-allocating on every new shape
         FD_CUDA_CHECK(cudaMalloc(&c->scratch[slot], want));
         c->scratch_bytes[slot] = want;
@@ -43,8 +46,9 @@ static void *cu_alloc(fd_backend *be, size_t bytes) {
     return p;
 }
 static void cu_free(fd_backend *be, void *p) {
-    (void)be;
-    if (p) FD_CUDA_CHECK(cudaFree(p));
+    if (!p) return;
+    FD_CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream)); // queued ops may still use p
+    FD_CUDA_CHECK(cudaFree(p));
 }
 static void cu_zero(fd_backend *be, void *p, size_t bytes) {
     FD_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu_of(be)->stream));
@@ -76,16 +80,25 @@ __global__ void k_convert(void *dst, int dst_bf16, const void *src, int src_dtyp
     else ((float *)dst)[i] = v;
 }
 
-// Matrices go to bf16 for cuBLASLt; vectors, conv kernels ([C, K] with small K) and single-row gates stay fp32
-// because our own fp32 kernels read them and they are tiny.
+// Device dtype of a weight:
+//  - vectors, conv kernels ([C, K] with small K) and single-row gates: fp32 (our own fp32 kernels read them);
+//  - bf16 matrices: bf16, for cuBLASLt (every published checkpoint);
+//  - fp16/fp32 matrices: fp32, so the values stay exact (bf16 would drop 3 or 16 mantissa bits and change the
+//    model); they run through the fp32 GEMM, which is slow, so this is logged once. Only test fixtures do this.
 static void cu_upload_weight(fd_backend *be, fd_weight *w) {
     cu_impl *c = cu_of(be);
+    static int warned;
     FD_CHECK(w->data, "weight %s has no data", w->name ? w->name : "?");
     FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
              w->name ? w->name : "?", fd_dtype_name(w->dtype));
     int64_t count = w->rows * (w->cols > 0 ? w->cols : 1);
     int small = w->cols < 16 || w->rows == 1;
-    fd_dtype want = small ? FD_F32 : FD_BF16;
+    fd_dtype want = small || w->dtype != FD_BF16 ? FD_F32 : FD_BF16;
+    if (!small && want == FD_F32 && !warned) {
+        warned = 1;
+        FD_WARN("cuda: %s matrices (first: %s) kept in fp32 on the GPU: exact, but the GEMMs run in fp32",
+                fd_dtype_name(w->dtype), w->name ? w->name : "?");
+    }
     size_t src_bytes = (size_t)count * fd_dtype_size(w->dtype);
     void *dst = NULL;
     FD_CUDA_CHECK(cudaMalloc(&dst, (size_t)count * fd_dtype_size(want)));
@@ -104,13 +117,14 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
 }
 
 // ---- embedding: out[n, d] f32 = table[ids[i]] ----
-__global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int d) {
-    int i = blockIdx.y;
-    int64_t row = ids[i];
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
-        float v = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
-                       : ((const float *)table)[row * d + j];
-        out[(int64_t)i * d + j] = v;
+__global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int n, int d) {
+    for (int i = blockIdx.y; i < n; i += gridDim.y) { // grid.y is capped at 65535
+        int64_t row = ids[i];
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
+            float v = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
+                           : ((const float *)table)[row * d + j];
+            out[(int64_t)i * d + j] = v;
+        }
     }
 }
 
@@ -123,8 +137,8 @@ static void cu_embed(fd_backend *be, void *out, const fd_weight *table, const in
     int32_t *dids = (int32_t *)cu_scratch(be, CU_SCR_H, (size_t)n * sizeof(int32_t));
     FD_CUDA_CHECK(cudaMemcpyAsync(dids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
     int d = (int)table->cols;
-    dim3 grid(cu_blocks(d, 256) < 8 ? cu_blocks(d, 256) : 8, (unsigned)n);
-    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, dids, d);
+    dim3 grid(cu_blocks(d, 256) < 8 ? cu_blocks(d, 256) : 8, n < 65535 ? (unsigned)n : 65535u);
+    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, dids, n, d);
     FD_CUDA_LAUNCH_CHECK();
 }
 

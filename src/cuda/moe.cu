@@ -88,22 +88,23 @@ __global__ void k_topk(float *logits, int32_t *ids, float *wts, int n, int E, in
 
 // xs[r, :] = x[src[r], :]
 __global__ void k_gather_rows(float *xs, const float *x, const int32_t *src, int rows, int d) {
-    int r = blockIdx.y;
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x)
-        xs[(int64_t)r * d + j] = x[(int64_t)src[r] * d + j];
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) // grid.y is capped at 65535
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x)
+            xs[(int64_t)r * d + j] = x[(int64_t)src[r] * d + j];
 }
 
 // out[t, :] = sum_j w[t, j] Y[pos[t, j], :] + (ysh ? sg(t) * ysh[t, :] : 0), sg = sigmoid(shl[t]) or 1
 __global__ void k_moe_combine(float *out, const float *Y, const int32_t *pos, const float *w, int k, const float *ysh,
-                              const float *shl, int d) {
-    int t = blockIdx.y;
-    float sg = 1.f;
-    if (shl) sg = 1.f / (1.f + expf(-shl[t]));
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
-        float acc = 0.f;
-        for (int r = 0; r < k; r++) acc += w[(int64_t)t * k + r] * Y[(int64_t)pos[(int64_t)t * k + r] * d + j];
-        if (ysh) acc += sg * ysh[(int64_t)t * d + j];
-        out[(int64_t)t * d + j] = acc;
+                              const float *shl, int n, int d) {
+    for (int t = blockIdx.y; t < n; t += gridDim.y) {
+        float sg = 1.f;
+        if (shl) sg = 1.f / (1.f + expf(-shl[t]));
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
+            float acc = 0.f;
+            for (int r = 0; r < k; r++) acc += w[(int64_t)t * k + r] * Y[(int64_t)pos[(int64_t)t * k + r] * d + j];
+            if (ysh) acc += sg * ysh[(int64_t)t * d + j];
+            out[(int64_t)t * d + j] = acc;
+        }
     }
 }
 
@@ -165,7 +166,7 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
 
     float *xs = (float *)cu_scratch(be, CU_SCR_C, (size_t)nk * d * 4);
     float *Y = (float *)cu_scratch(be, CU_SCR_F, (size_t)nk * d * 4);
-    k_gather_rows<<<dim3(row_grid(d), (unsigned)nk), 256, 0, c->stream>>>(xs, x, d_src, nk, d);
+    k_gather_rows<<<dim3(row_grid(d), nk < 65535 ? (unsigned)nk : 65535u), 256, 0, c->stream>>>(xs, x, d_src, nk, d);
     FD_CUDA_LAUNCH_CHECK();
     for (int e = 0; e < E; e++) {
         int cnt = start[e + 1] - start[e];
@@ -183,8 +184,8 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
             dot_rows(be, shl, x, mw->sh_gate_w, n);
         }
     }
-    k_moe_combine<<<dim3(row_grid(d), (unsigned)n), 256, 0, c->stream>>>((float *)out, Y, d_pos, d_w, k, ysh, shl,
-                                                                        d);
+    k_moe_combine<<<dim3(row_grid(d), n < 65535 ? (unsigned)n : 65535u), 256, 0, c->stream>>>(
+        (float *)out, Y, d_pos, d_w, k, ysh, shl, n, d);
     FD_CUDA_LAUNCH_CHECK();
     // A host-to-device copy from pageable memory is staged before cudaMemcpyAsync returns: safe to free.
     free(ids);
