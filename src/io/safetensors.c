@@ -211,7 +211,8 @@ fail:
 
 // mmaps one file and parses it; on success appends it to set->files and returns its tensors (file index set).
 static int open_one(st_set *set, const char *path, st_tensor **tensors, int *n) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO given as a shard must fail the regular-file check below, not hang in open().
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fd_error_set("%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
