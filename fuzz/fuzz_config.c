@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
 #include "base/base.h"
+#include "model/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -73,7 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const st_tensor *t = &s.tensors[i];
             FD_CHECK(t->file >= 0 && t->file < s.n_files);
             const uint8_t *m = s.files[t->file].map;
-            FD_CHECK((const uint8_t *)t->data >= m && (const uint8_t *)t->data + t->nbytes <= m + s.files[t->file].map_len);
+            FD_CHECK((const uint8_t *)t->data >= m &&
+                     (const uint8_t *)t->data + t->nbytes <= m + s.files[t->file].map_len);
             FD_CHECK(st_find(&s, t->name) == t);
         }
         st_close(&s);

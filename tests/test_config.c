@@ -15,7 +15,7 @@
         EXPECT((rc) == -1, "(rc=%d)", (int)(rc));                                                                      \
         const char *subs_[] = {__VA_ARGS__};                                                                           \
         for (size_t k_ = 0; k_ < sizeof subs_ / sizeof subs_[0]; k_++)                                                 \
-            EXPECT(strstr(fd_error_msg(), subs_[k_]) != NULL, "message '%s' lacks '%s'", fd_error_msg(), subs_[k_]);  \
+            EXPECT(strstr(fd_error_msg(), subs_[k_]) != NULL, "message '%s' lacks '%s'", fd_error_msg(), subs_[k_]);   \
     } while (0)
 
 // Parses `json` and expects failure with P plus the given substrings.
@@ -163,8 +163,8 @@ TEST(cfg_defaults_moe_and_next) {
 
 TEST(cfg_layer_types_interval_and_legacy_names) {
     fd_config c;
-    ASSERT(cfg_parse("{\"model_type\":\"qwen3_next\",\"num_hidden_layers\":7,\"full_attention_interval\":3}", P,
-                     &c) == 0,
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_next\",\"num_hidden_layers\":7,\"full_attention_interval\":3}", P, &c) ==
+               0,
            "%s", fd_error_msg());
     for (int i = 0; i < 7; i++) EXPECT(c.layer_kind[i] == (i == 2 || i == 5 ? FD_LAYER_ATTN : FD_LAYER_GDN));
     ASSERT(cfg_parse("{\"model_type\":\"qwen3_5_text\",\"num_hidden_layers\":4,\"full_attention_interval\":4,"
@@ -230,8 +230,8 @@ TEST(cfg_tie_and_eos) {
     EXPECT(c.tie_word_embeddings == 1);
     ASSERT(cfg_parse("{\"model_type\":\"qwen3_5\",\"text_config\":{}}", P, &c) == 0, "%s", fd_error_msg());
     EXPECT(c.tie_word_embeddings == 0);
-    ASSERT(cfg_parse("{\"model_type\":\"qwen3_5_text\",\"tie_word_embeddings\":true,\"eos_token_id\":null}", P,
-                     &c) == 0,
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_5_text\",\"tie_word_embeddings\":true,\"eos_token_id\":null}", P, &c) ==
+               0,
            "%s", fd_error_msg());
     EXPECT(c.tie_word_embeddings == 1 && c.eos_token_id == -1);
 }
@@ -246,8 +246,8 @@ TEST(cfg_qwen3_next_moe_layer_rule) {
     const int want[8] = {0, 1, 0, 0, 0, 1, 0, 1};
     for (int i = 0; i < 8; i++) EXPECT(c.layer_is_moe[i] == want[i], "layer %d", i);
     EXPECT(c.n_mlp_only_layers == 2 && c.mlp_only_layers[1] == 4);
-    ASSERT(cfg_parse("{\"model_type\":\"qwen3_next\",\"num_experts\":0,\"norm_topk_prob\":false}", P, &c) == 0,
-           "%s", fd_error_msg());
+    ASSERT(cfg_parse("{\"model_type\":\"qwen3_next\",\"num_experts\":0,\"norm_topk_prob\":false}", P, &c) == 0, "%s",
+           fd_error_msg());
     EXPECT(count_moe(&c) == 0 && c.norm_topk_prob == 0);
     // Dense qwen3_5 ignores MoE keys, as HF's dense model does.
     ASSERT(cfg_parse("{\"model_type\":\"qwen3_5_text\",\"num_experts\":8}", P, &c) == 0, "%s", fd_error_msg());
@@ -295,7 +295,8 @@ TEST(cfg_wrong_types) {
                    "'eos_token_id' must be an integer or a list");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"eos_token_id\":[\"x\"]}", "'eos_token_id[0]' must be an integer");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"mlp_only_layers\":3}", "'mlp_only_layers' must be a list");
-    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"mlp_only_layers\":[true]}", "'mlp_only_layers[]' must be an integer");
+    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"mlp_only_layers\":[true]}",
+                   "'mlp_only_layers[]' must be an integer");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_5\",\"text_config\":[]}", "'text_config' must be an object");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_5_moe\"}", "'qwen3_5_moe' needs a 'text_config' object");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"architectures\":\"Qwen3NextForCausalLM\"}",
@@ -324,15 +325,15 @@ TEST(cfg_validation_errors) {
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"num_experts\":-1}", "'num_experts' must be >= 0");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_5_moe_text\",\"num_experts\":0}", "'num_experts' must be positive");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"moe_intermediate_size\":0}", "'moe_intermediate_size' must be");
-    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"head_dim\":10,\"partial_rotary_factor\":0.5}",
-                   "rotary dim", "= 5 must be even");
-    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"partial_rotary_factor\":1.5}", "partial_rotary_factor",
-                   "(0, 1]");
+    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"head_dim\":10,\"partial_rotary_factor\":0.5}", "rotary dim",
+                   "= 5 must be even");
+    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"partial_rotary_factor\":1.5}", "partial_rotary_factor", "(0, 1]");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"rope_theta\":-1}", "rope_theta must be a positive");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"rms_norm_eps\":0}", "'rms_norm_eps' must be in (0, 1]");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"full_attention_interval\":0}",
                    "'full_attention_interval' must be positive");
-    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"decoder_sparse_step\":0}", "'decoder_sparse_step' must be positive");
+    EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"decoder_sparse_step\":0}",
+                   "'decoder_sparse_step' must be positive");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"num_hidden_layers\":4,\"mlp_only_layers\":[4]}",
                    "'mlp_only_layers' contains 4, expected a layer index in [0, 4)");
     EXPECT_CFG_ERR("{\"model_type\":\"qwen3_next\",\"num_experts\":0,\"intermediate_size\":0}",

@@ -69,16 +69,20 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     (void)sb, (void)flag, (void)ftw;
     return remove(p);
 }
-static void rm_tree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+static void rm_tree(const char *dir) {
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
 
-static char *in_dir(const char *name) { return fd_path_join(g_dir, name); }
+static char *in_dir(const char *name) {
+    return fd_path_join(g_dir, name);
+}
 
 #define EXPECT_ERR(rc, ...)                                                                                            \
     do {                                                                                                               \
         EXPECT((rc) == -1, "(rc=%d)", (int)(rc));                                                                      \
         const char *subs_[] = {__VA_ARGS__};                                                                           \
         for (size_t k_ = 0; k_ < sizeof subs_ / sizeof subs_[0]; k_++)                                                 \
-            EXPECT(strstr(fd_error_msg(), subs_[k_]) != NULL, "message '%s' lacks '%s'", fd_error_msg(), subs_[k_]);  \
+            EXPECT(strstr(fd_error_msg(), subs_[k_]) != NULL, "message '%s' lacks '%s'", fd_error_msg(), subs_[k_]);   \
     } while (0)
 
 // Writes one file with a single custom header and checks st_open_file's error.

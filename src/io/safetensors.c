@@ -9,27 +9,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json_util.h"
+
 // Tensor counts are stored in an int; real checkpoints have at most tens of thousands per file.
 #define ST_MAX_TENSORS (1 << 24)
-
-// Untrusted strings (tensor names, JSON values, parser messages) go into one-line error messages: cap their
-// length and replace control characters so a crafted name cannot forge or split lines.
-#define PRINTABLE_MAX 120
-static const char *printable(const char *s, char *buf) {
-    size_t n = 0;
-    for (; s[n] && n < PRINTABLE_MAX; n++) buf[n] = ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) ? '?' : s[n];
-    if (s[n]) memcpy(buf + n, "...", 3), n += 3;
-    buf[n] = 0;
-    return buf;
-}
-#define SAFE(s) printable((s), (char[PRINTABLE_MAX + 4]){0})
 
 static int dtype_from_name(const char *s, fd_dtype *out) {
     for (int t = 0; t < FD_DTYPE_COUNT; t++) {
@@ -39,20 +28,6 @@ static int dtype_from_name(const char *s, fd_dtype *out) {
         }
     }
     return -1;
-}
-
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
 }
 
 static void free_tensors(st_tensor *t, int n) {
@@ -78,19 +53,19 @@ static int get_nonneg(const json_t *v, uint64_t *out) {
 static int parse_entry(const char *path, const char *name, const json_t *e, const uint8_t *data, size_t data_off,
                        size_t data_len, st_tensor *t) {
     if (!json_is_object(e))
-        return fd_error_set("%s: tensor '%s': header entry must be an object, got %s", path, name, json_kind(e));
+        return fd_error_set("%s: tensor '%s': header entry must be an object, got %s", path, name, fd_json_kind(e));
     const json_t *jd = json_object_get(e, "dtype"), *js = json_object_get(e, "shape"),
                  *jo = json_object_get(e, "data_offsets");
     if (!json_is_string(jd))
         return fd_error_set("%s: tensor '%s': 'dtype' must be a string, got %s", path, name,
-                            jd ? json_kind(jd) : "nothing");
+                            jd ? fd_json_kind(jd) : "nothing");
     if (dtype_from_name(json_string_value(jd), &t->dtype))
         return fd_error_set("%s: tensor '%s': unsupported dtype '%s' (expected one of F32 F16 BF16 I32 I64 U8 I8 "
                             "F64 BOOL F8_E4M3)",
-                            path, name, SAFE(json_string_value(jd)));
+                            path, name, FD_SAFE(json_string_value(jd)));
     if (!json_is_array(js))
         return fd_error_set("%s: tensor '%s': 'shape' must be an array, got %s", path, name,
-                            js ? json_kind(js) : "nothing");
+                            js ? fd_json_kind(js) : "nothing");
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
         return fd_error_set("%s: tensor '%s': %zu dimensions, at most %d supported", path, name, nd, ST_MAX_DIMS);
@@ -147,20 +122,20 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
         return fd_error_set("%s: header length %llu exceeds the file size (%zu bytes); truncated or not a "
                             "safetensors file",
                             path, (unsigned long long)hlen, len);
-    if (hlen < 2) return fd_error_set("%s: header length %llu is too small for a JSON object", path,
-                                      (unsigned long long)hlen);
+    if (hlen < 2)
+        return fd_error_set("%s: header length %llu is too small for a JSON object", path, (unsigned long long)hlen);
     json_error_t jerr;
     // JSON_REJECT_DUPLICATES: otherwise jansson keeps the last of two equal names and a corrupt header
     // could silently point a tensor at the wrong bytes.
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         if (strstr(jerr.text, "duplicate"))
-            return fd_error_set("%s: duplicate tensor name in header (%s)", path, SAFE(jerr.text));
+            return fd_error_set("%s: duplicate tensor name in header (%s)", path, FD_SAFE(jerr.text));
         return fd_error_set("%s: corrupt JSON header at line %d column %d: %s", path, jerr.line, jerr.column,
-                            SAFE(jerr.text));
+                            FD_SAFE(jerr.text));
     }
     if (!json_is_object(root)) {
-        fd_error_set("%s: JSON header must be an object, got %s", path, json_kind(root));
+        fd_error_set("%s: JSON header must be an object, got %s", path, fd_json_kind(root));
         json_decref(root);
         return -1;
     }
@@ -183,7 +158,7 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
         }
         st_tensor *t = &ts[cnt];
         memset(t, 0, sizeof *t);
-        if (parse_entry(path, SAFE(key), val, data, 8 + (size_t)hlen, data_len, t)) goto fail;
+        if (parse_entry(path, FD_SAFE(key), val, data, 8 + (size_t)hlen, data_len, t)) goto fail;
         t->name = fd_strdup(key);
         cnt++;
     }
@@ -193,7 +168,7 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
     // The JSON parser already rejects equal keys; this guards the sorted-array invariant st_find relies on.
     for (int i = 1; i < cnt; i++) {
         if (!strcmp(ts[i - 1].name, ts[i].name)) {
-            fd_error_set("%s: duplicate tensor '%s' in header", path, SAFE(ts[i].name));
+            fd_error_set("%s: duplicate tensor '%s' in header", path, FD_SAFE(ts[i].name));
             free_tensors(ts, cnt);
             return -1;
         }
@@ -267,8 +242,10 @@ static int find_index(const st_tensor *ts, int n, const char *name) {
         int mid = lo + (hi - lo) / 2;
         int c = strcmp(ts[mid].name, name);
         if (c == 0) return mid;
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -289,7 +266,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     free(text);
     if (!root) {
         return fd_error_set("%s: invalid JSON at line %d column %d: %s", index_path, jerr.line, jerr.column,
-                            SAFE(jerr.text));
+                            FD_SAFE(jerr.text));
     }
     int rc = -1;
     char **shards = NULL; // distinct shard file names in order of first appearance
@@ -314,7 +291,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     json_object_foreach(wm, key, val) {
         const char *f = json_is_string(val) ? json_string_value(val) : NULL;
         if (!f || !f[0] || f[0] == '/') {
-            fd_error_set("%s: weight_map['%s'] must be a relative shard file name", index_path, SAFE(key));
+            fd_error_set("%s: weight_map['%s'] must be a relative shard file name", index_path, FD_SAFE(key));
             goto done;
         }
         int s = 0;
@@ -330,7 +307,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
         st_tensor *ts;
         int n;
         int bad = open_one(set, p, &ts, &n);
-        if (bad) fd_error_prefix("%s lists shard '%s'", index_path, SAFE(shards[s]));
+        if (bad) fd_error_prefix("%s lists shard '%s'", index_path, FD_SAFE(shards[s]));
         free(p);
         if (bad) goto done;
         if ((int64_t)n_all + n > ST_MAX_TENSORS) {
@@ -346,7 +323,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     qsort(all, (size_t)n_all, sizeof *all, cmp_tensor_name);
     for (int i = 1; i < n_all; i++) {
         if (!strcmp(all[i - 1].name, all[i].name)) {
-            fd_error_set("%s: tensor '%s' appears in both %s and %s", index_path, SAFE(all[i].name),
+            fd_error_set("%s: tensor '%s' appears in both %s and %s", index_path, FD_SAFE(all[i].name),
                          set->files[all[i - 1].file].path, set->files[all[i].file].path);
             goto done;
         }
@@ -358,13 +335,13 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
         int s = shard_of[k++];
         int i = find_index(all, n_all, key);
         if (i < 0) {
-            fd_error_set("%s: tensor '%s' is mapped to %s, which does not contain it", index_path, SAFE(key),
+            fd_error_set("%s: tensor '%s' is mapped to %s, which does not contain it", index_path, FD_SAFE(key),
                          set->files[s].path);
             goto done;
         }
         if (all[i].file != s) {
-            fd_error_set("%s: tensor '%s' is mapped to %s but found in %s", index_path, SAFE(key), set->files[s].path,
-                         set->files[all[i].file].path);
+            fd_error_set("%s: tensor '%s' is mapped to %s but found in %s", index_path, FD_SAFE(key),
+                         set->files[s].path, set->files[all[i].file].path);
             goto done;
         }
     }

@@ -3,25 +3,13 @@
 // "the class default" to HF, and our numbers must match what HF would build from the same file.
 #include "model/config.h"
 
-#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
-
-// Untrusted strings (tensor names, JSON values, parser messages) go into one-line error messages: cap their
-// length and replace control characters so a crafted name cannot forge or split lines.
-#define PRINTABLE_MAX 120
-static const char *printable(const char *s, char *buf) {
-    size_t n = 0;
-    for (; s[n] && n < PRINTABLE_MAX; n++) buf[n] = ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) ? '?' : s[n];
-    if (s[n]) memcpy(buf + n, "...", 3), n += 3;
-    buf[n] = 0;
-    return buf;
-}
-#define SAFE(s) printable((s), (char[PRINTABLE_MAX + 4]){0})
+#include "io/json_util.h"
 
 // Per-architecture defaults (the dataclass field defaults in the HF configuration files).
 typedef struct {
@@ -38,25 +26,15 @@ static const arch_defaults k_defaults[FD_ARCH_COUNT] = {
 
 const char *cfg_arch_name(fd_arch a) {
     switch (a) {
-    case FD_ARCH_QWEN3_5: return "qwen3_5";
-    case FD_ARCH_QWEN3_5_MOE: return "qwen3_5_moe";
-    case FD_ARCH_QWEN3_NEXT: return "qwen3_next";
-    default: return "?";
+    case FD_ARCH_QWEN3_5:
+        return "qwen3_5";
+    case FD_ARCH_QWEN3_5_MOE:
+        return "qwen3_5_moe";
+    case FD_ARCH_QWEN3_NEXT:
+        return "qwen3_next";
+    default:
+        return "?";
     }
-}
-
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
 }
 
 // A parsing context: the file path for messages and the object the text fields live in.
@@ -66,14 +44,15 @@ typedef struct {
     const char *prefix; // "text_config." or "" for messages
 } ctx;
 
-// JSON null counts as absent, as HF maps null to None and then applies the same default.
+// JSON null counts as absent. HF treats null as "not set" for its optional fields (layer_types, rope_parameters,
+// mlp_only_layers, eos_token_id); for the others a null would break HF itself, so the default is the useful reading.
 static const json_t *field(const ctx *c, const char *key) {
     const json_t *v = json_object_get(c->obj, key);
     return (v && !json_is_null(v)) ? v : NULL;
 }
 
 static int type_error(const ctx *c, const char *key, const char *want, const json_t *got) {
-    return fd_error_set("%s: field '%s%s' must be %s, got %s", c->path, c->prefix, key, want, json_kind(got));
+    return fd_error_set("%s: field '%s%s' must be %s, got %s", c->path, c->prefix, key, want, fd_json_kind(got));
 }
 
 static int int_value(const ctx *c, const char *key, const json_t *v, int *out) {
@@ -156,15 +135,17 @@ static int parse_layer_types(const ctx *c, fd_config *cfg) {
         const json_t *e = json_array_get(lt, (size_t)i);
         if (!json_is_string(e))
             return fd_error_set("%s: field '%slayer_types[%d]' must be a string, got %s", c->path, c->prefix, i,
-                                json_kind(e));
+                                fd_json_kind(e));
         const char *s = json_string_value(e);
         // "mamba"/"attention" are the legacy names HF's remap_legacy_layer_types still accepts.
-        if (!strcmp(s, "linear_attention") || !strcmp(s, "mamba")) cfg->layer_kind[i] = FD_LAYER_GDN;
-        else if (!strcmp(s, "full_attention") || !strcmp(s, "attention")) cfg->layer_kind[i] = FD_LAYER_ATTN;
+        if (!strcmp(s, "linear_attention") || !strcmp(s, "mamba"))
+            cfg->layer_kind[i] = FD_LAYER_GDN;
+        else if (!strcmp(s, "full_attention") || !strcmp(s, "attention"))
+            cfg->layer_kind[i] = FD_LAYER_ATTN;
         else
             return fd_error_set("%s: field '%slayer_types[%d]' = '%s' is not supported (expected "
                                 "'linear_attention' or 'full_attention')",
-                                c->path, c->prefix, i, SAFE(s));
+                                c->path, c->prefix, i, FD_SAFE(s));
     }
     return 0;
 }
@@ -197,13 +178,12 @@ static int parse_rope(const ctx *c, fd_config *cfg, double *prf_out) {
         if (!ty) ty = field(&sub, "type");
         if (ty && !json_is_string(ty)) return type_error(&sub, "rope_type", "a string", ty);
         if (ty && strcmp(json_string_value(ty), "default"))
-            return fd_error_set("%s: field '%srope_type' = '%s' is not supported (only 'default' RoPE)", c->path,
-                                pre, SAFE(json_string_value(ty)));
+            return fd_error_set("%s: field '%srope_type' = '%s' is not supported (only 'default' RoPE)", c->path, pre,
+                                FD_SAFE(json_string_value(ty)));
     }
     if (!(theta > 0) || !isfinite(theta) || theta > 3e38)
         return fd_error_set("%s: rope_theta must be a positive finite number, got %g", c->path, theta);
-    if (!(prf > 0) || prf > 1)
-        return fd_error_set("%s: partial_rotary_factor must be in (0, 1], got %g", c->path, prf);
+    if (!(prf > 0) || prf > 1) return fd_error_set("%s: partial_rotary_factor must be in (0, 1], got %g", c->path, prf);
     cfg->rope_theta = (float)theta;
     cfg->partial_rotary_factor = (float)prf;
     *prf_out = prf;
@@ -286,28 +266,44 @@ static int parse_text(const ctx *c, fd_config *cfg) {
     FD_TRY(get_int(c, "linear_conv_kernel_dim", 4, &cfg->gdn_conv_kernel));
     double eps;
     FD_TRY(get_num(c, "rms_norm_eps", 1e-6, &eps));
-    if (!(eps > 0) || eps > 1) return fd_error_set("%s: field '%srms_norm_eps' must be in (0, 1], got %g", c->path,
-                                                   c->prefix, eps);
+    if (!(eps > 0) || eps > 1)
+        return fd_error_set("%s: field '%srms_norm_eps' must be in (0, 1], got %g", c->path, c->prefix, eps);
     cfg->rms_norm_eps = (float)eps;
 
-    static const char *const positive[] = {"vocab_size",           "hidden_size",          "num_hidden_layers",
-                                           "num_attention_heads",  "num_key_value_heads",  "head_dim",
-                                           "max_position_embeddings", "linear_num_key_heads", "linear_num_value_heads",
-                                           "linear_key_head_dim",  "linear_value_head_dim", "linear_conv_kernel_dim"};
-    const int values[] = {cfg->vocab_size,      cfg->hidden_size,     cfg->num_layers,     cfg->num_heads,
-                          cfg->num_kv_heads,    cfg->head_dim,        cfg->max_position_embeddings,
-                          cfg->gdn_num_k_heads, cfg->gdn_num_v_heads, cfg->gdn_k_dim,
-                          cfg->gdn_v_dim,       cfg->gdn_conv_kernel};
+    static const char *const positive[] = {"vocab_size",
+                                           "hidden_size",
+                                           "num_hidden_layers",
+                                           "num_attention_heads",
+                                           "num_key_value_heads",
+                                           "head_dim",
+                                           "max_position_embeddings",
+                                           "linear_num_key_heads",
+                                           "linear_num_value_heads",
+                                           "linear_key_head_dim",
+                                           "linear_value_head_dim",
+                                           "linear_conv_kernel_dim"};
+    const int values[] = {cfg->vocab_size,
+                          cfg->hidden_size,
+                          cfg->num_layers,
+                          cfg->num_heads,
+                          cfg->num_kv_heads,
+                          cfg->head_dim,
+                          cfg->max_position_embeddings,
+                          cfg->gdn_num_k_heads,
+                          cfg->gdn_num_v_heads,
+                          cfg->gdn_k_dim,
+                          cfg->gdn_v_dim,
+                          cfg->gdn_conv_kernel};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) FD_TRY(require_positive(c, positive[i], values[i]));
     if (cfg->num_layers > FD_MAX_LAYERS)
-        return fd_error_set("%s: field '%snum_hidden_layers' = %d exceeds the supported maximum %d", c->path,
-                            c->prefix, cfg->num_layers, FD_MAX_LAYERS);
+        return fd_error_set("%s: field '%snum_hidden_layers' = %d exceeds the supported maximum %d", c->path, c->prefix,
+                            cfg->num_layers, FD_MAX_LAYERS);
     if (cfg->num_heads % cfg->num_kv_heads)
         return fd_error_set("%s: num_attention_heads = %d is not a multiple of num_key_value_heads = %d", c->path,
                             cfg->num_heads, cfg->num_kv_heads);
     if (cfg->gdn_num_v_heads % cfg->gdn_num_k_heads)
-        return fd_error_set("%s: linear_num_value_heads = %d is not a multiple of linear_num_key_heads = %d",
-                            c->path, cfg->gdn_num_v_heads, cfg->gdn_num_k_heads);
+        return fd_error_set("%s: linear_num_value_heads = %d is not a multiple of linear_num_key_heads = %d", c->path,
+                            cfg->gdn_num_v_heads, cfg->gdn_num_k_heads);
 
     double prf = 0;
     FD_TRY(parse_rope(c, cfg, &prf));
@@ -329,7 +325,8 @@ static int parse_text(const ctx *c, fd_config *cfg) {
     const json_t *og = field(c, "output_gate_type");
     if (og && !(json_is_string(og) && !strcmp(json_string_value(og), "sigmoid")))
         FD_WARN("%s: output_gate_type = %s is ignored: HF's %s code always applies a sigmoid gate, and so do we",
-                c->path, json_is_string(og) ? SAFE(json_string_value(og)) : json_kind(og), cfg_arch_name(cfg->arch));
+                c->path, json_is_string(og) ? FD_SAFE(json_string_value(og)) : fd_json_kind(og),
+                cfg_arch_name(cfg->arch));
     return 0;
 }
 
@@ -341,21 +338,26 @@ static int copy_str(const char *path, const char *key, const char *s, char *dst,
 }
 
 static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
-    if (!json_is_object(root)) return fd_error_set("%s: expected a JSON object, got %s", path, json_kind(root));
+    if (!json_is_object(root)) return fd_error_set("%s: expected a JSON object, got %s", path, fd_json_kind(root));
     ctx rc = {path, root, ""};
     const json_t *mt = field(&rc, "model_type");
-    if (!mt) return fd_error_set("%s: missing 'model_type' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
-                                 "qwen3_5_moe_text, qwen3_next)", path);
+    if (!mt)
+        return fd_error_set("%s: missing 'model_type' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
+                            "qwen3_5_moe_text, qwen3_next)",
+                            path);
     if (!json_is_string(mt)) return type_error(&rc, "model_type", "a string", mt);
     const char *m = json_string_value(mt);
     int vl = 0;
-    if (!strcmp(m, "qwen3_5") || !strcmp(m, "qwen3_5_text")) cfg->arch = FD_ARCH_QWEN3_5;
-    else if (!strcmp(m, "qwen3_5_moe") || !strcmp(m, "qwen3_5_moe_text")) cfg->arch = FD_ARCH_QWEN3_5_MOE;
-    else if (!strcmp(m, "qwen3_next")) cfg->arch = FD_ARCH_QWEN3_NEXT;
+    if (!strcmp(m, "qwen3_5") || !strcmp(m, "qwen3_5_text"))
+        cfg->arch = FD_ARCH_QWEN3_5;
+    else if (!strcmp(m, "qwen3_5_moe") || !strcmp(m, "qwen3_5_moe_text"))
+        cfg->arch = FD_ARCH_QWEN3_5_MOE;
+    else if (!strcmp(m, "qwen3_next"))
+        cfg->arch = FD_ARCH_QWEN3_NEXT;
     else
         return fd_error_set("%s: unknown architecture '%s' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
                             "qwen3_5_moe_text, qwen3_next)",
-                            path, SAFE(m));
+                            path, FD_SAFE(m));
     vl = !strcmp(m, "qwen3_5") || !strcmp(m, "qwen3_5_moe");
 
     const json_t *archs = field(&rc, "architectures");
@@ -364,8 +366,8 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
         if (json_array_size(archs) > 0) {
             const json_t *a0 = json_array_get(archs, 0);
             if (!json_is_string(a0)) return type_error(&rc, "architectures[0]", "a string", a0);
-            FD_TRY(copy_str(path, "architectures[0]", json_string_value(a0), cfg->architecture,
-                            sizeof cfg->architecture));
+            FD_TRY(
+                copy_str(path, "architectures[0]", json_string_value(a0), cfg->architecture, sizeof cfg->architecture));
         }
     }
 
@@ -374,8 +376,10 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
     if (vl) {
         // The multimodal wrapper: HF reads the language model's fields only from text_config.
         const json_t *t = field(&rc, "text_config");
-        if (!t) return fd_error_set("%s: model_type '%s' needs a 'text_config' object with the language model's "
-                                    "fields", path, m);
+        if (!t)
+            return fd_error_set("%s: model_type '%s' needs a 'text_config' object with the language model's "
+                                "fields",
+                                path, m);
         if (!json_is_object(t)) return type_error(&rc, "text_config", "an object", t);
         tc.obj = t;
         tc.prefix = "text_config.";
@@ -385,7 +389,7 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
         if (tmt && !json_is_string(tmt)) return type_error(&tc, "model_type", "a string", tmt);
         if (tmt && strcmp(json_string_value(tmt), text_type))
             FD_WARN("%s: text_config.model_type '%s' differs from '%s'; HF builds a %s text config regardless", path,
-                    SAFE(json_string_value(tmt)), text_type, text_type);
+                    FD_SAFE(json_string_value(tmt)), text_type, text_type);
     }
     FD_TRY(copy_str(path, "model_type", text_type, cfg->model_type, sizeof cfg->model_type));
     FD_TRY(parse_text(&tc, cfg));
@@ -405,8 +409,10 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
                     path, top_tie ? "true" : "false", cfg->tie_word_embeddings ? "true" : "false");
     }
     const json_t *eos = field(&tc, "eos_token_id");
-    if (eos) FD_TRY(parse_eos(&tc, eos, &cfg->eos_token_id));
-    else FD_TRY(parse_eos(&rc, field(&rc, "eos_token_id"), &cfg->eos_token_id));
+    if (eos)
+        FD_TRY(parse_eos(&tc, eos, &cfg->eos_token_id));
+    else
+        FD_TRY(parse_eos(&rc, field(&rc, "eos_token_id"), &cfg->eos_token_id));
     return 0;
 }
 
@@ -417,7 +423,7 @@ int cfg_parse(const char *json_text, const char *path, fd_config *cfg) {
     json_t *root = json_loads(json_text, 0, &jerr);
     if (!root)
         return fd_error_set("%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column,
-                            SAFE(jerr.text));
+                            FD_SAFE(jerr.text));
     int rc = parse_root(root, path, cfg);
     json_decref(root);
     return rc;
