@@ -66,6 +66,9 @@ struct fd_backend {
     void (*sigmoid_mul)(fd_backend *be, void *x, const void *gate, int64_t count);           // x *= sigmoid(gate)
     // out[n, d] act -> f32 host-readable copy (for logits / hidden taps)
     void (*to_f32)(fd_backend *be, float *out, const void *x, int64_t count);
+    // 2-D copy of `rows` rows of row_bytes between backend buffers with the given row strides (bytes)
+    void (*copy_rows)(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride, int64_t rows,
+                      size_t row_bytes);
 
     // ---- gated DeltaNet ----
     // qwen3_next grouped layout -> contiguous: qkvz [n, Hk*(2dk+2r dv)], ba [n, Hk*2r]
@@ -73,16 +76,18 @@ struct fd_backend {
     void (*gdn_split_qkvz)(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba,
                            int n, int Hk, int Hv, int dk, int dv);
     // depthwise causal conv (kernel K) + SiLU over C channels; conv_state f32 [C, K-1] holds the previous K-1
-    // inputs (oldest first) and is updated. out may not alias x.
+    // inputs (oldest first) and is updated. out may not alias x. When state_slots (f32 [n, C, K-1]) is not NULL,
+    // the state after each token t is also written to slot t (speculative verify: commit = copy one slot).
     void (*conv1d_silu)(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
-                        int K);
+                        int K, float *state_slots);
     // The GDN core for n tokens of one sequence. qkv [n, 2Hk dk + Hv dv] post-conv; b, a [n, Hv] raw projections;
     // A_log, dt_bias [Hv]. Computes beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), L2-normalises q,k,
     // scales q by 1/sqrt(dk), runs the gated delta rule from state f32 [Hv, dk, dv] (updated in place) and writes
-    // o [n, Hv, dv]. Value head h reads q/k head h / (Hv/Hk).
+    // o [n, Hv, dv]. Value head h reads q/k head h / (Hv/Hk). When state_slots (f32 [n, Hv, dk, dv]) is not
+    // NULL the state after each token t is also written to slot t; the caller then uses FD_GDN_SERIAL.
     void (*gdn_core)(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                      const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                     int dv);
+                     int dv, float *state_slots);
     // out[rows, dv] = w * rmsnorm(x) * silu(z), w [dv] (not zero-centred)
     void (*gated_rmsnorm)(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
                           int dv, float eps);
@@ -97,9 +102,10 @@ struct fd_backend {
     // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache
     void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                      int64_t capacity);
-    // causal attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]
+    // attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]. causal: query i
+    // sees keys 0..pos0+i; otherwise (the DFlash drafter's block) every query sees all pos0+n keys.
     void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                      int hd, int64_t capacity, float scale);
+                      int hd, int64_t capacity, float scale, int causal);
 
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)

@@ -90,7 +90,7 @@ static void check_gdn(int n, int step, int Hk, int Hv, int dk, int dv, uint64_t 
         for (int t = 0; t < n; t += step) {
             int len = n - t < step ? n - t : step;
             be->gdn_core(be, (fd_gdn_route)route, o + (int64_t)t * Hv * dv, qkv + (int64_t)t * conv_dim, b + t * Hv,
-                         a + t * Hv, &wA, &wdt, S, len, Hk, Hv, dk, dv);
+                         a + t * Hv, &wA, &wdt, S, len, Hk, Hv, dk, dv, NULL);
         }
         double eo = rel_l2_d(o, o64, (size_t)n * Hv * dv);
         double es = 0, den = 0;
@@ -125,9 +125,9 @@ TEST(cpu_conv1d_state_carries_across_calls) {
     test_fill_uniform(x, sizeof x / 4, -1, 1, &seed);
     test_fill_uniform(w, 40, -1, 1, &seed);
     fd_weight W = wvec(w, C, K);
-    be->conv1d_silu(be, out1, x, &W, st1, n, C, K);
-    be->conv1d_silu(be, out2, x, &W, st2, 5, C, K);
-    be->conv1d_silu(be, out2 + 5 * C, x + 5 * C, &W, st2, n - 5, C, K);
+    be->conv1d_silu(be, out1, x, &W, st1, n, C, K, NULL);
+    be->conv1d_silu(be, out2, x, &W, st2, 5, C, K, NULL);
+    be->conv1d_silu(be, out2 + 5 * C, x + 5 * C, &W, st2, n - 5, C, K, NULL);
     EXPECT(test_rel_l2(out2, out1, (size_t)n * C) == 0.0);
     EXPECT(test_rel_l2(st2, st1, 30) == 0.0);
     // independent check of one output: silu(sum_j w[c][j] x[t-3+j][c]) with zeros before the start
@@ -159,9 +159,9 @@ TEST(cpu_attention_matches_naive_and_chunks) {
     test_fill_uniform(v, (size_t)n * Hkv * hd, -1, 1, &seed);
     void *cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * cap);
     be->kv_store(be, cache, k, v, 0, n, Hkv, hd, cap);
-    be->attention(be, o1, q, cache, 0, n, H, Hkv, hd, cap, 0.2f);
-    be->attention(be, o2, q, cache, 0, 10, H, Hkv, hd, cap, 0.2f); // first 10 queries as their own call
-    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, n - 10, H, Hkv, hd, cap, 0.2f);
+    be->attention(be, o1, q, cache, 0, n, H, Hkv, hd, cap, 0.2f, 1);
+    be->attention(be, o2, q, cache, 0, 10, H, Hkv, hd, cap, 0.2f, 1); // first 10 queries as their own call
+    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, n - 10, H, Hkv, hd, cap, 0.2f, 1);
     EXPECT(test_rel_l2(o2, o1, (size_t)n * H * hd) < 1e-6);
     double num = 0, den = 0;
     for (int t = 0; t < n; t++)

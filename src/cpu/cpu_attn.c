@@ -60,6 +60,7 @@ typedef struct {
     int64_t pos0;
     int n, H, Hkv, hd;
     float scale;
+    int causal;
 } attn_ctx;
 
 static void attn_rows(void *p, int64_t b, int64_t e) {
@@ -70,7 +71,7 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
     for (int64_t idx = b; idx < e; idx++) {
         const int64_t t = idx / c->H;
         const int h = (int)(idx % c->H), kvh = h / group;
-        const int64_t last = c->pos0 + t; // causal: keys 0..last
+        const int64_t last = c->causal ? c->pos0 + t : span - 1; // causal: keys 0..pos0+t
         const float *q = c->q + idx * hd;
         float mx = -INFINITY;
         for (int64_t j = 0; j <= last; j++) {
@@ -94,10 +95,10 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
 }
 
 static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                          int Hkv, int hd, int64_t capacity, float scale) {
+                          int Hkv, int hd, int64_t capacity, float scale, int causal) {
     (void)be;
     const float *K = cache, *V = K + capacity * Hkv * hd;
-    attn_ctx c = {out, q, K, V, pos0, n, H, Hkv, hd, scale};
+    attn_ctx c = {out, q, K, V, pos0, n, H, Hkv, hd, scale, causal};
     fd_parallel_for((int64_t)n * H, 1, attn_rows, &c);
 }
 

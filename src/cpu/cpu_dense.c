@@ -140,7 +140,15 @@ static void cpu_to_f32(fd_backend *be, float *out, const void *x, int64_t count)
     memcpy(out, x, (size_t)count * sizeof(float));
 }
 
+static void cpu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                          int64_t rows, size_t row_bytes) {
+    (void)be;
+    for (int64_t r = 0; r < rows; r++)
+        memmove((char *)dst + (size_t)r * dst_stride, (const char *)src + (size_t)r * src_stride, row_bytes);
+}
+
 void cpu_install_dense(fd_backend *be) {
+    be->copy_rows = cpu_copy_rows;
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;
     be->matmul = cpu_matmul;

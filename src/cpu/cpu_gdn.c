@@ -37,6 +37,7 @@ typedef struct {
     const float *x;
     const fd_weight *w;
     float *state;
+    float *slots; // [n, C, K-1] or NULL
     int n, C, K;
 } conv_ctx;
 
@@ -54,16 +55,18 @@ static void conv_channels(void *p, int64_t c0, int64_t c1) {
             for (int j = 0; j < K; j++) s += w[j] * win[j];
             c->out[(int64_t)t * C + ch] = cpu_silu(s);
             for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+            if (c->slots)
+                for (int j = 0; j < K - 1; j++) c->slots[((int64_t)t * C + ch) * (K - 1) + j] = win[j];
         }
         for (int j = 0; j < K - 1; j++) st[j] = win[j];
     }
 }
 
 static void cpu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n,
-                            int C, int K) {
+                            int C, int K, float *state_slots) {
     (void)be;
     FD_CHECK(K >= 1 && K <= 16, "conv kernel %d", K);
-    conv_ctx c = {out, x, w, conv_state, n, C, K};
+    conv_ctx c = {out, x, w, conv_state, state_slots, n, C, K};
     fd_parallel_for(C, 64, conv_channels, &c);
 }
 
@@ -74,6 +77,7 @@ typedef struct {
     const float *v;       // rows of the qkv buffer: v at qkv + t*conv_dim + 2*Hk*dk
     const float *g, *beta; // [n, Hv]
     float *state;         // [Hv, dk, dv]
+    float *slots;         // [n, Hv, dk, dv] or NULL: the state after every token
     int n, Hk, Hv, dk, dv, conv_dim;
 } gdn_ctx;
 
@@ -103,6 +107,7 @@ static void gdn_serial_heads(void *p, int64_t h0, int64_t h1) {
             for (int j = 0; j < dv; j++) o[j] = 0;
             for (int i = 0; i < dk; i++)
                 for (int j = 0; j < dv; j++) o[j] += S[i * dv + j] * q[i];
+            if (c->slots) memcpy(c->slots + ((int64_t)t * c->Hv + h) * dk * dv, S, (size_t)dk * dv * sizeof(float));
         }
     }
     free(kv);
@@ -198,7 +203,7 @@ static void gdn_chunked_heads(void *p, int64_t h0, int64_t h1) {
 
 static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                          const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                         int dv) {
+                         int dv, float *state_slots) {
     (void)be;
     const int conv_dim = 2 * Hk * dk + Hv * dv;
     const float *X = qkv, *B = b, *A = a;
@@ -228,7 +233,9 @@ static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void
             beta[i] = cpu_sigmoid(B[i]);
         }
     }
-    gdn_ctx c = {o, q, k, X, g, beta, state, n, Hk, Hv, dk, dv, conv_dim};
+    gdn_ctx c = {o, q, k, X, g, beta, state, state_slots, n, Hk, Hv, dk, dv, conv_dim};
+    // Per-token state slots only exist in the recurrence; the engine asks for them with FD_GDN_SERIAL.
+    FD_CHECK(!state_slots || route == FD_GDN_SERIAL || n == 1, "GDN state slots need the serial route");
     fd_parallel_for(Hv, 1, route == FD_GDN_SERIAL || n == 1 ? gdn_serial_heads : gdn_chunked_heads, &c);
     free(q);
     free(k);

@@ -106,12 +106,12 @@ static void gdn_mixer(fd_engine *e, int li, int n) {
         be->matmul(be, e->t3, e->h, &L->in_b, n, 0);
         be->matmul(be, e->t4, e->h, &L->in_a, n, 0);
     }
-    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel);
+    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel, NULL);
     const fd_gdn_route route = n == 1 ? FD_GDN_SERIAL : e->opt.gdn_prefill;
     fd_route_count *rc = route == FD_GDN_CHUNKED ? &e->gdn_chunked : &e->gdn_serial;
     rc->calls++;
     rc->tokens += n;
-    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv);
+    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv, NULL);
     be->gated_rmsnorm(be, e->t5, e->t5, e->t2, &L->gdn_norm, (int64_t)n * Hv, dv, c->rms_norm_eps);
     be->matmul(be, e->y, e->t5, &L->out_proj, n, 0);
 }
@@ -131,7 +131,7 @@ static void attn_mixer(fd_engine *e, int li, int n) {
     be->rope(be, e->t2, n, H, hd, c->rotary_dim, c->rope_theta, e->n_past);
     be->rope(be, e->t4, n, Hkv, hd, c->rotary_dim, c->rope_theta, e->n_past);
     be->kv_store(be, e->kv[li], e->t4, e->t5, e->n_past, n, Hkv, hd, e->opt.capacity);
-    be->attention(be, e->t1, e->t2, e->kv[li], e->n_past, n, H, Hkv, hd, e->opt.capacity, 1.0f / sqrtf((float)hd));
+    be->attention(be, e->t1, e->t2, e->kv[li], e->n_past, n, H, Hkv, hd, e->opt.capacity, 1.0f / sqrtf((float)hd), 1);
     be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
     be->matmul(be, e->y, e->t1, &L->o_proj, n, 0);
 }
