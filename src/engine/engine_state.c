@@ -1,0 +1,79 @@
+// Engine state snapshots (see engine_state.h).
+//
+// KV layout: backend.h keeps the cache layout private to the backend. Both backends today store a layer's cache as
+// a K plane [capacity, Hkv, hd] followed by a V plane of the same shape, in an element type of
+// kv_bytes_per_token / (2 Hkv hd) bytes. kv_plane() below is the one place that relies on it; a backend with another
+// layout needs a kv_copy entry point in backend.h (asked for in the server's report, issue 6).
+#include "engine/engine_state.h"
+
+#include <string.h>
+
+static int conv_dim(const fd_config *c) {
+    return 2 * c->gdn_num_k_heads * c->gdn_k_dim + c->gdn_num_v_heads * c->gdn_v_dim;
+}
+
+void es_geom_init(es_geom *g, const fd_engine *e) {
+    const fd_config *c = &e->m->cfg;
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < c->num_layers; i++) {
+        if (c->layer_kind[i] == FD_LAYER_GDN) g->n_gdn++;
+        else g->n_attn++;
+    }
+    g->conv_bytes = (size_t)conv_dim(c) * (size_t)(c->gdn_conv_kernel - 1) * sizeof(float);
+    g->gdn_bytes = (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+    g->state_bytes = (size_t)g->n_gdn * (g->conv_bytes + g->gdn_bytes);
+    g->kv_plane_row = e->be->kv_bytes_per_token(e->be, c->num_kv_heads, c->head_dim) / 2;
+}
+
+size_t es_kv_bytes(const es_geom *g, int64_t n) { return (size_t)g->n_attn * 2 * g->kv_plane_row * (size_t)n; }
+
+void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
+    const fd_config *c = &e->m->cfg;
+    char *p = dst;
+    for (int i = 0; i < c->num_layers; i++) {
+        if (c->layer_kind[i] != FD_LAYER_GDN) continue;
+        e->be->copy(e->be, p, e->conv_state[i], g->conv_bytes);
+        p += g->conv_bytes;
+        e->be->copy(e->be, p, e->gdn_state[i], g->gdn_bytes);
+        p += g->gdn_bytes;
+    }
+}
+
+void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
+    const fd_config *c = &e->m->cfg;
+    const char *p = src;
+    for (int i = 0; i < c->num_layers; i++) {
+        if (c->layer_kind[i] != FD_LAYER_GDN) continue;
+        e->be->copy(e->be, e->conv_state[i], p, g->conv_bytes);
+        p += g->conv_bytes;
+        e->be->copy(e->be, e->gdn_state[i], p, g->gdn_bytes);
+        p += g->gdn_bytes;
+    }
+}
+
+// Address of row `pos` of plane 0 (K) or 1 (V) of a layer's cache.
+static char *kv_plane(const fd_engine *e, const es_geom *g, int layer, int plane, int64_t pos) {
+    return (char *)e->kv[layer] + ((size_t)plane * (size_t)e->opt.capacity + (size_t)pos) * g->kv_plane_row;
+}
+
+static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
+    const fd_config *c = &e->m->cfg;
+    FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= e->opt.capacity, "KV range [%lld, %lld) beyond capacity %lld",
+             (long long)pos0, (long long)(pos0 + n), (long long)e->opt.capacity);
+    const size_t bytes = g->kv_plane_row * (size_t)n;
+    for (int i = 0; i < c->num_layers; i++) {
+        if (c->layer_kind[i] != FD_LAYER_ATTN) continue;
+        for (int plane = 0; plane < 2; plane++) {
+            char *cache = kv_plane(e, g, i, plane, pos0);
+            if (save) e->be->copy(e->be, buf, cache, bytes);
+            else e->be->copy(e->be, cache, buf, bytes);
+            buf += bytes;
+        }
+    }
+}
+
+void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n) { kv_move(e, g, dst, pos0, n, 1); }
+
+void es_kv_load(fd_engine *e, const es_geom *g, const void *src, int64_t pos0, int64_t n) {
+    kv_move(e, g, (char *)src, pos0, n, 0);
+}

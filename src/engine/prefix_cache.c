@@ -1,0 +1,238 @@
+// Hybrid prefix cache (see prefix_cache.h).
+#include "engine/prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pc_node {
+    uint64_t hash;                  // of (parent hash, this block's tokens)
+    struct pc_node *parent, *hnext; // tree parent; hash-bucket chain
+    struct pc_node *newer, *older;  // LRU list (head = most recent)
+    int n_children;
+    int32_t *tokens; // [block]
+    void *kv;        // backend [n_attn][K block | V block]
+    void *state;     // backend snapshot after this block, or NULL
+} pc_node;
+
+struct pc_cache {
+    fd_backend *be;
+    es_geom g;
+    int block;
+    size_t budget, bytes, node_bytes; // node_bytes: KV of one block
+    pc_node **buckets;
+    size_t n_buckets;
+    pc_node *lru_head, *lru_tail;
+    int64_t nodes, snapshots, evictions, inserted;
+};
+
+static uint64_t mix64(uint64_t x) { // splitmix64 finaliser
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t block_hash(uint64_t parent, const int32_t *t, int n) {
+    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
+    for (int i = 0; i < n; i++) h = mix64(h ^ (uint32_t)t[i]);
+    return h;
+}
+
+pc_cache *pc_create(fd_engine *e, int block, size_t budget_bytes) {
+    FD_CHECK(block >= 1);
+    pc_cache *pc = fd_calloc(1, sizeof *pc);
+    pc->be = e->be;
+    es_geom_init(&pc->g, e);
+    pc->block = block;
+    pc->budget = budget_bytes;
+    pc->node_bytes = es_kv_bytes(&pc->g, block) + (size_t)block * sizeof(int32_t);
+    pc->n_buckets = 1024;
+    pc->buckets = fd_calloc(pc->n_buckets, sizeof *pc->buckets);
+    return pc;
+}
+
+int pc_block(const pc_cache *pc) { return pc->block; }
+const es_geom *pc_geom(const pc_cache *pc) { return &pc->g; }
+
+static void lru_unlink(pc_cache *pc, pc_node *n) {
+    if (n->newer) n->newer->older = n->older;
+    else pc->lru_head = n->older;
+    if (n->older) n->older->newer = n->newer;
+    else pc->lru_tail = n->newer;
+    n->newer = n->older = NULL;
+}
+
+static void lru_push_front(pc_cache *pc, pc_node *n) {
+    n->older = pc->lru_head;
+    n->newer = NULL;
+    if (pc->lru_head) pc->lru_head->newer = n;
+    pc->lru_head = n;
+    if (!pc->lru_tail) pc->lru_tail = n;
+}
+
+// Marks path[0..k) used, leaf first, so each parent ends up more recent than its children.
+static void touch_path(pc_cache *pc, pc_node **path, int64_t k) {
+    for (int64_t i = k - 1; i >= 0; i--) {
+        lru_unlink(pc, path[i]);
+        lru_push_front(pc, path[i]);
+    }
+}
+
+static pc_node *find_child(pc_cache *pc, pc_node *parent, const int32_t *t) {
+    const uint64_t h = block_hash(parent ? parent->hash : 0, t, pc->block);
+    for (pc_node *n = pc->buckets[h % pc->n_buckets]; n; n = n->hnext)
+        if (n->hash == h && n->parent == parent && !memcmp(n->tokens, t, (size_t)pc->block * sizeof *t)) return n;
+    return NULL;
+}
+
+static void rehash(pc_cache *pc) {
+    size_t nb = pc->n_buckets * 2;
+    pc_node **b = fd_calloc(nb, sizeof *b);
+    for (size_t i = 0; i < pc->n_buckets; i++)
+        for (pc_node *n = pc->buckets[i], *next; n; n = next) {
+            next = n->hnext;
+            n->hnext = b[n->hash % nb];
+            b[n->hash % nb] = n;
+        }
+    free(pc->buckets);
+    pc->buckets = b;
+    pc->n_buckets = nb;
+}
+
+static void drop_state(pc_cache *pc, pc_node *n) {
+    if (!n->state) return;
+    pc->be->free(pc->be, n->state);
+    n->state = NULL;
+    pc->bytes -= pc->g.state_bytes;
+    pc->snapshots--;
+}
+
+static void node_free(pc_cache *pc, pc_node *n) {
+    pc_node **pp = &pc->buckets[n->hash % pc->n_buckets];
+    while (*pp != n) pp = &(*pp)->hnext;
+    *pp = n->hnext;
+    lru_unlink(pc, n);
+    if (n->parent) n->parent->n_children--;
+    drop_state(pc, n);
+    pc->be->free(pc->be, n->kv);
+    free(n->tokens);
+    pc->bytes -= pc->node_bytes;
+    pc->nodes--;
+    free(n);
+}
+
+int64_t pc_restore(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t n, int64_t max_len) {
+    FD_CHECK(e->n_past == 0, "prefix restore into a sequence that is not empty");
+    if (max_len > n) max_len = n;
+    const int64_t nb = max_len / pc->block;
+    if (nb < 1) return 0;
+    pc_node **path = fd_malloc((size_t)nb * sizeof *path);
+    int64_t depth = 0, usable = 0;
+    pc_node *cur = NULL;
+    while (depth < nb) {
+        pc_node *c = find_child(pc, cur, ids + depth * pc->block);
+        if (!c) break;
+        path[depth++] = cur = c;
+        if (c->state) usable = depth;
+    }
+    touch_path(pc, path, depth);
+    for (int64_t i = 0; i < usable; i++) es_kv_load(e, &pc->g, path[i]->kv, i * pc->block, pc->block);
+    if (usable) {
+        es_state_load(e, &pc->g, path[usable - 1]->state);
+        e->n_past = usable * pc->block;
+    }
+    free(path);
+    return usable * pc->block;
+}
+
+int pc_has_snapshot(pc_cache *pc, const int32_t *ids, int64_t pos) {
+    pc_node *cur = NULL;
+    for (int64_t i = 0; i + pc->block <= pos; i += pc->block)
+        if (!(cur = find_child(pc, cur, ids + i))) return 0;
+    return cur && cur->state;
+}
+
+// Evicts LRU leaves until `need` more bytes fit; never a node of `path` (in use). 0 if it fits.
+static int make_room(pc_cache *pc, size_t need, pc_node **path, int64_t k) {
+    while (pc->bytes + need > pc->budget) {
+        pc_node *v = pc->lru_tail;
+        if (!v) return -1;
+        for (int64_t i = 0; i < k; i++)
+            if (path[i] == v) return -1; // only the path itself is left
+        FD_CHECK(v->n_children == 0, "prefix cache: LRU tail is not a leaf");
+        node_free(pc, v);
+        pc->evictions++;
+    }
+    return 0;
+}
+
+void pc_insert(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t pos, void *snap) {
+    const int aligned = pos % pc->block == 0; // (a '%' inside FD_CHECK's condition would reach its format string)
+    FD_CHECK(aligned && pos <= e->opt.capacity, "prefix insert at %lld", (long long)pos);
+    const int64_t nb = pos / pc->block;
+    if (nb < 1 || (!snap && e->n_past != pos)) goto drop;
+    pc_node **path = fd_malloc((size_t)nb * sizeof *path);
+    int64_t have = 0;
+    pc_node *cur = NULL;
+    while (have < nb && (cur = find_child(pc, have ? path[have - 1] : NULL, ids + have * pc->block)))
+        path[have++] = cur;
+    const int need_state = !(have == nb && path[nb - 1]->state);
+    const size_t need = (size_t)(nb - have) * pc->node_bytes + (need_state ? pc->g.state_bytes : 0);
+    touch_path(pc, path, have);
+    if (!need_state || need > pc->budget || make_room(pc, need, path, have)) {
+        free(path);
+        goto drop;
+    }
+    for (int64_t i = have; i < nb; i++) {
+        pc_node *n = fd_calloc(1, sizeof *n);
+        n->parent = i ? path[i - 1] : NULL;
+        n->tokens = fd_malloc((size_t)pc->block * sizeof(int32_t));
+        memcpy(n->tokens, ids + i * pc->block, (size_t)pc->block * sizeof(int32_t));
+        n->hash = block_hash(n->parent ? n->parent->hash : 0, n->tokens, pc->block);
+        n->kv = pc->be->alloc(pc->be, es_kv_bytes(&pc->g, pc->block));
+        es_kv_save(e, &pc->g, n->kv, i * pc->block, pc->block);
+        if (n->parent) n->parent->n_children++;
+        if (pc->nodes + 1 > (int64_t)pc->n_buckets) rehash(pc);
+        n->hnext = pc->buckets[n->hash % pc->n_buckets];
+        pc->buckets[n->hash % pc->n_buckets] = n;
+        pc->bytes += pc->node_bytes;
+        pc->nodes++;
+        pc->inserted++;
+        lru_push_front(pc, n);
+        path[i] = n;
+    }
+    touch_path(pc, path, nb);
+    pc_node *last = path[nb - 1];
+    if (!snap) {
+        snap = pc->be->alloc(pc->be, pc->g.state_bytes);
+        es_state_save(e, &pc->g, snap);
+    }
+    last->state = snap;
+    pc->bytes += pc->g.state_bytes;
+    pc->snapshots++;
+    free(path);
+    return;
+drop:
+    if (snap) pc->be->free(pc->be, snap);
+}
+
+void pc_reset(pc_cache *pc) {
+    while (pc->lru_tail) node_free(pc, pc->lru_tail); // tail is always a leaf
+}
+
+void pc_free(pc_cache *pc) {
+    if (!pc) return;
+    pc_reset(pc);
+    free(pc->buckets);
+    free(pc);
+}
+
+void pc_get_stats(const pc_cache *pc, pc_stats *s) {
+    s->nodes = pc->nodes;
+    s->snapshots = pc->snapshots;
+    s->bytes = pc->bytes;
+    s->budget = pc->budget;
+    s->evictions = pc->evictions;
+    s->inserted_blocks = pc->inserted;
+}

@@ -1,0 +1,48 @@
+// Prefix cache for hybrid (GDN + attention) models.
+//
+// The cache is a tree of token blocks of `block` tokens: a node is keyed by (its parent, its block's tokens) through
+// a hash chain, and holds that block's attention KV for every attention layer. Because the GDN recurrent state and the
+// conv window cannot be rebuilt from KV, a node may also hold a *state snapshot*: the engine's recurrent state right
+// after the node's last token. A prefix is usable only up to the deepest matched node that has a snapshot.
+//
+// Memory (KV blocks + snapshots, all backend memory) stays under a byte budget by evicting least-recently-used leaves.
+// A lookup touches its path leaf-first, so a parent is always more recent than its children and the LRU tail is always
+// a leaf. Not thread-safe: the server's scheduler thread is its only user.
+#ifndef FD_PREFIX_CACHE_H
+#define FD_PREFIX_CACHE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine_state.h"
+
+typedef struct pc_cache pc_cache;
+
+typedef struct {
+    int64_t nodes, snapshots;   // live
+    size_t bytes, budget;       // live bytes of KV blocks and snapshots; the budget
+    int64_t evictions;          // nodes evicted so far
+    int64_t inserted_blocks;    // nodes created so far
+} pc_stats;
+
+// `e` gives the geometry (any engine of the model/backend the cache will serve). block >= 1.
+pc_cache *pc_create(fd_engine *e, int block, size_t budget_bytes);
+void pc_free(pc_cache *pc);
+int pc_block(const pc_cache *pc);
+const es_geom *pc_geom(const pc_cache *pc);
+
+// Finds the longest cached prefix of ids[0..n) that ends at a node with a state snapshot and is at most max_len
+// tokens, and restores it into e (KV, conv and GDN state, n_past). Returns the restored token count (0: nothing
+// usable; e is then untouched). e must be reset (n_past == 0).
+int64_t pc_restore(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t n, int64_t max_len);
+
+// Caches ids[0..pos) (pos a multiple of the block size, KV of those positions held in e) with a state snapshot at
+// pos. snap: a snapshot buffer (es_geom.state_bytes, from be->alloc) that the cache takes over, or NULL to copy e's
+// current state (then e->n_past must equal pos). Skips what does not fit the budget.
+void pc_insert(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t pos, void *snap);
+
+// Is a snapshot at pos for ids[0..pos) already cached? (Lets the caller skip taking one.)
+int pc_has_snapshot(pc_cache *pc, const int32_t *ids, int64_t pos);
+
+void pc_reset(pc_cache *pc); // drops everything
+void pc_get_stats(const pc_cache *pc, pc_stats *s);
+#endif

@@ -1,0 +1,140 @@
+// Hybrid prefix cache and engine state snapshots (src/engine/prefix_cache.c, engine_state.c), in process on the
+// HF fixtures: a restored prefix + the tail must give the cold run's logits and greedy tokens, on every fixture
+// architecture; the LRU budget, reset and the "usable only where a snapshot exists" rule.
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/prefix_cache.h"
+#include "fixture.h"
+#include "test.h"
+
+typedef struct {
+    fd_model m;
+    fd_backend *be;
+    fd_engine e;
+} pc_loaded;
+
+static fd_backend *pc_cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+
+static int pc_open(pc_loaded *L, const char *dir, int64_t cap) {
+    memset(L, 0, sizeof *L);
+    if (model_load(dir, &L->m)) return -1;
+    L->be = pc_cpu();
+    model_upload(&L->m, L->be);
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.max_batch = 64;
+    o.capacity = cap;
+    return engine_init(&L->e, &L->m, L->be, &o);
+}
+
+static void pc_close(pc_loaded *L) {
+    engine_free(&L->e);
+    model_free(&L->m);
+}
+
+// Cold: prefill everything, caching a snapshot every 64 tokens. Warm (second engine of the same model): restore, then
+// prefill only the tail. Logits of the last position and 16 greedy tokens must agree.
+TEST(server_prefix_restore_matches_cold_every_fixture) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        pc_loaded L;
+        ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
+        fd_engine warm;
+        fd_engine_opts o = L.e.opt;
+        ASSERT(engine_init(&warm, &L.m, L.be, &o) == 0);
+        const int V = fx.vocab, n = fx.n_ids, B = 16;
+        pc_cache *pc = pc_create(&L.e, B, (size_t)64 << 20);
+        float *cold = malloc(sizeof(float) * V), *hot = malloc(sizeof(float) * V);
+        int64_t done = 0;
+        while (done < n) { // cut at multiples of 64 so each boundary can be snapshot
+            int64_t len = n - done < 64 ? n - done : 64;
+            ASSERT(engine_forward(&L.e, fx.ids + done, (int)len, cold, 0) == 0, "%s", fd_error_msg());
+            done += len;
+            if (done % 64 == 0) pc_insert(pc, &L.e, fx.ids, done, NULL);
+        }
+        pc_stats st;
+        pc_get_stats(pc, &st);
+        EXPECT(st.snapshots == n / 64 && st.nodes == (n / 64) * 64 / B, "%lld snapshots, %lld nodes",
+               (long long)st.snapshots, (long long)st.nodes);
+        int64_t got = pc_restore(pc, &warm, fx.ids, n, n - 1);
+        EXPECT(got == ((n - 1) / 64) * 64, "%s: restored %lld", fx.dir, (long long)got);
+        EXPECT(warm.n_past == got);
+        ASSERT(engine_prefill(&warm, fx.ids + got, n - got, 0, hot, 0) == 0, "%s", fd_error_msg());
+        double err = test_rel_l2(hot, cold, (size_t)V);
+        EXPECT(err < 1e-5, "%s: last-position logits rel-L2 %.3g", fx.dir, err);
+        int32_t a = engine_argmax(cold, V), b = engine_argmax(hot, V);
+        int same = 0;
+        for (int i = 0; i < B; i++) {
+            same += a == b;
+            ASSERT(engine_forward(&L.e, &a, 1, cold, 0) == 0);
+            ASSERT(engine_forward(&warm, &b, 1, hot, 0) == 0);
+            a = engine_argmax(cold, V);
+            b = engine_argmax(hot, V);
+        }
+        EXPECT(same == B, "%s: %d of %d greedy tokens equal", fx.dir, same, B);
+        EXPECT(fx.n_greedy > 0 && same == B);
+        pc_free(pc);
+        free(cold);
+        free(hot);
+        engine_free(&warm);
+        pc_close(&L);
+        fixture_free(&fx);
+    }
+}
+
+TEST(server_prefix_snapshot_rule_budget_and_reset) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    pc_loaded L;
+    ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
+    const int B = 16;
+    pc_cache *pc = pc_create(&L.e, B, (size_t)64 << 20);
+    const es_geom *g = pc_geom(pc);
+    ASSERT(engine_prefill(&L.e, fx.ids, 64, 0, NULL, 0) == 0);
+    pc_insert(pc, &L.e, fx.ids, 64, NULL);
+    EXPECT(pc_has_snapshot(pc, fx.ids, 64) && !pc_has_snapshot(pc, fx.ids, 48) && !pc_has_snapshot(pc, fx.ids, 80));
+    fd_engine w;
+    fd_engine_opts o = L.e.opt;
+    ASSERT(engine_init(&w, &L.m, L.be, &o) == 0);
+    // blocks at 16..48 exist but carry no snapshot: a 60-token limit finds nothing usable
+    EXPECT(pc_restore(pc, &w, fx.ids, fx.n_ids, 60) == 0 && w.n_past == 0);
+    EXPECT(pc_restore(pc, &w, fx.ids, fx.n_ids, 64) == 64);
+    engine_reset(&w);
+    // a different token in block 2 ends the match before the snapshot
+    int32_t *alt = malloc(sizeof(int32_t) * fx.n_ids);
+    memcpy(alt, fx.ids, sizeof(int32_t) * fx.n_ids);
+    alt[40] ^= 1;
+    EXPECT(pc_restore(pc, &w, alt, fx.n_ids, fx.n_ids) == 0);
+    // the budget: room for exactly one 64-token path with its snapshot; a second path evicts the first
+    pc_stats st;
+    pc_get_stats(pc, &st);
+    pc_free(pc);
+    pc = pc_create(&L.e, B, st.bytes);
+    pc_insert(pc, &L.e, fx.ids, 64, NULL);
+    engine_reset(&L.e);
+    ASSERT(engine_prefill(&L.e, alt, 64, 0, NULL, 0) == 0);
+    pc_insert(pc, &L.e, alt, 64, NULL);
+    pc_get_stats(pc, &st);
+    EXPECT(st.bytes <= st.budget && st.evictions >= 2, "bytes %zu budget %zu evictions %lld", st.bytes, st.budget,
+           (long long)st.evictions);
+    EXPECT(pc_has_snapshot(pc, alt, 64) && !pc_has_snapshot(pc, fx.ids, 64));
+    // a snapshot handed over is owned by the cache (freed if not needed: no leak under LSan)
+    void *snap = L.be->alloc(L.be, g->state_bytes);
+    es_state_save(&L.e, g, snap);
+    pc_insert(pc, &L.e, alt, 64, snap); // already cached: dropped
+    pc_reset(pc);
+    pc_get_stats(pc, &st);
+    EXPECT(st.nodes == 0 && st.snapshots == 0 && st.bytes == 0);
+    EXPECT(pc_restore(pc, &w, alt, fx.n_ids, fx.n_ids) == 0);
+    free(alt);
+    pc_free(pc);
+    engine_free(&w);
+    pc_close(&L);
+    fixture_free(&fx);
+}
