@@ -219,11 +219,8 @@ static void bpe(enc_ctx *c, const char *s, size_t n) {
         size_t bl = 0;
         for (size_t i = 0; i < n; i++) { // byte-level string of the piece
             uint8_t b = (uint8_t)s[i];
-            int32_t id = t->byte_id[b];
-            const char *bt = id >= 0 ? t->id_text[id] : NULL;
-            if (!bt) { bl = 0; break; }
-            memcpy(c->pbuf + bl, bt, t->id_text_len[id]);
-            bl += t->id_text_len[id];
+            memcpy(c->pbuf + bl, t->byte_str[b], t->byte_str_len[b]);
+            bl += t->byte_str_len[b];
         }
         int32_t whole = bl ? tok_str_map_get(&t->vocab, c->pbuf, bl, (const char *const *)t->id_text, t->id_text_len) : -1;
         if (whole >= 0) {
@@ -526,6 +523,9 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *ou
     c.jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
     FD_CHECK(c.md && c.mctx && c.jstack, "out of memory");
     pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
+    // A tokenizer.json can hold any regex; a catastrophic one must fail the call, not hang it. Real pre-tokenizer
+    // patterns stay orders of magnitude below this.
+    pcre2_set_match_limit(c.mctx, 20 * 1000 * 1000);
     uint64_t want = len / 8 < 64 ? 64 : len / 8 > (1u << 16) ? (1u << 16) : len / 8;
     c.ccap = 64;
     while (c.ccap < want) c.ccap *= 2;

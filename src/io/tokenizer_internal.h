@@ -52,6 +52,8 @@ struct tok_tokenizer {
     uint64_t *merge_val;        // [merge_cap] rank << 32 | merged id
     uint32_t merge_cap;
     int32_t byte_id[256];       // id of the one-byte token for each byte, -1 if absent
+    char byte_str[256][2];      // UTF-8 of each byte's ByteLevel char (1 or 2 bytes)
+    uint8_t byte_str_len[256];
     int32_t unk_id;             // -1 if none
     int fuse_unk, ignore_merges;
 

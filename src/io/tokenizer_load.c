@@ -432,6 +432,8 @@ static void build_byte_ids(tok_tokenizer *t) {
         char buf[4];
         int n = (int)utf8proc_encode_char((utf8proc_int32_t)b2c[b], (utf8proc_uint8_t *)buf);
         t->byte_id[b] = vocab_get(t, buf, (size_t)n);
+        memcpy(t->byte_str[b], buf, (size_t)n); // chars of the table are all below U+0800
+        t->byte_str_len[b] = (uint8_t)n;
     }
 }
 
