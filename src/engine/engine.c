@@ -45,6 +45,7 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
     e->t4 = be->alloc(be, (size_t)(B * mid * ab));
     e->t5 = be->alloc(be, (size_t)(B * mid * ab));
     e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * c->vocab_size * sizeof(float));
+    for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
     e->kv = fd_calloc((size_t)c->num_layers, sizeof(void *));
     e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
@@ -80,6 +81,13 @@ void engine_free(fd_engine *e) {
         if (e->conv_state[i]) be->free(be, e->conv_state[i]);
         if (e->gdn_state[i]) be->free(be, e->gdn_state[i]);
     }
+    for (int i = 0; e->gdn_slots && i < c->num_layers; i++) {
+        if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
+        if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
+    }
+    free(e->gdn_slots);
+    free(e->conv_slots);
+    if (e->taps) be->free(be, e->taps);
     free(e->kv);
     free(e->conv_state);
     free(e->gdn_state);
@@ -106,12 +114,15 @@ static void gdn_mixer(fd_engine *e, int li, int n) {
         be->matmul(be, e->t3, e->h, &L->in_b, n, 0);
         be->matmul(be, e->t4, e->h, &L->in_a, n, 0);
     }
-    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel, NULL);
-    const fd_gdn_route route = n == 1 ? FD_GDN_SERIAL : e->opt.gdn_prefill;
+    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel,
+                    e->use_slots ? e->conv_slots[li] : NULL);
+    // Decode steps and verify blocks (which record per-token states) take the recurrence.
+    const fd_gdn_route route = n == 1 || e->use_slots ? FD_GDN_SERIAL : e->opt.gdn_prefill;
     fd_route_count *rc = route == FD_GDN_CHUNKED ? &e->gdn_chunked : &e->gdn_serial;
     rc->calls++;
     rc->tokens += n;
-    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv, NULL);
+    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv,
+                 e->use_slots ? e->gdn_slots[li] : NULL);
     be->gated_rmsnorm(be, e->t5, e->t5, e->t2, &L->gdn_norm, (int64_t)n * Hv, dv, c->rms_norm_eps);
     be->matmul(be, e->y, e->t5, &L->out_proj, n, 0);
 }
@@ -173,6 +184,10 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
         be->rmsnorm(be, e->h, e->x, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
         ffn(e, li, n);
         be->add(be, e->x, e->y, (int64_t)n * d);
+        if (e->tap_col[li] >= 0) {
+            const size_t rb = (size_t)d * be->act_bytes;
+            be->copy_rows(be, (char *)e->taps + (size_t)e->tap_col[li] * rb, rb * (size_t)e->n_taps, e->x, rb, n, rb);
+        }
     }
     e->n_past += n;
     if (!logits) return 0;
@@ -223,4 +238,71 @@ int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
     }
     free(logits);
     return rc;
+}
+
+int engine_set_taps(fd_engine *e, const int *layers, int n) {
+    const fd_config *c = &e->m->cfg;
+    if (n < 1 || n > c->num_layers) return fd_error_set("%d tap layers for a %d-layer target", n, c->num_layers);
+    for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
+    for (int j = 0; j < n; j++) {
+        if (layers[j] < 0 || layers[j] >= c->num_layers)
+            return fd_error_set("tap layer %d is outside the target's layers 0..%d", layers[j], c->num_layers - 1);
+        if (e->tap_col[layers[j]] >= 0) return fd_error_set("tap layer %d is listed twice", layers[j]);
+        e->tap_col[layers[j]] = j;
+    }
+    e->n_taps = n;
+    if (e->taps) e->be->free(e->be, e->taps);
+    e->taps = e->be->alloc(e->be, (size_t)e->opt.max_batch * n * c->hidden_size * e->be->act_bytes);
+    return 0;
+}
+
+static size_t gdn_state_bytes(const fd_config *c) {
+    return (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+}
+static size_t conv_state_bytes(const fd_config *c) {
+    return (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float);
+}
+
+int engine_enable_slots(fd_engine *e, int block) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
+    if (block < 1 || block > e->opt.max_batch)
+        return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
+                            e->opt.max_batch);
+    if (e->gdn_slots) return block <= e->spec_block ? 0 : fd_error_set("state slots already sized for %d", e->spec_block);
+    e->gdn_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
+    e->conv_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
+    for (int i = 0; i < c->num_layers; i++)
+        if (c->layer_kind[i] == FD_LAYER_GDN) {
+            e->gdn_slots[i] = be->alloc(be, gdn_state_bytes(c) * (size_t)block);
+            e->conv_slots[i] = be->alloc(be, conv_state_bytes(c) * (size_t)block);
+        }
+    e->spec_block = block;
+    return 0;
+}
+
+int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits) {
+    if (n < 1 || n > e->spec_block)
+        return fd_error_set("verify of %d tokens: state slots hold %d", n, e->spec_block);
+    e->use_slots = 1;
+    int rc = engine_forward(e, ids, n, logits, 1);
+    e->use_slots = 0;
+    return rc;
+}
+
+void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
+    FD_CHECK(keep >= 1 && n_past_before_verify + keep <= e->n_past, "commit %d of %lld verified tokens", keep,
+             (long long)(e->n_past - n_past_before_verify));
+    const int n_verified = (int)(e->n_past - n_past_before_verify);
+    e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
+    if (keep == n_verified) return;           // the live state is already the state after the last token
+    for (int i = 0; i < c->num_layers; i++)
+        if (c->layer_kind[i] == FD_LAYER_GDN) {
+            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_state_bytes(c) * (size_t)(keep - 1),
+                     gdn_state_bytes(c));
+            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_state_bytes(c) * (size_t)(keep - 1),
+                     conv_state_bytes(c));
+        }
 }

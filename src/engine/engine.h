@@ -30,6 +30,14 @@ typedef struct {
     float *logits_dev;  // [max_batch, V] f32
     // route counters
     fd_route_count gdn_chunked, gdn_serial;
+    // speculative decoding (DFlash): hidden-state taps and per-token state slots for verify
+    int n_taps;
+    int tap_col[FD_MAX_LAYERS]; // column block of layer i's output in `taps`, or -1
+    void *taps;                 // act [max_batch, n_taps * d]: tapped layer outputs of the last forward
+    int spec_block;             // slots per GDN layer (0 = none)
+    float **gdn_slots;          // [num_layers] f32 [spec_block, Hv, dk, dv]
+    float **conv_slots;         // [num_layers] f32 [spec_block, conv_dim, K-1]
+    int use_slots;              // set for the duration of engine_verify
 } fd_engine;
 
 void engine_default_opts(fd_engine_opts *o);
@@ -45,4 +53,16 @@ int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float
 // Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
 int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out);
 int32_t engine_argmax(const float *logits, int V);
+
+// ---- speculative decoding ----
+// Every forward from now on also writes the outputs of `layers` (HF hidden_states[i+1]) to e->taps.
+int engine_set_taps(fd_engine *e, const int *layers, int n);
+// Allocates per-token GDN and conv state slots for verify blocks of up to `block` tokens.
+int engine_enable_slots(fd_engine *e, int block);
+// Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
+// run the recurrence and record the state after every token. n_past advances by n until engine_commit.
+int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits);
+// Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position, GDN and conv state
+// are taken from slot keep-1 (no recompute).
+void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
 #endif

@@ -1,0 +1,217 @@
+// DFlash round on top of the target engine (see dflash.h). Every op goes through the backend interface.
+#include "engine/dflash.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
+    memset(s, 0, sizeof *s);
+    s->tgt = tgt;
+    s->dr = dr;
+    s->be = tgt->be;
+    s->B = block_size > 0 ? block_size : dr->block_size;
+    if (s->B < 2 || s->B > FD_SPEC_MAX_BLOCK)
+        return fd_error_set("block size %d: must be 2..%d", s->B, FD_SPEC_MAX_BLOCK);
+    if (s->B > tgt->opt.max_batch)
+        return fd_error_set("block size %d exceeds the prefill token budget %d", s->B, tgt->opt.max_batch);
+    FD_TRY(engine_set_taps(tgt, dr->target_layer_ids, dr->n_taps));
+    FD_TRY(engine_enable_slots(tgt, s->B));
+    fd_backend *be = s->be;
+    const int64_t ab = be->act_bytes, D = dr->hidden_size, rows = imax(tgt->opt.max_batch, s->B);
+    const int64_t qw = (int64_t)dr->num_heads * dr->head_dim, kw = (int64_t)dr->num_kv_heads * dr->head_dim;
+    s->capacity = tgt->opt.capacity + s->B;
+    s->kv = fd_calloc((size_t)dr->num_layers, sizeof(void *));
+    for (int i = 0; i < dr->num_layers; i++)
+        s->kv[i] = be->alloc(be, be->kv_bytes_per_token(be, dr->num_kv_heads, dr->head_dim) * (size_t)s->capacity);
+    s->ctx = be->alloc(be, (size_t)(rows * D * ab));
+    s->k = be->alloc(be, (size_t)(rows * kw * ab));
+    s->v = be->alloc(be, (size_t)(rows * kw * ab));
+    s->x = be->alloc(be, (size_t)(s->B * D * ab));
+    s->h = be->alloc(be, (size_t)(s->B * D * ab));
+    s->y = be->alloc(be, (size_t)(s->B * D * ab));
+    s->q = be->alloc(be, (size_t)(s->B * qw * ab));
+    s->att = be->alloc(be, (size_t)(s->B * qw * ab));
+    s->g = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
+    s->u = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
+    s->logits_dev = be->alloc(be, (size_t)(s->B - 1) * dr->vocab_size * sizeof(float));
+    return 0;
+}
+
+void dflash_free(fd_dflash *s) {
+    fd_backend *be = s->be;
+    if (!be) return;
+    for (int i = 0; s->kv && i < s->dr->num_layers; i++) be->free(be, s->kv[i]);
+    free(s->kv);
+    void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+// K and V of `m` rows of `src` [m, d] for drafter layer l, normed and rotated, stored at positions pos0..
+static void draft_kv(fd_dflash *s, int l, const void *src, int m, int64_t pos0) {
+    fd_backend *be = s->be;
+    const fd_drafter *d = s->dr;
+    const fd_draft_layer *L = &d->layers[l];
+    be->matmul(be, s->k, src, &L->k_proj, m, 0);
+    be->matmul(be, s->v, src, &L->v_proj, m, 0);
+    be->rmsnorm(be, s->k, s->k, &L->k_norm, (int64_t)m * d->num_kv_heads, d->head_dim, d->rms_norm_eps, 0);
+    be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0);
+    be->kv_store(be, s->kv[l], s->k, s->v, pos0, m, d->num_kv_heads, d->head_dim, s->capacity);
+}
+
+void dflash_context_append(fd_dflash *s, int m) {
+    fd_backend *be = s->be;
+    const fd_drafter *d = s->dr;
+    FD_CHECK(m >= 1 && s->n_ctx + m <= s->capacity, "context append of %d at %lld", m, (long long)s->n_ctx);
+    // context feature: concat(taps) -> fc -> hidden_norm (plain RMSNorm), then every layer's own K/V
+    be->matmul(be, s->ctx, s->tgt->taps, &d->fc, m, 0);
+    be->rmsnorm(be, s->ctx, s->ctx, &d->hidden_norm, m, d->hidden_size, d->rms_norm_eps, 0);
+    for (int l = 0; l < d->num_layers; l++) draft_kv(s, l, s->ctx, m, s->n_ctx);
+    s->n_ctx += m;
+}
+
+int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits) {
+    fd_backend *be = s->be;
+    const fd_drafter *d = s->dr;
+    const int B = s->B, D = d->hidden_size, V = d->vocab_size, H = d->num_heads, hd = d->head_dim;
+    if (s->n_ctx + B > s->capacity) return fd_error_set("draft block beyond the draft cache capacity");
+    int32_t ids[FD_SPEC_MAX_BLOCK];
+    ids[0] = anchor;
+    for (int i = 1; i < B; i++) ids[i] = d->mask_token_id;
+    be->embed(be, s->x, &s->tgt->m->embed, ids, B);
+    for (int l = 0; l < d->num_layers; l++) {
+        const fd_draft_layer *L = &d->layers[l];
+        be->rmsnorm(be, s->h, s->x, &L->input_norm, B, D, d->rms_norm_eps, 0);
+        be->matmul(be, s->q, s->h, &L->q_proj, B, 0);
+        be->rmsnorm(be, s->q, s->q, &L->q_norm, (int64_t)B * H, hd, d->rms_norm_eps, 0);
+        be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx);
+        // The block's own K/V go after the context; the next context append overwrites them.
+        draft_kv(s, l, s->h, B, s->n_ctx);
+        be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, B, H, d->num_kv_heads, hd, s->capacity,
+                      1.0f / sqrtf((float)hd), 0);
+        be->matmul(be, s->y, s->att, &L->o_proj, B, 0);
+        be->add(be, s->x, s->y, (int64_t)B * D);
+        be->rmsnorm(be, s->h, s->x, &L->post_norm, B, D, d->rms_norm_eps, 0);
+        be->matmul(be, s->g, s->h, &L->gate_proj, B, 0);
+        be->matmul(be, s->u, s->h, &L->up_proj, B, 0);
+        be->silu_mul(be, s->g, s->g, s->u, (int64_t)B * d->intermediate_size);
+        be->matmul(be, s->y, s->g, &L->down_proj, B, 0);
+        be->add(be, s->x, s->y, (int64_t)B * D);
+    }
+    // logits of the B-1 positions after the anchor through the target's LM head
+    const void *rows = (const char *)s->x + (size_t)D * be->act_bytes;
+    be->rmsnorm(be, s->h, rows, &d->norm, B - 1, D, d->rms_norm_eps, 0);
+    be->matmul(be, s->logits_dev, s->h, &s->tgt->m->lm_head, B - 1, 1);
+    float *host = logits ? logits : fd_malloc((size_t)(B - 1) * V * sizeof(float));
+    be->to_host(be, host, s->logits_dev, (size_t)(B - 1) * V * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)(B - 1) * V; i++) {
+        float z = host[i] * d->output_multiplier;
+        if (d->final_logit_softcap > 0) z = tanhf(z / d->final_logit_softcap) * d->final_logit_softcap;
+        host[i] = z;
+    }
+    for (int i = 0; i < B - 1; i++) draft_ids[i] = engine_argmax(host + (int64_t)i * V, V);
+    if (!logits) free(host);
+    return 0;
+}
+
+int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int32_t *anchor) {
+    fd_engine *t = s->tgt;
+    const int V = t->m->cfg.vocab_size;
+    if (chunk <= 0 || chunk > t->opt.max_batch) chunk = t->opt.max_batch;
+    if (n < 1) return fd_error_set("empty prompt");
+    if (t->n_past + n > t->opt.capacity)
+        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(t->n_past + n), (long long)t->opt.capacity);
+    float *logits = fd_malloc((size_t)V * sizeof(float));
+    int rc = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i += chunk) {
+        const int len = (int)(n - i < chunk ? n - i : chunk);
+        rc = engine_forward(t, ids + i, len, i + len == n ? logits : NULL, 0);
+        if (!rc) dflash_context_append(s, len);
+    }
+    if (!rc) *anchor = engine_argmax(logits, V);
+    free(logits);
+    return rc;
+}
+
+// Draft ids for the oracle: the reference continuation for the first a positions, then wrong tokens.
+static void oracle_propose(const fd_dflash *s, int64_t produced, int32_t *draft) {
+    const fd_spec_oracle *o = s->oracle;
+    const int a = o->accept[s->st.rounds % o->n_accept];
+    const int V = s->dr->vocab_size;
+    for (int i = 0; i < s->B - 1; i++) {
+        const int64_t j = produced + i;
+        const int32_t right = j < o->ref_len ? o->ref[j] : 0;
+        draft[i] = i < a ? right : (right + 1) % V;
+    }
+}
+
+int dflash_generate(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+    fd_engine *t = s->tgt;
+    const int V = t->m->cfg.vocab_size, B = s->B;
+    if (n_new < 1) return 0;
+    int32_t anchor;
+    FD_TRY(dflash_prefill(s, ids, n, chunk, &anchor));
+    out[0] = anchor;
+    int64_t produced = 1;
+    float *logits = fd_malloc((size_t)B * V * sizeof(float));
+    int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
+    int rc = 0;
+    while (rc == 0 && produced < n_new) {
+        // Verify no more tokens than are still wanted (and never past the capacity): with L tokens the round
+        // emits at most L.
+        int64_t L = B;
+        if (L > n_new - produced) L = n_new - produced;
+        if (L > t->opt.capacity - t->n_past) L = t->opt.capacity - t->n_past;
+        if (L < 1) {
+            rc = fd_error_set("context capacity of %lld tokens reached", (long long)t->opt.capacity);
+            break;
+        }
+        double t0 = fd_time_s();
+        if ((rc = dflash_draft(s, anchor, draft, NULL))) break;
+        if (s->oracle) oracle_propose(s, produced, draft);
+        double t1 = fd_time_s();
+        block[0] = anchor;
+        for (int i = 1; i < L; i++) block[i] = draft[i - 1];
+        const int64_t n0 = t->n_past;
+        if ((rc = engine_verify(t, block, (int)L, logits))) break;
+        int acc = 0;
+        while (acc < L - 1 && engine_argmax(logits + (int64_t)acc * V, V) == block[acc + 1]) acc++;
+        const int32_t bonus = engine_argmax(logits + (int64_t)acc * V, V);
+        engine_commit(t, n0, acc + 1);
+        dflash_context_append(s, acc + 1);
+        if (s->on_commit) s->on_commit(s->on_commit_ctx, s, acc);
+        for (int i = 1; i <= acc && produced < n_new; i++) out[produced++] = block[i];
+        if (produced < n_new) out[produced++] = bonus;
+        anchor = bonus;
+        double t2 = fd_time_s();
+        s->st.rounds++;
+        s->st.draft_tokens += L - 1;
+        s->st.accepted += acc;
+        s->st.emitted += acc + 1;
+        for (int i = 0; i < acc; i++) s->st.accepted_per_pos[i]++;
+        s->st.draft_s += t1 - t0;
+        s->st.verify_s += t2 - t1;
+        s->st.round_s += t2 - t0;
+    }
+    free(logits);
+    return rc;
+}
+
+void dflash_print_stats(const fd_dflash *s, FILE *f) {
+    const fd_spec_stats *st = &s->st;
+    const double r = st->rounds ? (double)st->rounds : 1.0;
+    fprintf(f, "spec: %s drafter, block %d: %lld rounds, %lld draft tokens, %lld accepted\n",
+            s->oracle ? "ORACLE" : "dflash", s->B, (long long)st->rounds, (long long)st->draft_tokens,
+            (long long)st->accepted);
+    fprintf(f, "spec: accepted drafts/round %.3f, emitted tokens/round %.3f, round %.3f ms (draft %.3f, verify %.3f)\n",
+            (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,
+            1e3 * st->verify_s / r);
+    fprintf(f, "spec: accepted per position:");
+    for (int i = 0; i < s->B - 1; i++) fprintf(f, " %lld", (long long)st->accepted_per_pos[i]);
+    fprintf(f, "\n");
+}
