@@ -426,46 +426,6 @@ static void added_split(enc_ctx *c, const tok_added_set *set, const char *s, siz
 
 static void norm_gap(enc_ctx *c, const char *s, size_t n) { pretok(c, 0, s, n); }
 
-static void append(char **buf, size_t *n, size_t *cap, const void *s, size_t k) {
-    if (*n + k + 1 > *cap) *buf = fd_realloc(*buf, *cap = (*n + k + 1) * 2);
-    memcpy(*buf + *n, s, k);
-    *n += k;
-}
-
-// The normalizer over valid UTF-8 (malloc'ed result). Characters newer than HF's Unicode tables stay as they are,
-// and, as unassigned characters do there, they split the text into runs normalized on their own.
-char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n) {
-    char *out = NULL;
-    size_t on = 0, cap = 0, seg = 0, i = 0;
-    for (;;) {
-        size_t next = i;
-        int is_new = 0;
-        if (i < n) {
-            uint32_t cp;
-            next = i + (size_t)tok_utf8_decode((const uint8_t *)s + i, &cp);
-            is_new = cp >= 0x800 && tok_is_new_char(cp);
-        }
-        if (i == n || is_new) {
-            if (i > seg) {
-                utf8proc_uint8_t *d = NULL;
-                utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s + seg, (utf8proc_ssize_t)(i - seg), &d,
-                                                  t->norm_options);
-                FD_CHECK(r >= 0, "utf8proc_map failed on validated UTF-8: %s", utf8proc_errmsg(r));
-                append(&out, &on, &cap, d, (size_t)r);
-                free(d);
-            }
-            if (i == n) break;
-            append(&out, &on, &cap, s + i, next - i);
-            seg = next;
-        }
-        i = next;
-    }
-    if (!out) out = fd_calloc(1, 1);
-    out[on] = 0;
-    *out_n = on;
-    return out;
-}
-
 static void raw_gap(enc_ctx *c, const char *s, size_t n) {
     const tok_tokenizer *t = c->t;
     int need = 0;

@@ -31,6 +31,11 @@ typedef struct {
     int first[257];      // tok[first[b] .. first[b+1]) start with byte b
 } tok_added_set;
 
+typedef struct {
+    uint64_t key; // (left << 32 | right) + 1; 0 = empty
+    uint64_t val; // rank << 32 | merged id
+} tok_merge_slot;
+
 // Open-addressing hash table from a byte string to an id (the model vocab).
 typedef struct {
     uint64_t *hash; // [cap] 0 = empty
@@ -48,8 +53,7 @@ struct tok_tokenizer {
     uint8_t *id_special; // [n_ids]
 
     tok_str_map vocab;          // model vocab (byte-level strings) -> id
-    uint64_t *merge_key;        // [merge_cap] (left << 32 | right) + 1; 0 = empty
-    uint64_t *merge_val;        // [merge_cap] rank << 32 | merged id
+    tok_merge_slot *merges;     // [merge_cap] key and value side by side: one cache miss per lookup
     uint32_t merge_cap;
     int32_t byte_id[256];       // id of the one-byte token for each byte, -1 if absent
     char byte_str[256][2];      // UTF-8 of each byte's ByteLevel char (1 or 2 bytes)
@@ -79,10 +83,10 @@ static inline int tok_merge_find(const tok_tokenizer *t, int32_t a, int32_t b, u
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     uint32_t mask = t->merge_cap - 1, i = (uint32_t)(h >> 32) & mask;
     for (;;) {
-        uint64_t k = t->merge_key[i];
+        uint64_t k = t->merges[i].key;
         if (k == key) {
-            *rank = (uint32_t)(t->merge_val[i] >> 32);
-            *id = (int32_t)(uint32_t)t->merge_val[i];
+            *rank = (uint32_t)(t->merges[i].val >> 32);
+            *id = (int32_t)(uint32_t)t->merges[i].val;
             return 1;
         }
         if (k == 0) return 0;
@@ -94,4 +98,5 @@ int tok_utf8_decode(const uint8_t *s, uint32_t *cp);
 int tok_is_whitespace(uint32_t cp); // Unicode White_Space, as Rust's char::is_whitespace
 int tok_is_new_char(uint32_t cp);   // newer than Unicode 11 and changed by normalization (tokenizer_newchars.c)
 char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n); // t's normalizer; malloc'ed
+void tok_normalize_init(const tok_tokenizer *t); // builds the shared NFC tables once
 #endif

@@ -275,8 +275,7 @@ static int load_merges(tok_tokenizer *t, json_t *merges) {
     if (!json_is_array(merges)) return fd_error_set("model.merges: missing or not a list");
     size_t n = json_array_size(merges);
     t->merge_cap = pow2_at_least(n * 2 + 1);
-    t->merge_key = fd_calloc(t->merge_cap, sizeof(uint64_t));
-    t->merge_val = fd_calloc(t->merge_cap, sizeof(uint64_t));
+    t->merges = fd_calloc(t->merge_cap, sizeof(tok_merge_slot));
     char *buf = NULL;
     size_t buf_cap = 0;
     int rc = 0;
@@ -318,9 +317,9 @@ static int load_merges(tok_tokenizer *t, json_t *merges) {
         uint64_t key = (((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib) + 1;
         uint64_t h = key * 0x9E3779B97F4A7C15ull;
         uint32_t i = (uint32_t)(h >> 32) & (t->merge_cap - 1);
-        while (t->merge_key[i] && t->merge_key[i] != key) i = (i + 1) & (t->merge_cap - 1);
-        t->merge_key[i] = key; // a repeated pair takes its later rank, as HF's map does
-        t->merge_val[i] = ((uint64_t)r << 32) | (uint32_t)im;
+        while (t->merges[i].key && t->merges[i].key != key) i = (i + 1) & (t->merge_cap - 1);
+        t->merges[i].key = key; // a repeated pair takes its later rank, as HF's map does
+        t->merges[i].val = ((uint64_t)r << 32) | (uint32_t)im;
     }
     free(buf);
     return rc;
@@ -457,6 +456,7 @@ static int load_model(tok_tokenizer *t, json_t *root) {
     const char *unk = json_str(model, "unk_token");
     t->unk_id = unk ? vocab_get(t, unk, strlen(unk)) : -1;
     FD_TRY(load_normalizer(t, json_object_get(root, "normalizer")));
+    tok_normalize_init(t);
     FD_TRY(load_pre_tokenizer(t, json_object_get(root, "pre_tokenizer")));
     FD_TRY(load_decoder(json_object_get(root, "decoder")));
     build_byte_ids(t); // before added tokens replace the text of their ids
@@ -519,8 +519,7 @@ void tok_free(tok_tokenizer *t) {
     free(t->id_special);
     free(t->vocab.hash);
     free(t->vocab.id);
-    free(t->merge_key);
-    free(t->merge_val);
+    free(t->merges);
     for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
     pcre2_code_free(t->bytelevel_re);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
