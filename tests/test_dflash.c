@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/dflash.h"
 #include "fixture.h"
@@ -245,4 +246,57 @@ TEST(dflash_bad_drafters) {
     EXPECT(drafter_load("/nonexistent", &m, &d) != 0);
     EXPECT(strstr(fd_error_msg(), "/nonexistent") != NULL, "%s", fd_error_msg());
     model_free(&m);
+}
+
+static char *csv_ids(const int32_t *ids, int n) {
+    char *s = fd_malloc((size_t)n * 12 + 1);
+    size_t used = 0;
+    s[0] = 0;
+    for (int i = 0; i < n; i++) used += (size_t)sprintf(s + used, "%s%d", i ? "," : "", ids[i]);
+    return s;
+}
+
+TEST(dflash_cli_generate_and_draft_logits) {
+    for (int i = 0; i < N_DRAFTS; i++) {
+        const draft_fx *df = &k_drafts[i];
+        fixture fx;
+        ASSERT(fixture_load(df->target, &fx) == 0, "%s", fd_error_msg());
+        char *csv = csv_ids(fx.ids, fx.n_ids), *plain = NULL, *spec = NULL, *stats = NULL;
+        char *cmd = fd_sprintf("%s generate %s --ids %s -n 40 2>/dev/null", test_bin(), fx.dir, csv);
+        EXPECT(test_run(cmd, &plain) == 0);
+        free(cmd);
+        cmd = fd_sprintf("%s generate %s --ids %s -n 40 --draft tests/data/dflash/%s --block-size 4 2>/dev/null",
+                         test_bin(), fx.dir, csv, df->name);
+        EXPECT(test_run(cmd, &spec) == 0);
+        EXPECT(plain && spec && !strcmp(plain, spec), "%s: --draft output differs:\n%s%s", df->name, plain, spec);
+        free(cmd);
+        cmd = fd_sprintf("%s generate %s --ids %s -n 8 --draft tests/data/dflash/%s --stats 2>&1 >/dev/null",
+                         test_bin(), fx.dir, csv, df->name);
+        EXPECT(test_run(cmd, &stats) == 0);
+        EXPECT(stats && strstr(stats, "emitted tokens/round") && strstr(stats, "accepted per position"), "%s",
+               stats ? stats : "");
+        free(cmd);
+        char out[] = "/tmp/fd_draftXXXXXX";
+        int fd = mkstemp(out);
+        ASSERT(fd >= 0);
+        close(fd);
+        cmd = fd_sprintf("%s draft-logits %s --draft tests/data/dflash/%s --ids %s --out %s 2>/dev/null", test_bin(),
+                         fx.dir, df->name, csv, out);
+        EXPECT(test_run(cmd, NULL) == 0);
+        size_t len = 0;
+        char *got = fd_read_file(out, &len);
+        float *want = read_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
+        ASSERT(got && want && len == (size_t)(df->block - 1) * fx.vocab * 4, "%s: draft-logits wrote %zu bytes",
+               df->name, len);
+        EXPECT(test_rel_l2((float *)got, want, (size_t)(df->block - 1) * fx.vocab) <= 1e-4);
+        unlink(out);
+        free(got);
+        free(want);
+        free(cmd);
+        free(plain);
+        free(spec);
+        free(stats);
+        free(csv);
+        fixture_free(&fx);
+    }
 }

@@ -5,5 +5,6 @@ int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_draft_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 #endif

@@ -8,7 +8,7 @@
 
 #include "base/threads.h"
 #include "cli/cli.h"
-#include "engine/engine.h"
+#include "engine/dflash.h"
 
 typedef struct {
     const char *model_dir;
@@ -21,6 +21,9 @@ typedef struct {
     int64_t ctx; // 0 = what the request needs
     fd_gdn_route gdn_prefill;
     const char *backend;
+    const char *draft_dir; // DFlash drafter
+    int block_size;        // 0 = the drafter's
+    int stats;
 } cli_opts;
 
 static int cli_error(const char *fmt, const char *arg) {
@@ -83,7 +86,7 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
             o->model_dir = a;
             continue;
         }
-        if (!v) return cli_error("option %s needs a value", a);
+        if (!v && strcmp(a, "--stats")) return cli_error("option %s needs a value", a);
         i++;
         if (!strcmp(a, "--ids")) {
             free(o->ids); // a repeated --ids replaces the earlier one
@@ -110,6 +113,14 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
                 o->gdn_prefill = FD_GDN_SERIAL;
             else
                 return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
+        } else if (!strcmp(a, "--draft")) {
+            o->draft_dir = v;
+        } else if (!strcmp(a, "--block-size")) {
+            if (parse_int(v, 2, FD_SPEC_MAX_BLOCK, &x)) return cli_error("--block-size: '%s' is not in 2..64", v);
+            o->block_size = (int)x;
+        } else if (!strcmp(a, "--stats")) {
+            i--; // a flag without a value
+            o->stats = 1;
         } else if (!strcmp(a, "--backend")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return cli_error("--backend: '%s' is not cpu or cuda", v);
             o->backend = v;
@@ -147,6 +158,9 @@ typedef struct {
     fd_model model;
     fd_backend *be;
     fd_engine eng;
+    fd_drafter dr;
+    fd_dflash spec;
+    int has_draft;
 } session;
 
 // Loads the model, creates the backend and an engine sized for `tokens` positions.
@@ -177,7 +191,21 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);
     if (o->prefill_chunk) eo.max_batch = o->prefill_chunk;
     if (eo.max_batch > eo.capacity) eo.max_batch = (int)eo.capacity;
+    if (o->draft_dir) {
+        if (drafter_load(o->draft_dir, &s->model, &s->dr)) {
+            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+            return 1;
+        }
+        s->has_draft = 1;
+        drafter_upload(&s->dr, s->be);
+        const int B = o->block_size ? o->block_size : s->dr.block_size;
+        if (eo.max_batch < B) eo.max_batch = B; // a verify block is one forward
+    }
     if (engine_init(&s->eng, &s->model, s->be, &eo)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    if (s->has_draft && dflash_init(&s->spec, &s->eng, &s->dr, o->block_size)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }
@@ -188,7 +216,9 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
 }
 
 static void session_close(session *s) {
+    dflash_free(&s->spec);
     engine_free(&s->eng);
+    if (s->has_draft) drafter_free(&s->dr);
     if (s->be) s->be->destroy(s->be);
     model_free(&s->model);
 }
@@ -258,7 +288,8 @@ int cmd_generate(int argc, char **argv) {
     }
     int32_t *out = fd_malloc((size_t)(o.n_new + 1) * sizeof *out);
     double t0 = fd_time_s();
-    rc = engine_generate_greedy(&s.eng, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out);
+    rc = s.has_draft ? dflash_generate(&s.spec, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out)
+                     : engine_generate_greedy(&s.eng, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out);
     double dt = fd_time_s() - t0;
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -266,8 +297,45 @@ int cmd_generate(int argc, char **argv) {
         for (int i = 0; i < o.n_new; i++) printf("%s%d", i ? " " : "", out[i]);
         printf("\n");
         FD_INFO("%lld prompt + %d new tokens in %.3f s", (long long)o.n_ids, o.n_new, dt);
+        if (s.has_draft && o.stats) dflash_print_stats(&s.spec, stderr);
     }
     free(out);
+    free(o.ids);
+    session_close(&s);
+    return rc ? 1 : 0;
+}
+
+// draft-logits: prefill the target on the ids, take the greedy anchor, run one draft forward on
+// [anchor, MASK x (B-1)] and write the (B-1) x vocab fp32 logits.
+int cmd_draft_logits(int argc, char **argv) {
+    cli_opts o;
+    int rc = parse_opts(argc, argv, &o, 1);
+    if (rc) return rc;
+    if (!o.ids || !o.out || !o.draft_dir) {
+        free(o.ids);
+        return cli_error("%s", "draft-logits needs --draft DIR, --ids and --out FILE");
+    }
+    session s;
+    if ((rc = session_open(&s, &o, o.n_ids + 1))) {
+        session_close(&s);
+        free(o.ids);
+        return rc;
+    }
+    const int V = s.model.cfg.vocab_size, B = s.spec.B;
+    float *logits = fd_malloc((size_t)(B - 1) * V * sizeof(float));
+    int32_t anchor, draft[FD_SPEC_MAX_BLOCK];
+    rc = dflash_prefill(&s.spec, o.ids, o.n_ids, o.prefill_chunk, &anchor);
+    if (!rc) rc = dflash_draft(&s.spec, anchor, draft, logits);
+    if (rc) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    } else {
+        FILE *f = fopen(o.out, "wb");
+        if (!f || fwrite(logits, sizeof(float), (size_t)(B - 1) * V, f) != (size_t)(B - 1) * V) rc = 1;
+        if (f && fclose(f)) rc = 1;
+        if (rc) fprintf(stderr, "flashdelta: error: cannot write %s: %s\n", o.out, strerror(errno));
+        else FD_INFO("anchor %d; wrote %d x %d draft logits to %s", anchor, B - 1, V, o.out);
+    }
+    free(logits);
     free(o.ids);
     session_close(&s);
     return rc ? 1 : 0;

@@ -13,7 +13,9 @@ static const struct {
     {"run", cmd_run, "run [MODEL_DIR] [--prompt TEXT]   demo generation (bundled tiny model when no dir)"},
     {"info", cmd_info, "info MODEL_DIR                     architecture, layer plan, parameters, dtypes"},
     {"logits", cmd_logits, "logits MODEL_DIR --ids 1,2,3 --out FILE   float32 logits [n_ids x vocab]"},
-    {"generate", cmd_generate, "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K]   greedy ids"},
+    {"generate", cmd_generate,
+     "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K] [--draft DIR [--block-size B] [--stats]]"},
+    {"draft-logits", cmd_draft_logits, "draft-logits MODEL_DIR --draft DIR --ids 1,2,3 --out FILE"},
     {"tokenize", cmd_tokenize, "tokenize TOKENIZER [--decode]     text on stdin -> ids (or ids -> text)"},
 };
 
