@@ -86,15 +86,15 @@ static void f_matmul(void *p) {
 }
 static void f_gdn(void *p) {
     ctx_t *c = p;
-    B()->gdn_core(B(), (fd_gdn_route)c->route, c->out, c->x, c->a, c->b, c->W, c->w2, c->st, c->n, 16, 48, 128, 128);
+    B()->gdn_core(B(), (fd_gdn_route)c->route, c->out, c->x, c->a, c->b, c->W, c->w2, c->st, c->n, 16, 48, 128, 128, NULL);
 }
 static void f_attn(void *p) {
     ctx_t *c = p;
-    B()->attention(B(), c->out, c->x, c->st, c->pos0, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f);
+    B()->attention(B(), c->out, c->x, c->st, c->pos0, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
 }
 static void f_conv(void *p) {
     ctx_t *c = p;
-    B()->conv1d_silu(B(), c->out, c->x, c->W, c->st, c->n, 10240, 4);
+    B()->conv1d_silu(B(), c->out, c->x, c->W, c->st, c->n, 10240, 4, NULL);
 }
 static void f_rms(void *p) {
     ctx_t *c = p;

@@ -247,19 +247,26 @@ TEST(cuda_conv1d_silu_state_across_calls) {
             float *st = rnd((size_t)C * (K - 1), -1, 1);
             void *dst = up(st, (size_t)C * (K - 1));
             for (int call = 0; call < 2; call++) {
-                int n = ns[s][call];
-                size_t cnt = (size_t)n * C;
-                float *x = rnd(cnt, -2, 2), *oc = fd_malloc(cnt * 4);
-                void *dx = up(x, cnt), *dout = dalloc(cnt);
+                int n = ns[s][call], use_slots = call == 1; // second call: per-token state slots (verify)
+                size_t cnt = (size_t)n * C, ns_ = (size_t)n * C * (K - 1);
+                float *x = rnd(cnt, -2, 2), *oc = fd_malloc(cnt * 4), *slc = use_slots ? fd_malloc(ns_ * 4) : NULL;
+                void *dx = up(x, cnt), *dout = dalloc(cnt), *dsl = use_slots ? dalloc(ns_) : NULL;
                 poison(dout, cnt);
-                gpu()->conv1d_silu(gpu(), dout, dx, &w.g, dst, n, C, K);
-                cpu()->conv1d_silu(cpu(), oc, x, &w.c, st, n, C, K);
+                if (dsl) poison(dsl, ns_);
+                gpu()->conv1d_silu(gpu(), dout, dx, &w.g, dst, n, C, K, dsl);
+                cpu()->conv1d_silu(cpu(), oc, x, &w.c, st, n, C, K, slc);
                 float *og = down(dout, cnt), *sg = down(dst, (size_t)C * (K - 1));
                 char what[96];
                 snprintf(what, sizeof what, "conv1d_silu C=%d n=%d call %d (out)", C, n, call);
                 cmp(what, og, oc, cnt, TOL_F32);
                 snprintf(what, sizeof what, "conv1d_silu C=%d n=%d call %d (state)", C, n, call);
                 cmp(what, sg, st, (size_t)C * (K - 1), TOL_F32);
+                if (dsl) {
+                    float *slg = down(dsl, ns_);
+                    snprintf(what, sizeof what, "conv1d_silu C=%d n=%d call %d (state slots)", C, n, call);
+                    cmp(what, slg, slc, ns_, TOL_F32);
+                    free(slg), free(slc), dfree(dsl);
+                }
                 free(x), free(oc), free(og), free(sg), dfree(dx), dfree(dout);
             }
             free(st), dfree(dst), freew(&w);
@@ -335,7 +342,7 @@ static double rel_l2_64(const float *a, const double *b, size_t n) {
 }
 
 // Two consecutive calls (n1 then n2 tokens) from a random initial state, so the state carries across calls.
-static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk, int dv) {
+static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk, int dv, int slots) {
     int cq = 2 * Hk * dk + Hv * dv, n = n1 + n2;
     size_t ns = (size_t)Hv * dk * dv;
     tw A_log = mkw("A_log", Hv, 1, FD_F32, -1.0f, 1.5f), dt_bias = mkw("dt_bias", Hv, 1, FD_F32, -1, 1);
@@ -355,9 +362,23 @@ static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk
         void *dqkv = up(qkv + (size_t)t0 * cq, (size_t)m * cq), *db = up(b + (size_t)t0 * Hv, (size_t)m * Hv);
         void *da = up(a + (size_t)t0 * Hv, (size_t)m * Hv), *dout = dalloc(no);
         poison(dout, no);
-        gpu()->gdn_core(gpu(), route, dout, dqkv, db, da, &A_log.g, &dt_bias.g, dS, m, Hk, Hv, dk, dv);
-        cpu()->gdn_core(cpu(), route, oc + (size_t)t0 * Hv * dv, qkv + (size_t)t0 * cq, b + (size_t)t0 * Hv,
-                        a + (size_t)t0 * Hv, &A_log.c, &dt_bias.c, Sc, m, Hk, Hv, dk, dv);
+        // slots (second call only): the state after every token; the CPU computes them with the serial route
+        int use_slots = slots && call == 1;
+        size_t nsl = (size_t)m * ns;
+        void *dsl = use_slots ? dalloc(nsl) : NULL;
+        float *slc = use_slots ? fd_malloc(nsl * 4) : NULL;
+        if (dsl) poison(dsl, nsl);
+        gpu()->gdn_core(gpu(), route, dout, dqkv, db, da, &A_log.g, &dt_bias.g, dS, m, Hk, Hv, dk, dv, dsl);
+        cpu()->gdn_core(cpu(), use_slots ? FD_GDN_SERIAL : route, oc + (size_t)t0 * Hv * dv, qkv + (size_t)t0 * cq,
+                        b + (size_t)t0 * Hv, a + (size_t)t0 * Hv, &A_log.c, &dt_bias.c, Sc, m, Hk, Hv, dk, dv, slc);
+        if (dsl) {
+            float *slg = down(dsl, nsl);
+            double e = test_rel_l2(slg, slc, nsl), elast = test_rel_l2(slg + (m - 1) * ns, slc + (m - 1) * ns, ns);
+            printf("    gdn %s n=%d state slots vs cpu %.3g (last slot %.3g)\n", route == FD_GDN_SERIAL ? "serial " : "chunked",
+                   m, e, elast);
+            EXPECT(e <= TOL_GDN, "gdn state slots vs cpu: %.3g", e);
+            free(slg), free(slc), dfree(dsl);
+        }
         gpu()->to_host(gpu(), og + (size_t)t0 * Hv * dv, dout, no * 4);
         dfree(dqkv), dfree(db), dfree(da), dfree(dout);
         t0 += m;
@@ -386,19 +407,28 @@ static const int gdn_shapes[][6] = {
 TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
     for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
         const int *c = gdn_shapes[s];
-        check_gdn(FD_GDN_SERIAL, c[0], c[1], c[2], c[3], c[4], c[5]);
+        check_gdn(FD_GDN_SERIAL, c[0], c[1], c[2], c[3], c[4], c[5], 0);
     }
 }
 
 TEST(cuda_gdn_chunked_vs_cpu_and_fp64) {
     for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
         const int *c = gdn_shapes[s];
-        check_gdn(FD_GDN_CHUNKED, c[0], c[1], c[2], c[3], c[4], c[5]);
+        check_gdn(FD_GDN_CHUNKED, c[0], c[1], c[2], c[3], c[4], c[5], 0);
+    }
+}
+
+// Verify-style calls: a prefill of 30 tokens, then 16 (and 1) tokens that write per-token state slots. Both routes
+// take the recurrence when slots are asked for.
+TEST(cuda_gdn_state_slots) {
+    for (int r = 0; r < 2; r++) {
+        check_gdn((fd_gdn_route)r, 30, 16, 2, 6, 128, 128, 1);
+        check_gdn((fd_gdn_route)r, 70, 1, 1, 3, 64, 32, 1);
     }
 }
 
 // ---- attention: store a prefix of n0 tokens, then n more, and attend the n new queries over all ----
-static void check_attn(int n0, int n, int H, int Hkv, int hd) {
+static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
     int64_t cap = n0 + n + 5;
     size_t row = (size_t)Hkv * hd, qn = (size_t)n * H * hd;
     size_t kvb_c = cpu()->kv_bytes_per_token(cpu(), Hkv, hd), kvb_g = gpu()->kv_bytes_per_token(gpu(), Hkv, hd);
@@ -420,11 +450,12 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd) {
     q = rnd(qn, -2, 2);
     dq = up(q, qn), dout = dalloc(qn);
     poison(dout, qn);
-    gpu()->attention(gpu(), dout, dq, cg, n0, n, H, Hkv, hd, cap, scale);
-    cpu()->attention(cpu(), oc, q, cc, n0, n, H, Hkv, hd, cap, scale);
+    gpu()->attention(gpu(), dout, dq, cg, n0, n, H, Hkv, hd, cap, scale, causal);
+    cpu()->attention(cpu(), oc, q, cc, n0, n, H, Hkv, hd, cap, scale, causal);
     float *og = down(dout, qn);
     char what[96];
-    snprintf(what, sizeof what, "attention pos0=%d n=%d H=%d Hkv=%d hd=%d", n0, n, H, Hkv, hd);
+    snprintf(what, sizeof what, "attention%s pos0=%d n=%d H=%d Hkv=%d hd=%d", causal ? "" : "_noncausal", n0, n, H, Hkv,
+             hd);
     cmp(what, og, oc, qn, TOL_ATTN);
     free(q), free(oc), free(og), free(cc), dfree(dq), dfree(dout), dfree(cg);
 }
@@ -433,7 +464,26 @@ TEST(cuda_attention_gqa_causal) {
     int ns[][2] = {{0, 1}, {0, 7}, {0, 64}, {0, 200}, {37, 1}, {100, 7}, {3000, 5}, {500, 64}};
     int heads[][3] = {{6, 2, 256}, {8, 2, 128}, {4, 4, 64}};
     for (size_t h = 0; h < 3; h++)
-        for (size_t s = 0; s < 8; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2]);
+        for (size_t s = 0; s < 8; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2], 1);
+}
+
+// The DFlash drafter's block: every query sees the whole context plus the whole block.
+TEST(cuda_attention_noncausal) {
+    int ns[][2] = {{0, 7}, {100, 16}, {3000, 16}, {37, 1}};
+    int heads[][3] = {{6, 2, 256}, {8, 2, 128}};
+    for (size_t h = 0; h < 2; h++)
+        for (size_t s = 0; s < 4; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2], 0);
+}
+
+TEST(cuda_copy_rows) {
+    int rows = 37, row_floats = 29, ss = 41, ds = 33; // strides in floats, both wider than a row
+    float *src = rnd((size_t)rows * ss, -1, 1), *dc = rnd((size_t)rows * ds, -1, 1);
+    void *dsrc = up(src, (size_t)rows * ss), *ddst = up(dc, (size_t)rows * ds);
+    gpu()->copy_rows(gpu(), ddst, (size_t)ds * 4, dsrc, (size_t)ss * 4, rows, (size_t)row_floats * 4);
+    cpu()->copy_rows(cpu(), dc, (size_t)ds * 4, src, (size_t)ss * 4, rows, (size_t)row_floats * 4);
+    float *g = down(ddst, (size_t)rows * ds);
+    cmp("copy_rows 37 rows x 29 floats, strides 41 -> 33", g, dc, (size_t)rows * ds, TOL_EXACT);
+    free(src), free(dc), free(g), dfree(dsrc), dfree(ddst);
 }
 
 // ---- MoE ----

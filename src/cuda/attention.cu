@@ -3,10 +3,13 @@
 //
 // Cache layout per layer (capacity C tokens): K [C, Hkv, hd] bf16, then V [C, Hkv, hd] bf16.
 //
-// Attention kernel (first version: CUDA cores, fp32 math): grid (ceil(n/16), H), 4 warps, 4 queries per warp.
-// Keys stream through shared memory in tiles of 32; lane j scores key j of the tile for the warp's 4 queries,
-// the running max/sum are warp-uniform, and lane l accumulates output dims {2l, 2l+1} + 64m. Decode over long
-// contexts (few queries) is left to a split-K version (issue 4).
+// Attention kernel (CUDA cores, fp32 math). The query rows of one KV head's group, (token t, head g of G = H/Hkv)
+// flattened as r = t*G + g, are tiled 16 per block (4 warps x 4 rows), so one K/V tile read from memory serves
+// every head of the group. Keys stream through shared memory in tiles of 32; lane j scores key j of the tile
+// for the warp's 4 rows, the running max/sum are warp-uniform, and lane l accumulates output dims
+// {2l, 2l+1} + 64m. grid = (row tiles, Hkv, splits): when row tiles x Hkv cannot fill the GPU (decode and
+// verify: few queries, long context) the key axis is split; each split writes its unnormalised partial
+// (acc, max, sum) and a combine kernel merges them (split-K / flash-decoding).
 #include <math.h>
 
 #include "cuda/cuda_common.h"
@@ -50,37 +53,42 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// q [n, H, hd] f32 at positions pos0..; out [n, H*hd] f32. Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2
-// (one pad word per row: lanes read 32 different rows of one column), Vt [32][hd/2] bf16x2.
-__global__ void __launch_bounds__(128) k_attention(float *out, const float *q, const __nv_bfloat16 *kc,
-                                                   const __nv_bfloat16 *vc, int64_t pos0, int n, int H, int Hkv,
-                                                   int hd, float scale) {
+// q [n, H, hd] f32 at positions pos0..; causal: row of token t sees keys 0..pos0+t, else all pos0+n keys (the
+// DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [S, n, H, hd] and
+// ml [S, n, H, 2] = (max, sum)). Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes
+// read 32 different rows of one column), Vt [32][hd/2] bf16x2.
+__global__ void __launch_bounds__(128) k_attention(float *out, float *opart, float *ml, const float *q,
+                                                   const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, int64_t pos0,
+                                                   int n, int H, int Hkv, int hd, float scale, int64_t chunk,
+                                                   int causal) {
     extern __shared__ float sm[];
-    int hd2 = hd / 2, ldk = hd2 + 1;
+    int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
     __nv_bfloat162 *Kt = (__nv_bfloat162 *)(Qs + ATT_BQ * hd);
     __nv_bfloat162 *Vt = Kt + ATT_BK * ldk;
-    int qb = blockIdx.x, h = blockIdx.y, kvh = h / (H / Hkv);
+    int kvh = blockIdx.y, z = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int q0 = qb * ATT_BQ;
-    int qlast = min(n, q0 + ATT_BQ) - 1;
+    int r0 = blockIdx.x * ATT_BQ;
     for (int e = threadIdx.x; e < ATT_BQ * hd; e += blockDim.x) {
-        int i = e / hd, d = e - i * hd;
-        Qs[e] = q0 + i < n ? q[((int64_t)(q0 + i) * H + h) * hd + d] : 0.f;
+        int i = e / hd, d = e - i * hd, r = r0 + i;
+        Qs[e] = r < R ? q[((int64_t)(r / G) * H + kvh * G + r % G) * hd + d] : 0.f;
     }
     float m[ATT_QW], l[ATT_QW], acc[ATT_QW][2 * ATT_MAXP];
     int64_t qpos[ATT_QW];
 #pragma unroll
     for (int a = 0; a < ATT_QW; a++) {
-        int qi = q0 + w * ATT_QW + a;
-        qpos[a] = qi < n ? pos0 + qi : -1; // -1: padding query, every key masked
+        int r = r0 + w * ATT_QW + a;
+        qpos[a] = r < R ? (causal ? pos0 + r / G : pos0 + n - 1) : -1; // -1: padding row, every key masked
         m[a] = -INFINITY, l[a] = 0.f;
 #pragma unroll
         for (int p = 0; p < 2 * ATT_MAXP; p++) acc[a][p] = 0.f;
     }
-    int64_t kend = pos0 + qlast + 1; // keys [0, kend) are visible to some query of this block
+    int tl = min(n - 1, (r0 + ATT_BQ - 1) / G);
+    int64_t kbeg = (int64_t)z * chunk;                       // chunk is a multiple of ATT_BK
+    int64_t klast = causal ? pos0 + tl : pos0 + n - 1;        // last key any row of this block sees
+    int64_t kend = min(klast + 1, kbeg + chunk);               // keys past kbeg + chunk belong to the next split
     const __nv_bfloat162 *kc2 = (const __nv_bfloat162 *)kc, *vc2 = (const __nv_bfloat162 *)vc;
-    for (int64_t kt0 = 0; kt0 < kend; kt0 += ATT_BK) {
+    for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
         for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
             int j = e / hd2, d2 = e - j * hd2;
@@ -92,7 +100,7 @@ __global__ void __launch_bounds__(128) k_attention(float *out, const float *q, c
             Vt[j * hd2 + d2] = ok ? vc2[off] : z2;
         }
         __syncthreads();
-        // scores of key (kt0 + lane) for this warp's queries
+        // scores of key (kt0 + lane) for this warp's rows
         float s[ATT_QW];
 #pragma unroll
         for (int a = 0; a < ATT_QW; a++) s[a] = 0.f;
@@ -106,10 +114,10 @@ __global__ void __launch_bounds__(128) k_attention(float *out, const float *q, c
         int64_t kp = kt0 + lane;
 #pragma unroll
         for (int a = 0; a < ATT_QW; a++) {
-            bool vis = kp <= qpos[a];
+            bool vis = kp <= qpos[a] && kp < kend;
             float sa = vis ? s[a] * scale : -INFINITY;
             float mn = fmaxf(m[a], warp_max(sa));
-            if (mn == -INFINITY) { // no visible key yet for this query
+            if (mn == -INFINITY) { // no visible key yet for this row
                 p[a] = 0.f;
                 continue;
             }
@@ -141,32 +149,87 @@ __global__ void __launch_bounds__(128) k_attention(float *out, const float *q, c
 #pragma unroll
     for (int a = 0; a < ATT_QW; a++) {
         if (qpos[a] < 0) continue;
-        int qi = q0 + w * ATT_QW + a;
-        float inv = l[a] > 0.f ? 1.f / l[a] : 0.f;
-        float *orow = out + ((int64_t)qi * H + h) * hd;
+        int r = r0 + w * ATT_QW + a;
+        int64_t th = (int64_t)(r / G) * H + kvh * G + r % G; // token * H + head
+        float sc = opart ? 1.f : (l[a] > 0.f ? 1.f / l[a] : 0.f);
+        float *orow = opart ? opart + ((int64_t)z * n * H + th) * hd : out + th * hd;
 #pragma unroll
         for (int mm = 0; mm < ATT_MAXP; mm++) {
             int d2 = lane + 32 * mm;
             if (d2 < hd2) {
-                orow[2 * d2] = acc[a][2 * mm] * inv;
-                orow[2 * d2 + 1] = acc[a][2 * mm + 1] * inv;
+                orow[2 * d2] = acc[a][2 * mm] * sc;
+                orow[2 * d2 + 1] = acc[a][2 * mm + 1] * sc;
             }
+        }
+        if (opart && lane == 0) {
+            ml[((int64_t)z * n * H + th) * 2] = m[a];
+            ml[((int64_t)z * n * H + th) * 2 + 1] = l[a];
         }
     }
 }
 
+// Merges S split partials: one warp per (token, head). out = sum_z e^(m_z - M) acc_z / sum_z e^(m_z - M) l_z.
+__global__ void k_attn_combine(float *out, const float *opart, const float *ml, int S, int64_t nH, int hd) {
+    int64_t th = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (th >= nH) return;
+    float M = -INFINITY;
+    for (int z = lane; z < S; z += 32) M = fmaxf(M, ml[(z * nH + th) * 2]);
+    M = warp_max(M);
+    float L = 0.f;
+    for (int z = lane; z < S; z += 32) {
+        float mz = ml[(z * nH + th) * 2];
+        L += mz == -INFINITY ? 0.f : expf(mz - M) * ml[(z * nH + th) * 2 + 1];
+    }
+    L = warp_sum(L);
+    float inv = L > 0.f ? 1.f / L : 0.f;
+    for (int d = lane; d < hd; d += 32) {
+        float o = 0.f;
+        for (int z = 0; z < S; z++) {
+            float mz = ml[(z * nH + th) * 2];
+            if (mz != -INFINITY) o += expf(mz - M) * opart[(z * nH + th) * hd + d];
+        }
+        out[th * hd + d] = o * inv;
+    }
+}
+
 void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                  int hd, int64_t capacity, float scale) {
+                  int hd, int64_t capacity, float scale, int causal) {
     if (n <= 0) return;
     if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);
     if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
     FD_CHECK(pos0 + n <= capacity, "attention beyond cache capacity");
+    cu_impl *c = cu_of(be);
     const __nv_bfloat16 *kc = (const __nv_bfloat16 *)cache;
     const __nv_bfloat16 *vc = kc + capacity * Hkv * hd;
     size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((n + ATT_BQ - 1) / ATT_BQ, H);
-    k_attention<<<grid, 128, smem, cu_of(be)->stream>>>((float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd,
-                                                        scale);
+    int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, blocks = tiles * Hkv;
+    FD_CHECK(tiles < (1ll << 31));
+    // Split the key axis when the row tiles leave most SMs idle; each split keeps >= 256 keys (8 tiles).
+    int64_t keys = pos0 + n, S = 1;
+    if (blocks < 2 * c->num_sms) {
+        S = (2 * c->num_sms + blocks - 1) / blocks;
+        int64_t maxS = (keys + 255) / 256;
+        if (S > maxS) S = maxS;
+        if (S > 1024) S = 1024;
+        if (S < 1) S = 1;
+    }
+    int64_t chunk = (keys + S - 1) / S;
+    chunk = (chunk + ATT_BK - 1) / ATT_BK * ATT_BK;
+    S = (keys + chunk - 1) / chunk;
+    float *opart = NULL, *ml = NULL;
+    if (S > 1) {
+        opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)S * n * H * hd * 4);
+        ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)S * n * H * 2 * 4);
+    }
+    dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
+    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kc, vc, pos0, n, H, Hkv,
+                                                hd, scale, chunk, causal);
     FD_CUDA_LAUNCH_CHECK();
+    if (S > 1) {
+        int64_t nH = (int64_t)n * H;
+        k_attn_combine<<<cu_blocks(nH * 32, 128), 128, 0, c->stream>>>((float *)out, opart, ml, (int)S, nH, hd);
+        FD_CUDA_LAUNCH_CHECK();
+    }
 }

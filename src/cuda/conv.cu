@@ -3,12 +3,14 @@
 //   out[t, c] = silu( sum_j w[c, j] * in(t - (K-1) + j, c) ),  in(s) = x[s, c] for s >= 0, state[c, K-1+s] else
 // Two launches: the outputs (parallel over channels and token tiles), then the state update. Splitting them
 // keeps the first kernel free of a read/write race on the state between token tiles.
+// state_slots (optional, f32 [n, C, K-1]): the state after token t, i.e. in(t-K+2 .. t), written to slot t.
 #include "cuda/cuda_common.h"
 
 #define CONV_MAXK 8
 #define CONV_TT 64 // tokens per thread
 
-__global__ void k_conv1d_silu(float *out, const float *x, const float *w, const float *state, int n, int C, int K) {
+__global__ void k_conv1d_silu(float *out, float *slots, const float *x, const float *w, const float *state, int n, int C,
+                              int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int t0 = blockIdx.y * CONV_TT;
@@ -27,6 +29,16 @@ __global__ void k_conv1d_silu(float *out, const float *x, const float *w, const 
             }
         }
         out[(int64_t)t * C + c] = acc / (1.f + expf(-acc));
+        if (slots) {
+#pragma unroll
+            for (int j = 0; j < CONV_MAXK - 1; j++) {
+                if (j < K - 1) {
+                    int s = t - K + 2 + j;
+                    float v = s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s];
+                    slots[((int64_t)t * C + c) * (K - 1) + j] = v;
+                }
+            }
+        }
     }
 }
 
@@ -48,14 +60,14 @@ __global__ void k_conv_state(float *state, const float *x, int n, int C, int K) 
 }
 
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
-                    int K) {
+                    int K, float *state_slots) {
     if (n <= 0) return;
     FD_CHECK(K >= 1 && K <= CONV_MAXK, "conv kernel %d unsupported (max %d)", K, CONV_MAXK);
     FD_CHECK(w->rows == C && w->cols == K, "conv weight %s is [%lld, %lld], want [%d, %d]", w->name ? w->name : "?",
              (long long)w->rows, (long long)w->cols, C, K);
     cudaStream_t s = cu_of(be)->stream;
     dim3 grid(cu_blocks(C, 128), cu_blocks(n, CONV_TT));
-    k_conv1d_silu<<<grid, 128, 0, s>>>((float *)out, (const float *)x, cu_wf32(w), conv_state, n, C, K);
+    k_conv1d_silu<<<grid, 128, 0, s>>>((float *)out, state_slots, (const float *)x, cu_wf32(w), conv_state, n, C, K);
     FD_CUDA_LAUNCH_CHECK();
     if (K > 1) {
         k_conv_state<<<cu_blocks(C, 128), 128, 0, s>>>(conv_state, (const float *)x, n, C, K);

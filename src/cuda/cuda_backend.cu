@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.h"
+#include "cuda/cuda_common.h" // first: wraps backend.h in extern "C"
+#include "cuda/cuda.h"
 
 int cu_debug_sync = 0;
 
@@ -64,6 +65,12 @@ static void cu_to_host(fd_backend *be, void *dst, const void *src, size_t bytes)
 }
 static void cu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
     FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_of(be)->stream));
+}
+static void cu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                         int64_t rows, size_t row_bytes) {
+    if (rows <= 0 || row_bytes == 0) return;
+    FD_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, (size_t)rows,
+                                    cudaMemcpyDeviceToDevice, cu_of(be)->stream));
 }
 static void cu_sync(fd_backend *be) { FD_CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream)); }
 
@@ -158,6 +165,26 @@ static void cu_destroy(fd_backend *be) {
     free(be);
 }
 
+// ---- routes ----
+static const char *const k_gemm_act[] = {"bf16", "bf16x2"};
+
+extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
+    if (!strcmp(route, "gemm_act")) {
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(value, k_gemm_act[i])) {
+                cu_of(be)->gemm_act = i;
+                return 0;
+            }
+        return fd_error_set("cuda route gemm_act: '%s' is not bf16 or bf16x2", value);
+    }
+    return fd_error_set("unknown cuda route '%s' (known: gemm_act)", route);
+}
+
+extern "C" const char *fd_cuda_route(fd_backend *be, const char *route) {
+    if (!strcmp(route, "gemm_act")) return k_gemm_act[cu_of(be)->gemm_act];
+    return NULL;
+}
+
 extern "C" fd_backend *fd_backend_cuda_create(int device) {
     int count = 0;
     FD_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -194,6 +221,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->silu_mul = cu_silu_mul;
     be->sigmoid_mul = cu_sigmoid_mul;
     be->to_f32 = cu_to_f32;
+    be->copy_rows = cu_copy_rows;
     be->gdn_split_qkvz = cu_gdn_split_qkvz;
     be->conv1d_silu = cu_conv1d_silu;
     be->gdn_core = cu_gdn_core;
@@ -204,5 +232,12 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->kv_store = cu_kv_store;
     be->attention = cu_attention;
     be->moe = cu_moe;
+
+    const char *ga = getenv("FD_CUDA_GEMM_ACT");
+    if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
+    cudaDeviceProp prop;
+    FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s", device, prop.name, c->num_sms,
+            (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"));
     return be;
 }

@@ -51,8 +51,12 @@ enum {
     CU_SCR_COUNT
 };
 
+// Route gemm_act (see gemm.cu): how fp32 activations enter a bf16-weight GEMM.
+enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1 };
+
 typedef struct {
     int device;
+    int gemm_act; // CU_GEMM_*
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *lt_workspace;
@@ -93,21 +97,21 @@ void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float t
 
 // ---- conv.cu ----
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
-                    int K);
+                    int K, float *state_slots);
 
 // ---- gdn.cu ----
 void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba, int n,
                        int Hk, int Hv, int dk, int dv);
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                 int dv);
+                 int dv, float *state_slots);
 
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
 void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                  int64_t capacity);
 void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                  int hd, int64_t capacity, float scale);
+                  int hd, int64_t capacity, float scale, int causal);
 
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);

@@ -3,7 +3,9 @@
 //   S <- exp(g_t) S ;  S <- S + beta_t k_t (v_t - S^T k_t)^T ;  o_t = S^T q_t        (value head h reads q/k h / r)
 //
 // Two routes:
-//  FD_GDN_SERIAL  - one kernel, token-recurrent; each block owns 32 state columns of one head in registers.
+//  FD_GDN_SERIAL  - one kernel, token-recurrent; each block owns 32 state columns of one head in registers. With
+//                   state_slots (f32 [n, Hv, dk, dv]) it also writes the state after every token to slot t
+//                   (speculative verify: committing k accepted tokens = taking slot k-1). Slots imply this route.
 //  FD_GDN_CHUNKED - chunk C = 64 (gamma = in-chunk cumsum of g, Gamma_ij = exp(gamma_i - gamma_j)):
 //     prep   : normalised q (scaled), k, beta, g for every token                       (parallel over tokens)
 //     intra  : per (chunk, head): A = strict_lower(beta K K^T o Gamma), P = lower_incl(Q K^T o Gamma),
@@ -78,9 +80,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 // Serial route. grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns state column c = 32*blockIdx.y + j;
 // warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers for all n tokens.
 #define SER_ROWS 64
-__global__ void __launch_bounds__(128) k_gdn_serial(float *o, const float *qkv, const float *bb, const float *aa,
-                                                    const float *A_log, const float *dt_bias, float *state, int n,
-                                                    int Hk, int Hv, int dk, int dv) {
+__global__ void __launch_bounds__(128) k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb,
+                                                    const float *aa, const float *A_log, const float *dt_bias,
+                                                    float *state, int n, int Hk, int Hv, int dk, int dv) {
     __shared__ float qs[GDN_MAXD], ks[GDN_MAXD];
     __shared__ float red[2][4][32];
     __shared__ float nrm[2][4];
@@ -137,10 +139,17 @@ __global__ void __launch_bounds__(128) k_gdn_serial(float *o, const float *qkv, 
                 part += S[r] * qs[i] * rq;
             }
         }
+        if (slots && c < dv) { // state after token t -> slot t; a running pointer keeps row addresses out of registers
+            float *p = slots + ((int64_t)t * Hv + h) * dk * dv + (int64_t)(w * RW) * dv + c;
+#pragma unroll
+            for (int r = 0; r < SER_ROWS; r++, p += dv)
+                if (r < RW && w * RW + r < dk) *p = S[r];
+        }
         red[1][w][lane] = part;
         __syncthreads();
         if (w == 0 && c < dv)
             o[((int64_t)t * Hv + h) * dv + c] = red[1][0][lane] + red[1][1][lane] + red[1][2][lane] + red[1][3][lane];
+
         // the next token overwrites qs/ks/nrm/red: everyone must be done reading them
         __syncthreads();
     }
@@ -346,15 +355,15 @@ static void gdn_chunked(fd_backend *be, float *o, const float *qkv, const float 
 
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                 int dv) {
+                 int dv, float *state_slots) {
     if (n <= 0) return;
     if (Hk <= 0 || Hv % Hk) FD_PANIC("gdn_core: Hv %d not a multiple of Hk %d", Hv, Hk);
     FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "GDN head dims %d/%d unsupported (max %d)", dk,
              dv, GDN_MAXD);
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
-    if (route == FD_GDN_SERIAL) {
+    if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
-            (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
+            (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
         FD_CUDA_LAUNCH_CHECK();
     } else {
         FD_CHECK(route == FD_GDN_CHUNKED, "unknown GDN route %d", (int)route);

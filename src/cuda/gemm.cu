@@ -1,16 +1,23 @@
-// GEMM through cuBLASLt: out[n, m] = x[n, k] W[m, k]^T, fp32 accumulation.
-// bf16 weights: the fp32 activations are rounded to bf16 into a scratch buffer first (one extra pass over x,
-// n*k*6 bytes; the weight read, m*k*2 bytes, dominates for every layer shape we run). fp32 weights (only small
-// ones) run as a true fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32).
+// GEMM through cuBLASLt: out[n, m] = x[n, k] W[m, k]^T, fp32 accumulation, fp32 output.
+// bf16 weights, route gemm_act:
+//   bf16   (default) the fp32 activations are rounded to bf16 in a scratch pass (n*k*6 bytes, small next to the
+//          m*k*2 weight read) and one bf16 GEMM runs: the numerics contract's bf16 activations.
+//   bf16x2 x = hi + lo with hi = bf16(x), lo = bf16(x - hi); two GEMMs (the second accumulates, beta = 1), so the
+//          activation keeps ~16 mantissa bits: error ~1e-5 instead of ~1e-3 per GEMM, at twice the GEMM cost.
+// fp32 weights (small tensors; fp16/fp32 checkpoints) run as a true fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32).
 #include <stdint.h>
 
 #include "cuda/cuda_common.h"
 
 // Scalar on purpose: x may be any float offset into an activation buffer, and coalesced 4-byte loads already
-// run this pass at memory speed.
-__global__ void k_f32_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t count) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
+// run this pass at memory speed. lo (optional) receives the rounding remainder, rounded to bf16.
+__global__ void k_f32_to_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *lo, const float *src, int64_t count) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = src[i];
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        dst[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
 }
 
 static int ptr_align(const void *p) {
@@ -30,7 +37,8 @@ typedef struct {
 static algo_entry g_algo_cache[ALGO_CACHE];
 static int g_algo_next;
 
-static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W, int bf16, int m, int n, int k) {
+static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W, int bf16, int m, int n, int k,
+                     float beta) {
     cu_impl *c = cu_of(be);
     cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasLtMatmulDesc_t op;
@@ -79,7 +87,7 @@ static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W,
         hit->algo = res.algo;
         hit->valid = 1;
     }
-    float alpha = 1.f, beta = 0.f;
+    float alpha = 1.f;
     FD_CUBLAS_CHECK(cublasLtMatmul(c->lt, op, &alpha, W, la, xin, lb, &beta, out, lc, out, lc, &hit->algo,
                                    c->lt_workspace, c->lt_workspace_bytes, c->stream));
     FD_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
@@ -95,13 +103,17 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
     int m = (int)W->rows, k = (int)W->cols;
     if (W->dev_dtype == FD_BF16) {
         int64_t cnt = (int64_t)n * k;
-        __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)cnt * 2);
-        k_f32_to_bf16<<<cu_blocks(cnt, 256) < 65535u ? cu_blocks(cnt, 256) : 65535u, 256, 0, cu_of(be)->stream>>>(xb, x, cnt);
+        int split = cu_of(be)->gemm_act == CU_GEMM_BF16X2;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)cnt * 2 * (split ? 2 : 1));
+        __nv_bfloat16 *lo = split ? xb + cnt : NULL;
+        unsigned grid = cu_blocks(cnt, 256) < 65535u ? cu_blocks(cnt, 256) : 65535u;
+        k_f32_to_bf16<<<grid, 256, 0, cu_of(be)->stream>>>(xb, lo, x, cnt);
         FD_CUDA_LAUNCH_CHECK();
-        gemm_run(be, out, xb, W->dev, 1, m, n, k);
+        gemm_run(be, out, xb, W->dev, 1, m, n, k, 0.f);
+        if (split) gemm_run(be, out, lo, W->dev, 1, m, n, k, 1.f);
     } else {
         FD_CHECK(W->dev_dtype == FD_F32);
-        gemm_run(be, out, x, W->dev, 0, m, n, k);
+        gemm_run(be, out, x, W->dev, 0, m, n, k, 0.f);
     }
 }
 

@@ -1,0 +1,22 @@
+// CUDA backend entry points beyond backend.h: routes that only this backend has. Until the engine's route table
+// carries them, they are set here (or by environment variable at creation) and printed at creation.
+#ifndef FD_CUDA_H
+#define FD_CUDA_H
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Routes (name = values, default first; env var read by fd_backend_cuda_create):
+//   gemm_act = bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or split
+//                              into two bf16 terms (two GEMMs, ~fp32-accurate; see src/cuda/gemm.cu)
+// Returns 0, or -1 with fd_error set for an unknown route or value.
+int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
+// The active value of a route, NULL for an unknown route.
+const char *fd_cuda_route(fd_backend *be, const char *route);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
