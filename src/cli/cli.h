@@ -7,4 +7,5 @@ int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_draft_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 #endif

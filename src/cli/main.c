@@ -16,6 +16,7 @@ static const struct {
     {"generate", cmd_generate,
      "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K] [--draft DIR [--block-size B] [--stats]]"},
     {"draft-logits", cmd_draft_logits, "draft-logits MODEL_DIR --draft DIR --ids 1,2,3 --out FILE"},
+    {"serve", cmd_serve, "serve --model DIR [--tokenizer PATH] [--port 8000]   OpenAI-compatible HTTP server"},
     {"tokenize", cmd_tokenize, "tokenize TOKENIZER [--decode]     text on stdin -> ids (or ids -> text)"},
 };
 

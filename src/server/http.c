@@ -1,0 +1,366 @@
+// HTTP side of the server: libmicrohttpd callbacks, routing, request validation, responses. Runs on the
+// libmicrohttpd thread pool; never calls the engine (the scheduler thread does).
+//
+// A generation request's connection is suspended while the scheduler works and resumed when there is output
+// (MHD_suspend_connection is called only from libmicrohttpd's own callbacks, as its API requires).
+#include "server/http.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "io/chat_template.h"
+
+typedef enum { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_RESET } srv_route;
+
+typedef struct {
+    srv_route route;
+    srv_buf body;
+    int too_big;
+    double t0;
+    srv_job *job;
+    int status;
+    int logged_error; // an error response was queued (for the log line)
+    char why[320];
+} conn_ctx;
+
+static enum MHD_Result send_text(conn_ctx *cx, struct MHD_Connection *c, int status, const char *type,
+                                 const char *text) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    cx->status = status;
+    return ok;
+}
+
+static enum MHD_Result send_json(conn_ctx *cx, struct MHD_Connection *c, int status, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    FD_CHECK(s != NULL);
+    enum MHD_Result ok = send_text(cx, c, status, "application/json", s);
+    free(s);
+    return ok;
+}
+
+static enum MHD_Result send_err(conn_ctx *cx, struct MHD_Connection *c, const srv_err *e) {
+    char *s = srv_err_json(e);
+    snprintf(cx->why, sizeof cx->why, "%s", e->message);
+    enum MHD_Result ok = send_text(cx, c, e->status, "application/json", s);
+    free(s);
+    return ok;
+}
+
+static enum MHD_Result fail(conn_ctx *cx, struct MHD_Connection *c, int status, const char *type, const char *code,
+                            const char *msg) {
+    srv_err e;
+    srv_err_set(&e, status, type, code, NULL, "%s", msg);
+    return send_err(cx, c, &e);
+}
+
+static json_t *usage_json(const srv_job *j) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_completion,
+                     "total_tokens", j->n_prompt + j->n_completion, "prompt_tokens_details", "cached_tokens",
+                     j->n_cached);
+}
+
+// The finished non-streaming job as an OpenAI response (caller holds j->mu).
+static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
+    if (j->err.status) return send_err(cx, c, &j->err);
+    const char *fin = j->finish == SRV_FINISH_STOP ? "stop" : "length";
+    json_t *text = json_stringn(j->text.p ? j->text.p : "", j->text.len);
+    json_t *choice;
+    if (j->kind == SRV_CHAT)
+        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
+                           text, "logprobs", "finish_reason", fin);
+    else
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
+                          j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)j->created, "model", j->model_name, "choices", choice, "usage", usage_json(j));
+    return send_json(cx, c, 200, o);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    if (j->out_sent < j->out.len) {
+        size_t n = j->out.len - j->out_sent < max ? j->out.len - j->out_sent : max;
+        memcpy(buf, j->out.p + j->out_sent, n);
+        j->out_sent += n;
+        if (j->out_sent == j->out.len) j->out.len = j->out_sent = 0;
+        pthread_mutex_unlock(&j->mu);
+        return (ssize_t)n;
+    }
+    if (j->done || !j->conn) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    j->suspended = 1; // the scheduler resumes us when it publishes more
+    MHD_suspend_connection(j->conn);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+static void stream_free(void *cls) { srv_job_unref(cls); }
+
+static void random_id(srv_server *S, char *out, size_t n, const char *prefix) {
+    uint64_t x = (uint64_t)atomic_fetch_add(&S->counter, 1) * 0x9e3779b97f4a7c15ULL ^ S->boot_nonce;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 29;
+    snprintf(out, n, "%s%016llx", prefix, (unsigned long long)x);
+}
+
+// Turns a parsed request into token ids and checks them against the model. 0, or -1 with *e.
+static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
+    if (r->prompt_ids) {
+        for (int i = 0; i < r->n_prompt_ids; i++) {
+            if (r->prompt_ids[i] >= S->vocab)
+                return srv_err_set(e, 400, "invalid_request_error", NULL, "prompt",
+                                   "'prompt[%d]' = %d is outside the vocabulary [0, %d)", i, r->prompt_ids[i],
+                                   S->vocab);
+            tok_ids_push(ids, r->prompt_ids[i]);
+        }
+        return 0;
+    }
+    char *text = r->prompt_text;
+    char *rendered = NULL;
+    if (r->kind == SRV_CHAT) {
+        rendered = chat_render_qwen3(r->msgs, r->n_msgs, 1, r->enable_thinking);
+        if (!rendered) return srv_err_set(e, 400, "invalid_request_error", NULL, "messages", "%s", fd_error_msg());
+        text = rendered;
+    }
+    int rc = tok_encode(S->tok, text, strlen(text), ids);
+    free(rendered);
+    if (rc) return srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "%s", fd_error_msg());
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->ids[i] >= S->vocab)
+            return srv_err_set(e, 400, "invalid_request_error", NULL, NULL,
+                               "the tokenizer gave id %d, outside the model's vocabulary [0, %d)", ids->ids[i],
+                               S->vocab);
+    if (ids->n == 0) return srv_err_set(e, 400, "invalid_request_error", NULL, "prompt", "the prompt is empty");
+    return 0;
+}
+
+static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
+    const srv_config *cfg = S->cfg;
+    srv_req r;
+    srv_err e;
+    const srv_kind kind = cx->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    if (srv_req_parse(cx->body.p, cx->body.len, kind, &r, &e)) return send_err(cx, c, &e);
+    tok_ids ids = {0};
+    int rc = 0;
+    if (r.model && strcmp(r.model, S->model_name))
+        rc = srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                         "The model `%.100s` does not exist.", r.model);
+    if (!rc) rc = prompt_ids(S, &r, &ids, &e);
+    int64_t max_tokens = r.max_tokens;
+    if (!rc && (int64_t)ids.n >= cfg->ctx)
+        rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                         "This model's maximum context length is %lld tokens. However, your prompt has %zu tokens.",
+                         (long long)cfg->ctx, ids.n);
+    if (!rc && max_tokens < 0) { // OpenAI: 16 for completions; chat: what the context leaves
+        max_tokens = cfg->ctx - (int64_t)ids.n;
+        if (kind == SRV_COMPLETION && max_tokens > cfg->default_max_tokens) max_tokens = cfg->default_max_tokens;
+    }
+    if (!rc && (int64_t)ids.n + max_tokens > cfg->ctx)
+        rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                         "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
+                         "(%zu in the prompt, %lld for the completion).",
+                         (long long)cfg->ctx, (long long)ids.n + max_tokens, ids.n, (long long)max_tokens);
+    if (rc) {
+        tok_ids_free(&ids);
+        srv_req_free(&r);
+        return send_err(cx, c, &e);
+    }
+    srv_job *j = srv_job_new();
+    random_id(S, j->id, sizeof j->id, kind == SRV_CHAT ? "chatcmpl-" : "cmpl-");
+    j->kind = kind;
+    j->stream = r.stream;
+    j->include_usage = r.include_usage;
+    j->model_name = S->model_name;
+    j->prompt = ids.ids; // ownership moves to the job
+    j->n_prompt = (int)ids.n;
+    j->max_tokens = (int)max_tokens;
+    j->temperature = r.temperature;
+    j->top_p = r.top_p;
+    j->top_k = r.top_k;
+    if (r.has_seed) j->seed = r.seed;
+    else j->seed = S->boot_nonce ^ (uint64_t)(atomic_fetch_add(&S->counter, 1) + 1) * 0x2545f4914f6cdd1dULL;
+    for (int i = 0; i < r.n_stop; i++) {
+        j->stop[i] = r.stop[i];
+        r.stop[i] = NULL;
+    }
+    j->n_stop = r.n_stop;
+    r.n_stop = 0;
+    srv_req_free(&r);
+    j->t_arrival = cx->t0;
+    j->created = (long)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    j->conn = c;
+    cx->job = j;
+    if (j->stream && kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE); // the role comes first
+    if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
+    if (j->stream) {
+        srv_job_ref(j); // the response holds one
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j,
+                                                                      stream_free);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        cx->status = 200;
+        return ok;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->done) {
+        enum MHD_Result ok = respond_job(cx, c, j);
+        pthread_mutex_unlock(&j->mu);
+        return ok;
+    }
+    j->suspended = 1;
+    MHD_suspend_connection(c);
+    pthread_mutex_unlock(&j->mu);
+    return MHD_YES;
+}
+
+static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
+    switch (cx->route) {
+    case R_HEALTH:
+        if (atomic_load(&S->stopping)) return fail(cx, c, 503, "server_unavailable", NULL, "shutting down");
+        return send_json(cx, c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_MODELS:
+        return send_json(cx, c, 200,
+                         json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id",
+                                   S->model_name, "object", "model", "created", (json_int_t)S->boot_time, "owned_by",
+                                   "flashdelta", "max_model_len", (json_int_t)S->cfg->ctx));
+    case R_METRICS: {
+        char *m = srv_metrics_render(&S->met, S->model_name);
+        enum MHD_Result ok = send_text(cx, c, 200, "text/plain; version=0.0.4; charset=utf-8", m);
+        free(m);
+        return ok;
+    }
+    case R_RESET:
+        sched_reset_prefix_cache(S->sched);
+        return send_json(cx, c, 200, json_pack("{s:s}", "status", "ok"));
+    default:
+        return fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
+    }
+}
+
+static srv_route find_route(const char *url, const char *method, int *bad_method) {
+    static const struct {
+        const char *url, *method;
+        srv_route r;
+    } k[] = {{"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
+             {"/v1/models", "GET", R_MODELS},            {"/health", "GET", R_HEALTH},
+             {"/metrics", "GET", R_METRICS},             {"/reset_prefix_cache", "POST", R_RESET}};
+    *bad_method = 0;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(url, k[i].url)) {
+            if (!strcmp(method, k[i].method)) return k[i].r;
+            *bad_method = 1;
+        }
+    return R_NONE;
+}
+
+enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv_server *S = cls;
+    conn_ctx *cx = *con_cls;
+    if (!cx) { // first call: headers only
+        cx = fd_calloc(1, sizeof *cx);
+        cx->t0 = fd_time_s();
+        *con_cls = cx;
+        int bad_method;
+        cx->route = find_route(url, method, &bad_method);
+        if (cx->route == R_NONE)
+            return bad_method ? fail(cx, c, 405, "invalid_request_error", "method_not_allowed",
+                                     "method not allowed on this route")
+                              : fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > S->cfg->max_body) {
+            cx->too_big = 1;
+            return fail(cx, c, 413, "invalid_request_error", "request_too_large",
+                        "the request body exceeds the server's limit");
+        }
+        return MHD_YES;
+    }
+    if (cx->status) { // an error response is queued already: discard whatever else arrives
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cx->body.len + *upload_size > S->cfg->max_body) {
+            srv_buf_free(&cx->body);
+            *upload_size = 0;
+            return fail(cx, c, 413, "invalid_request_error", "request_too_large",
+                        "the request body exceeds the server's limit");
+        }
+        if (fd_time_s() - cx->t0 > S->cfg->body_timeout) { // a slow (or slowloris) client
+            *upload_size = 0;
+            return fail(cx, c, 408, "invalid_request_error", "request_timeout",
+                        "the request body was not received within the server's body timeout");
+        }
+        srv_buf_add(&cx->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cx->job) { // resumed: the scheduler finished (non-streaming)
+        srv_job *j = cx->job;
+        pthread_mutex_lock(&j->mu);
+        enum MHD_Result ok = MHD_YES;
+        if (j->done) {
+            ok = respond_job(cx, c, j);
+        } else {
+            j->suspended = 1;
+            MHD_suspend_connection(c);
+        }
+        pthread_mutex_unlock(&j->mu);
+        return ok;
+    }
+    if (cx->route == R_COMPLETIONS || cx->route == R_CHAT) return start_generation(S, cx, c);
+    return simple_route(S, cx, c);
+}
+
+void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv_server *S = cls;
+    conn_ctx *cx = *con_cls;
+    (void)c;
+    if (!cx) return;
+    *con_cls = NULL;
+    const double now = fd_time_s();
+    int status = cx->status;
+    pthread_mutex_lock(&S->met.mu);
+    if (status >= 100 && status < 600) S->met.http_status[status / 100]++;
+    pthread_mutex_unlock(&S->met.mu);
+    static const char *const names[] = {"", "completions", "chat", "models", "health", "metrics", "reset"};
+    srv_job *j = cx->job;
+    if (j) {
+        pthread_mutex_lock(&j->mu);
+        j->conn = NULL;
+        if (!j->done) atomic_store(&j->cancelled, 1); // the client went away: the scheduler drops the sequence
+        const double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1;
+        const double gen = j->t_done > j->t_first && j->n_completion > 1 ? (j->n_completion - 1) / (j->t_done - j->t_first) : 0;
+        const char *fin = j->err.status ? "error" : j->finish == SRV_FINISH_STOP ? "stop"
+                                                    : j->finish == SRV_FINISH_LENGTH ? "length" : "abort";
+        FD_INFO("request %s %s status=%d%s prompt=%d cached=%d completion=%d ttft=%.3fs decode=%.1ftok/s finish=%s "
+                "total=%.3fs%s%s%s",
+                j->id, names[cx->route], j->err.status ? j->err.status : status, j->stream ? " stream" : "",
+                j->n_prompt, j->n_cached, j->n_completion, ttft, gen, fin, now - cx->t0,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)",
+                j->err.status ? " error: " : "", j->err.status ? j->err.message : "");
+        pthread_mutex_unlock(&j->mu);
+        srv_job_unref(j);
+    } else if (cx->route != R_HEALTH && cx->route != R_METRICS) {
+        FD_INFO("request - %s status=%d total=%.3fs%s%s", names[cx->route], status, now - cx->t0,
+                cx->why[0] ? " error: " : "", cx->why);
+    }
+    srv_buf_free(&cx->body);
+    free(cx);
+}

@@ -1,0 +1,24 @@
+// The server object shared by the libmicrohttpd callbacks (http.c) and the lifecycle code (server.c).
+#ifndef FD_SERVER_HTTP_H
+#define FD_SERVER_HTTP_H
+#include "model/model.h"
+#include "server/server_internal.h"
+
+typedef struct {
+    const srv_config *cfg;
+    struct MHD_Daemon *daemon;
+    srv_sched *sched;
+    tok_tokenizer *tok;
+    srv_metrics met;
+    int32_t vocab;
+    const char *model_name;
+    long boot_time;
+    uint64_t boot_nonce;
+    atomic_long counter;
+    atomic_int stopping;
+} srv_server;
+
+enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+#endif

@@ -1,0 +1,48 @@
+// Server counters and histograms, rendered as Prometheus text (GET /metrics). Names follow vLLM's where one exists
+// (prefix "flashdelta:" instead of "vllm:"), so vLLM dashboards and PromQL work with the prefix changed.
+#ifndef FD_SERVER_METRICS_H
+#define FD_SERVER_METRICS_H
+#include <pthread.h>
+#include <stdint.h>
+
+#define SRV_HIST_MAX 24
+typedef struct {
+    int n;                          // bucket upper bounds used
+    double le[SRV_HIST_MAX];        // upper bounds (seconds)
+    int64_t count[SRV_HIST_MAX + 1]; // per bucket (last: +Inf), not cumulative
+    double sum;
+    int64_t total;
+} srv_hist;
+
+enum { SRV_FIN_STOP = 0, SRV_FIN_LENGTH, SRV_FIN_ABORT, SRV_FIN_ERROR, SRV_FIN_N };
+#define SRV_SPEC_POS 16
+
+typedef struct {
+    pthread_mutex_t mu;
+    // requests
+    int64_t finished[SRV_FIN_N];
+    int64_t http_status[6];          // by class: 1xx..5xx (index 1..5)
+    int64_t rejected_queue_full, rejected_timeout;
+    int running, waiting;
+    // tokens
+    int64_t prompt_tokens, generation_tokens;
+    int64_t prefill_computed_tokens;  // prompt tokens actually run through the model
+    int64_t pc_queries, pc_hits;      // prefix cache, in tokens (vLLM semantics)
+    int64_t pc_resets;
+    // prefix cache state (copied by the scheduler)
+    int64_t pc_nodes, pc_snapshots, pc_evictions;
+    double pc_bytes, pc_budget;
+    // routes (summed over the engines)
+    int64_t gdn_chunked_calls, gdn_chunked_tokens, gdn_serial_calls, gdn_serial_tokens;
+    int64_t decode_steps, prefill_chunks;
+    // speculative decoding (no drafter yet: stay 0, exported so dashboards have the series)
+    int64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_accepted_pos[SRV_SPEC_POS];
+    srv_hist ttft, itl, e2e, queue;
+} srv_metrics;
+
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_destroy(srv_metrics *m);
+void srv_hist_observe(srv_hist *h, double v); // caller holds m->mu
+// Prometheus text exposition (malloc'ed). model: the served model name (label).
+char *srv_metrics_render(srv_metrics *m, const char *model);
+#endif

@@ -1,0 +1,581 @@
+// The scheduler: the one thread that calls the engine (the CPU thread pool is not reentrant, and a GPU stream wants
+// one owner anyway). Each slot is an engine holding one sequence. A step runs one decode token for every decoding
+// slot (round-robin), then spends what is left of the token budget on prompt chunks, oldest request first, so a
+// long prompt advances by at most one budget per step and never stalls running streams for longer.
+//
+// The engine runs one sequence per forward call, so "continuous batching" here is interleaving: sequences join and
+// leave between steps; a multi-sequence forward would slot in at decode_one() without changing the rest.
+//
+// Prefix cache: on admission the longest cached prefix (ending at a state snapshot, at most prompt-1 tokens: the last
+// prompt token must run to give logits) is restored into the slot. Prompt chunks are cut at snapshot points (every
+// pc_checkpoint tokens and the last block boundary before the final prompt token) so that the state exists there.
+// During decode the state is snapshot at each block boundary into a per-slot buffer (overwritten), and the last one
+// is cached when the request ends: the next chat turn, which repeats this turn's prompt and answer, then hits it.
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "engine/prefix_cache.h"
+#include "server/sampler.h"
+#include "server/server_internal.h"
+
+typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE } slot_state;
+
+typedef struct {
+    fd_engine e;
+    slot_state st;
+    srv_job *job;
+    int32_t *seq; // tokens fed to the engine so far or about to be: prompt, then generated
+    int64_t n_seq, cap_seq;
+    float *logits;  // [V]
+    tok_stream *ts; // detokenizer (whole UTF-8 characters only)
+    srv_buf text;   // generated text so far (stop strings are searched here)
+    size_t emitted; // bytes of text already published to a stream
+    int n_gen;
+    int32_t next; // sampled token to feed at the next decode step
+    double t_last, t_peek;
+    uint64_t rng;
+    int64_t admitted; // admission order (oldest prefill first)
+    void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
+    int64_t roll_pos;
+} slot;
+
+struct srv_sched {
+    const srv_config *cfg;
+    fd_model *m;
+    fd_backend *be;
+    const tok_tokenizer *tok;
+    int32_t eos[16];
+    int n_eos;
+    srv_metrics *met;
+    slot *slots;
+    int n_slots, rr;
+    pc_cache *pc;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, cv_reset;
+    srv_job **queue; // FIFO ring of cfg->max_queue
+    int q_head, q_len;
+    int stopping, running_thread;
+    int64_t reset_asked, reset_done, admit_counter;
+};
+
+// ---- finishing ----
+
+static void job_fail(srv_job *j, int status, const char *type, const char *code, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->done) {
+        srv_err_set(&j->err, status, type, code, NULL, "%s", msg);
+        if (j->stream) {
+            srv_sse_error(j);
+            srv_sse_done(j);
+        }
+        j->done = 1;
+        j->t_done = fd_time_s();
+    }
+    srv_job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void met_finish(srv_sched *s, int kind, const srv_job *j, double now) {
+    pthread_mutex_lock(&s->met->mu);
+    s->met->finished[kind]++;
+    s->met->running--;
+    srv_hist_observe(&s->met->e2e, now - j->t_arrival);
+    pthread_mutex_unlock(&s->met->mu);
+}
+
+static void slot_release(srv_sched *s, slot *sl) {
+    if (s->pc && sl->roll) {
+        if (sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past && !pc_has_snapshot(s->pc, sl->seq, sl->roll_pos))
+            pc_insert(s->pc, &sl->e, sl->seq, sl->roll_pos, sl->roll);
+        else
+            s->be->free(s->be, sl->roll);
+    }
+    sl->roll = NULL;
+    sl->roll_pos = 0;
+    size_t n;
+    tok_stream_flush(sl->ts, &n); // resets the stream for the next request
+    sl->text.len = 0;
+    srv_job_unref(sl->job);
+    sl->job = NULL;
+    sl->st = SLOT_FREE;
+}
+
+static void slot_fail(srv_sched *s, slot *sl, int status, const char *type, const char *code, const char *msg,
+                      int kind) {
+    job_fail(sl->job, status, type, code, msg);
+    met_finish(s, kind, sl->job, fd_time_s());
+    slot_release(s, sl);
+}
+
+// ---- output ----
+
+static int is_eos(const srv_sched *s, int32_t t) {
+    for (int i = 0; i < s->n_eos; i++)
+        if (s->eos[i] == t) return 1;
+    return 0;
+}
+
+// Earliest stop-string match in text that ends after byte `from` (matches wholly before it were checked already).
+static long find_stop(const srv_job *j, const srv_buf *text, size_t from) {
+    long best = -1;
+    for (int i = 0; i < j->n_stop; i++) {
+        size_t sl = strlen(j->stop[i]);
+        size_t start = from >= sl ? from - sl + 1 : 0;
+        if (text->len < sl) continue;
+        const char *hit = memmem(text->p + start, text->len - start, j->stop[i], sl);
+        if (hit && (best < 0 || hit - text->p < best)) best = hit - text->p;
+    }
+    return best;
+}
+
+// Streams publish text only up to where no stop string can still begin, and only whole UTF-8 characters.
+static size_t safe_len(const srv_job *j, const srv_buf *text) {
+    size_t hold = 0;
+    for (int i = 0; i < j->n_stop; i++) {
+        size_t l = strlen(j->stop[i]);
+        if (l - 1 > hold) hold = l - 1;
+    }
+    size_t n = text->len > hold ? text->len - hold : 0;
+    while (n > 0 && n < text->len && ((unsigned char)text->p[n] & 0xC0) == 0x80) n--;
+    return n;
+}
+
+static void publish(srv_sched *s, slot *sl, srv_finish fin) {
+    srv_job *j = sl->job;
+    pthread_mutex_lock(&j->mu);
+    j->n_completion = sl->n_gen;
+    if (j->stream) {
+        size_t upto = fin ? sl->text.len : safe_len(j, &sl->text);
+        if (upto > sl->emitted) {
+            srv_sse_chunk(j, sl->text.p + sl->emitted, upto - sl->emitted, 0, SRV_FINISH_NONE);
+            sl->emitted = upto;
+        }
+        if (fin) {
+            srv_sse_chunk(j, NULL, 0, 0, fin);
+            if (j->include_usage) srv_sse_usage(j, j->n_prompt);
+            srv_sse_done(j);
+        }
+    }
+    if (fin) {
+        if (!j->stream) srv_buf_add(&j->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        j->finish = fin;
+        j->done = 1;
+        j->t_done = fd_time_s();
+    }
+    srv_job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+    (void)s;
+}
+
+// A sampled token: account, detokenize, check eos / stop strings / length, publish.
+static void take_token(srv_sched *s, slot *sl, int32_t t) {
+    srv_job *j = sl->job;
+    const double now = fd_time_s();
+    sl->n_gen++;
+    pthread_mutex_lock(&s->met->mu);
+    s->met->generation_tokens++;
+    if (sl->n_gen == 1) srv_hist_observe(&s->met->ttft, now - j->t_arrival);
+    else srv_hist_observe(&s->met->itl, now - sl->t_last);
+    pthread_mutex_unlock(&s->met->mu);
+    if (sl->n_gen == 1) {
+        pthread_mutex_lock(&j->mu);
+        j->t_first = now;
+        pthread_mutex_unlock(&j->mu);
+    }
+    sl->t_last = now;
+    srv_finish fin = SRV_FINISH_NONE;
+    size_t len = 0;
+    if (is_eos(s, t)) {
+        fin = SRV_FINISH_STOP;
+    } else {
+        const char *piece = tok_stream_push(sl->ts, t, &len);
+        if (!piece) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "the model produced token id %d, which the tokenizer cannot decode", t);
+            slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
+            return;
+        }
+        const size_t before = sl->text.len;
+        srv_buf_add(&sl->text, piece, len);
+        long at = find_stop(j, &sl->text, before);
+        if (at >= 0) {
+            sl->text.len = (size_t)at;
+            fin = SRV_FINISH_STOP;
+        } else if (sl->n_gen >= j->max_tokens) {
+            fin = SRV_FINISH_LENGTH;
+        }
+        sl->next = t;
+    }
+    if (fin == SRV_FINISH_LENGTH || (fin == SRV_FINISH_STOP && is_eos(s, t))) {
+        const char *rest = tok_stream_flush(sl->ts, &len); // bytes of an unfinished character become U+FFFD
+        srv_buf_add(&sl->text, rest, len);
+        long at = find_stop(j, &sl->text, sl->text.len - len);
+        if (at >= 0) {
+            sl->text.len = (size_t)at;
+            fin = SRV_FINISH_STOP;
+        }
+    }
+    publish(s, sl, fin);
+    if (fin) {
+        met_finish(s, fin == SRV_FINISH_STOP ? SRV_FIN_STOP : SRV_FIN_LENGTH, j, now);
+        slot_release(s, sl);
+    }
+}
+
+// ---- running ----
+
+static void seq_push(slot *sl, const int32_t *t, int64_t n) {
+    if (sl->n_seq + n > sl->cap_seq) {
+        while (sl->n_seq + n > sl->cap_seq) sl->cap_seq = sl->cap_seq ? sl->cap_seq * 2 : 256;
+        sl->seq = fd_realloc(sl->seq, (size_t)sl->cap_seq * sizeof(int32_t));
+    }
+    memcpy(sl->seq + sl->n_seq, t, (size_t)n * sizeof(int32_t));
+    sl->n_seq += n;
+}
+
+static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
+    const double now = fd_time_s();
+    sl->job = j;
+    sl->n_seq = 0;
+    sl->n_gen = 0;
+    sl->emitted = 0;
+    sl->text.len = 0;
+    sl->t_peek = 0;
+    sl->admitted = s->admit_counter++;
+    sl->rng = j->seed;
+    engine_reset(&sl->e);
+    seq_push(sl, j->prompt, j->n_prompt);
+    int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = (int)cached;
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&s->met->mu);
+    s->met->running++;
+    s->met->prompt_tokens += j->n_prompt;
+    if (s->pc) {
+        s->met->pc_queries += j->n_prompt;
+        s->met->pc_hits += cached;
+    }
+    srv_hist_observe(&s->met->queue, now - j->t_arrival);
+    pthread_mutex_unlock(&s->met->mu);
+    sl->st = SLOT_PREFILL;
+}
+
+// Is the client still there? Peeks at the socket while libmicrohttpd has the connection suspended (it does not watch
+// suspended connections): end-of-file or a reset means the client went away.
+static int client_gone(slot *sl, double now) {
+    srv_job *j = sl->job;
+    if (atomic_load(&j->cancelled)) return 1;
+    if (now < sl->t_peek) return 0;
+    sl->t_peek = now + 0.05;
+    int gone = 0;
+    pthread_mutex_lock(&j->mu);
+    if (!j->conn) gone = 1;
+    else if (j->suspended && j->fd >= 0) {
+        char c;
+        ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return gone;
+}
+
+static void decode_one(srv_sched *s, slot *sl) {
+    seq_push(sl, &sl->next, 1);
+    if (engine_forward(&sl->e, &sl->next, 1, sl->logits, 0)) {
+        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+        return;
+    }
+    const int B = s->pc ? pc_block(s->pc) : 0;
+    if (B && sl->e.n_past % B == 0) { // keep the newest block-boundary state for the cache
+        const es_geom *g = pc_geom(s->pc);
+        if (!sl->roll) sl->roll = s->be->alloc(s->be, g->state_bytes);
+        es_state_save(&sl->e, g, sl->roll);
+        sl->roll_pos = sl->e.n_past;
+    }
+    pthread_mutex_lock(&s->met->mu);
+    s->met->decode_steps++;
+    pthread_mutex_unlock(&s->met->mu);
+    take_token(s, sl, sampler_pick(sl->logits, s->m->cfg.vocab_size, sl->job->temperature, sl->job->top_p,
+                                   sl->job->top_k, &sl->rng));
+}
+
+// Runs up to `budget` prompt tokens; returns how many ran.
+static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
+    srv_job *j = sl->job;
+    const int64_t pos = sl->e.n_past, n = j->n_prompt;
+    int64_t end = pos + budget < n ? pos + budget : n;
+    int64_t last_b = 0, ck = 0;
+    if (s->pc) {
+        const int64_t B = pc_block(s->pc);
+        ck = s->cfg->pc_checkpoint;
+        last_b = ((n - 1) / B) * B;
+        const int64_t next_ck = (pos / ck + 1) * ck;
+        if (next_ck < end && next_ck <= last_b) end = next_ck;
+        if (last_b > pos && last_b < end) end = last_b;
+    }
+    const int final = end == n;
+    if (engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), final ? sl->logits : NULL, 0)) {
+        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+        return end - pos;
+    }
+    pthread_mutex_lock(&s->met->mu);
+    s->met->prefill_computed_tokens += end - pos;
+    s->met->prefill_chunks++;
+    pthread_mutex_unlock(&s->met->mu);
+    if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(s->pc, j->prompt, end))
+        pc_insert(s->pc, &sl->e, j->prompt, end, NULL);
+    if (final) {
+        sl->st = SLOT_DECODE;
+        take_token(s, sl, sampler_pick(sl->logits, s->m->cfg.vocab_size, j->temperature, j->top_p, j->top_k,
+                                       &sl->rng));
+    }
+    return end - pos;
+}
+
+static void sync_route_metrics(srv_sched *s) {
+    int64_t cc = 0, ct = 0, sc = 0, st = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        cc += s->slots[i].e.gdn_chunked.calls;
+        ct += s->slots[i].e.gdn_chunked.tokens;
+        sc += s->slots[i].e.gdn_serial.calls;
+        st += s->slots[i].e.gdn_serial.tokens;
+    }
+    pc_stats ps = {0};
+    if (s->pc) pc_get_stats(s->pc, &ps);
+    pthread_mutex_lock(&s->met->mu);
+    s->met->gdn_chunked_calls = cc;
+    s->met->gdn_chunked_tokens = ct;
+    s->met->gdn_serial_calls = sc;
+    s->met->gdn_serial_tokens = st;
+    s->met->pc_nodes = ps.nodes;
+    s->met->pc_snapshots = ps.snapshots;
+    s->met->pc_evictions = ps.evictions;
+    s->met->pc_bytes = (double)ps.bytes;
+    s->met->pc_budget = (double)ps.budget;
+    pthread_mutex_unlock(&s->met->mu);
+}
+
+static void step(srv_sched *s) {
+    const double now = fd_time_s();
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->st == SLOT_FREE) continue;
+        if (client_gone(sl, now)) slot_fail(s, sl, 499, "cancelled", NULL, "the client disconnected", SRV_FIN_ABORT);
+        else if (now - sl->job->t_arrival > s->cfg->request_timeout)
+            slot_fail(s, sl, 504, "timeout_error", "timeout", "the request exceeded the server's request timeout",
+                      SRV_FIN_ABORT);
+    }
+    int64_t budget = s->cfg->prefill_chunk;
+    for (int k = 0; k < s->n_slots; k++) { // one decode token per decoding slot, round-robin start
+        slot *sl = &s->slots[(s->rr + k) % s->n_slots];
+        if (sl->st != SLOT_DECODE) continue;
+        decode_one(s, sl);
+        budget--;
+    }
+    s->rr = (s->rr + 1) % s->n_slots;
+    // prompts: oldest first; at least a small chunk per step so prompts progress under a full decode load
+    const int64_t min_chunk = s->cfg->prefill_chunk < 32 ? s->cfg->prefill_chunk : 32;
+    if (budget < min_chunk) budget = min_chunk;
+    while (budget > 0) {
+        slot *best = NULL;
+        for (int i = 0; i < s->n_slots; i++)
+            if (s->slots[i].st == SLOT_PREFILL && (!best || s->slots[i].admitted < best->admitted))
+                best = &s->slots[i];
+        if (!best) break;
+        budget -= prefill_some(s, best, budget);
+    }
+    sync_route_metrics(s);
+}
+
+static int n_active(const srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) n += s->slots[i].st != SLOT_FREE;
+    return n;
+}
+
+static srv_job *q_pop(srv_sched *s) {
+    srv_job *j = s->queue[s->q_head];
+    s->q_head = (s->q_head + 1) % s->cfg->max_queue;
+    s->q_len--;
+    return j;
+}
+
+static void *sched_main(void *arg) {
+    srv_sched *s = arg;
+    srv_job **tmp = fd_malloc((size_t)(s->cfg->max_queue + 1) * sizeof *tmp);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && s->reset_asked == s->reset_done && s->q_len == 0 && !n_active(s))
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        if (s->reset_asked != s->reset_done) {
+            if (s->pc) pc_reset(s->pc);
+            s->reset_done = s->reset_asked;
+            pthread_cond_broadcast(&s->cv_reset);
+        }
+        // admit into free slots; drop requests that waited too long (their clients get 503)
+        int n_adm = 0, n_exp = 0, free_slots = s->n_slots - n_active(s);
+        srv_job *adm[256];
+        const double now = fd_time_s();
+        for (int k = s->q_len; k > 0; k--) {
+            srv_job *j = q_pop(s);
+            if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) tmp[n_exp++] = j;
+            else if (free_slots > 0 && n_adm < 256) {
+                adm[n_adm++] = j;
+                free_slots--;
+            } else {
+                s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
+                s->q_len++;
+            }
+        }
+        pthread_mutex_lock(&s->met->mu);
+        s->met->waiting = s->q_len;
+        pthread_mutex_unlock(&s->met->mu);
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n_exp; i++) {
+            int gone = atomic_load(&tmp[i]->cancelled);
+            job_fail(tmp[i], gone ? 499 : 503, gone ? "cancelled" : "server_overloaded", NULL,
+                     gone ? "the client disconnected" : "no sequence slot became free within the queue timeout");
+            pthread_mutex_lock(&s->met->mu);
+            if (gone) s->met->finished[SRV_FIN_ABORT]++;
+            else s->met->rejected_timeout++;
+            pthread_mutex_unlock(&s->met->mu);
+            srv_job_unref(tmp[i]);
+        }
+        for (int i = 0, k = 0; i < n_adm; i++) {
+            while (s->slots[k].st != SLOT_FREE) k++;
+            slot_start(s, &s->slots[k], adm[i]);
+        }
+        step(s);
+    }
+    free(tmp);
+    return NULL;
+}
+
+// ---- public ----
+
+srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
+                        const int32_t *eos, int n_eos, srv_metrics *met) {
+    srv_sched *s = fd_calloc(1, sizeof *s);
+    s->cfg = cfg;
+    s->m = m;
+    s->be = be;
+    s->tok = tok;
+    s->met = met;
+    s->n_eos = n_eos < 16 ? n_eos : 16;
+    memcpy(s->eos, eos, sizeof(int32_t) * (size_t)s->n_eos);
+    s->n_slots = cfg->slots;
+    s->slots = fd_calloc((size_t)s->n_slots, sizeof *s->slots);
+    fd_engine_opts eo;
+    engine_default_opts(&eo);
+    eo.capacity = cfg->ctx;
+    eo.max_batch = cfg->prefill_chunk;
+    eo.gdn_prefill = cfg->gdn_prefill;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (engine_init(&sl->e, m, be, &eo)) {
+            for (int k = 0; k <= i; k++) engine_free(&s->slots[k].e);
+            free(s->slots);
+            free(s);
+            return NULL;
+        }
+        sl->logits = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+        sl->ts = tok_stream_new(tok, 1);
+    }
+    if (cfg->prefix_cache) s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
+    s->queue = fd_calloc((size_t)cfg->max_queue, sizeof *s->queue);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->cv_reset, NULL);
+    FD_CHECK(pthread_create(&s->th, NULL, sched_main, s) == 0);
+    s->running_thread = 1;
+    return s;
+}
+
+int sched_submit(srv_sched *s, srv_job *j, srv_err *err) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->stopping) {
+        rc = srv_err_set(err, 503, "server_unavailable", NULL, NULL, "the server is shutting down");
+    } else if (s->q_len >= s->cfg->max_queue) {
+        rc = srv_err_set(err, 429, "rate_limit_exceeded", "queue_full", NULL,
+                         "the server is busy: %d requests are already waiting; retry later", s->q_len);
+    } else {
+        srv_job_ref(j);
+        s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        pthread_mutex_lock(&s->met->mu);
+        if (err->status == 429) s->met->rejected_queue_full++;
+        pthread_mutex_unlock(&s->met->mu);
+    } else {
+        pthread_mutex_lock(&s->met->mu);
+        s->met->waiting++;
+        pthread_mutex_unlock(&s->met->mu);
+    }
+    return rc;
+}
+
+void sched_reset_prefix_cache(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    const int64_t want = ++s->reset_asked;
+    pthread_cond_signal(&s->cv);
+    while (!s->stopping && s->reset_done < want) pthread_cond_wait(&s->cv_reset, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->met->mu);
+    s->met->pc_resets++;
+    pthread_mutex_unlock(&s->met->mu);
+}
+
+void sched_stop(srv_sched *s) {
+    if (!s || !s->running_thread) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->cv_reset);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->running_thread = 0;
+    // the thread is gone: finish what is left from here
+    while (s->q_len) {
+        srv_job *j = q_pop(s);
+        job_fail(j, 503, "server_unavailable", NULL, "the server is shutting down");
+        srv_job_unref(j);
+    }
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].st != SLOT_FREE)
+            slot_fail(s, &s->slots[i], 503, "server_unavailable", NULL, "the server is shutting down",
+                      SRV_FIN_ABORT);
+}
+
+void sched_free(srv_sched *s) {
+    if (!s) return;
+    sched_stop(s);
+    pc_free(s->pc);
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        engine_free(&sl->e);
+        free(sl->seq);
+        free(sl->logits);
+        tok_stream_free(sl->ts);
+        srv_buf_free(&sl->text);
+        if (sl->roll) s->be->free(s->be, sl->roll);
+    }
+    free(s->slots);
+    free(s->queue);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->cv_reset);
+    free(s);
+}

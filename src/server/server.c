@@ -1,0 +1,187 @@
+// Server lifecycle: load the model and tokenizer, start the scheduler and libmicrohttpd, wait for SIGINT/SIGTERM,
+// then stop in the order that lets every open request end cleanly (new connections refused, jobs ended with 503,
+// suspended connections resumed, daemon stopped) and free everything (the tests run it under LSan).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/threads.h"
+#include "server/http.h"
+
+void srv_config_defaults(srv_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8000;
+    c->backend = "cpu";
+    c->http_threads = 4;
+    c->slots = 4;
+    c->ctx = 4096;
+    c->prefill_chunk = 512;
+    c->max_queue = 64;
+    c->queue_timeout = 60;
+    c->request_timeout = 600;
+    c->conn_timeout = 30;
+    c->body_timeout = 30;
+    c->max_body = 4u << 20;
+    c->default_max_tokens = 16;
+    c->prefix_cache = 1;
+    c->pc_block = 16;
+    c->pc_checkpoint = 256;
+    c->pc_budget = (size_t)1 << 30;
+    c->gdn_prefill = FD_GDN_CHUNKED;
+}
+
+static const char *base_name(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    static char buf[256];
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n - b), dir + b);
+    return buf;
+}
+
+static int write_port_file(const char *path, int port) {
+    char *tmp = fd_sprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = f && fprintf(f, "%d\n", port) > 0 && fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    if (f && rc) fclose(f);
+    free(tmp);
+    return rc;
+}
+
+// The end-of-generation ids: the model's (generation_config / tokenizer_config) and ChatML's end tokens.
+static int collect_eos(const char *model_dir, const tok_tokenizer *t, int32_t *eos, int max) {
+    int n = chat_eos_ids(model_dir, t, eos, max);
+    if (n < 0) return -1;
+    const char *extra[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; i < 2; i++) {
+        int32_t id = tok_token_id(t, extra[i]);
+        int seen = id < 0;
+        for (int k = 0; k < n; k++) seen |= eos[k] == id;
+        if (!seen && n < max) eos[n++] = id;
+    }
+    return n;
+}
+
+int srv_main(const srv_config *cfg) {
+    if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2) {
+        fprintf(stderr, "flashdelta: error: serve: bad limits (--prefix-checkpoint must be a multiple of "
+                        "--prefix-block; --slots, --prefill-chunk >= 1; --ctx >= 2)\n");
+        return 2;
+    }
+    // Signals go to sigwait() below only: block them before any thread starts.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static srv_server S; // static: the callbacks reach it through cls, and it outlives every thread
+    memset(&S, 0, sizeof S);
+    S.cfg = cfg;
+    fd_model model;
+    if (model_load(cfg->model_dir, &model)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    const char *tok_path = cfg->tokenizer ? cfg->tokenizer : cfg->model_dir;
+    S.tok = tok_load(tok_path);
+    if (!S.tok) {
+        fprintf(stderr, "flashdelta: error: %s (give a tokenizer.json with --tokenizer)\n", fd_error_msg());
+        model_free(&model);
+        return 1;
+    }
+    int32_t eos[16];
+    int n_eos = collect_eos(cfg->model_dir, S.tok, eos, 16);
+    if (n_eos < 0) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        tok_free(S.tok);
+        model_free(&model);
+        return 1;
+    }
+    fd_backend *be = NULL;
+    if (!strcmp(cfg->backend, "cuda")) {
+#ifdef FD_HAVE_CUDA
+        be = fd_backend_cuda_create(0);
+#endif
+    } else {
+        be = fd_backend_cpu_create(cfg->threads);
+    }
+    if (!be) {
+        fprintf(stderr, "flashdelta: error: backend '%s' is not available in this build\n", cfg->backend);
+        tok_free(S.tok);
+        model_free(&model);
+        return 1;
+    }
+    model_upload(&model, be);
+    S.vocab = model.cfg.vocab_size;
+    S.model_name = cfg->model_name ? cfg->model_name : base_name(cfg->model_dir);
+    S.boot_time = (long)time(NULL);
+    S.boot_nonce = (uint64_t)S.boot_time * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 17 ^
+                   (uint64_t)(fd_time_s() * 1e9);
+    srv_metrics_init(&S.met);
+    int rc = 0;
+    S.sched = sched_create(cfg, &model, be, S.tok, eos, n_eos, &S.met);
+    if (!S.sched) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        rc = 1;
+        goto out;
+    }
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "flashdelta: error: --host '%s' is not an IPv4 address\n", cfg->host);
+        rc = 2;
+        goto out;
+    }
+    S.daemon = MHD_start_daemon(
+        MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        srv_on_request, &S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_END);
+    if (!S.daemon) {
+        fprintf(stderr, "flashdelta: error: cannot listen on %s:%d\n", cfg->host, cfg->port);
+        rc = 1;
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S.daemon, MHD_DAEMON_INFO_BIND_PORT);
+    const int port = di ? di->port : cfg->port;
+    FD_INFO("serving %s (%s, vocab %d) on http://%s:%d: backend %s, %d slots x %lld tokens, prefill budget %d, "
+            "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB)",
+            S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
+            cfg->prefill_chunk, cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial",
+            cfg->prefix_cache ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20);
+    if (cfg->port_file && write_port_file(cfg->port_file, port)) {
+        fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
+        rc = 1;
+        goto out;
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    FD_INFO("signal %d: shutting down", sig);
+out:
+    atomic_store(&S.stopping, 1);
+    if (S.daemon) MHD_quiesce_daemon(S.daemon); // no new connections
+    sched_stop(S.sched);                          // every open job ends (503) and its connection is resumed
+    if (S.daemon) {
+        usleep(200 * 1000); // let resumed connections write their last bytes
+        MHD_stop_daemon(S.daemon);
+    }
+    sched_free(S.sched);
+    srv_metrics_destroy(&S.met);
+    be->destroy(be);
+    fd_threads_shutdown();
+    tok_free(S.tok);
+    model_free(&model);
+    return rc;
+}

@@ -1,0 +1,39 @@
+// `flashdelta serve`: an OpenAI-compatible HTTP server (libmicrohttpd) over the engine. See docs/server.md.
+#ifndef FD_SERVER_H
+#define FD_SERVER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+typedef struct {
+    const char *model_dir;
+    const char *tokenizer;   // tokenizer.json or a directory holding it (default: model_dir)
+    const char *model_name;  // the id served by /v1/models (default: last path component of model_dir)
+    const char *host;        // bind address; loopback by default
+    int port;                // 0 = any free port (see port_file)
+    const char *port_file;   // if set, the bound port is written there once the server listens
+    const char *backend;     // "cpu" | "cuda"
+    int threads;             // CPU backend threads (0 = default)
+    int http_threads;        // libmicrohttpd thread pool size
+    int slots;               // concurrent sequences (one engine each)
+    int64_t ctx;             // context capacity per sequence (prompt + completion)
+    int prefill_chunk;       // token budget of one scheduler step
+    int max_queue;           // requests waiting for a slot before 429
+    double queue_timeout;    // seconds a request may wait for a slot before 503
+    double request_timeout;  // seconds from arrival to the end of generation before 504
+    double conn_timeout;     // idle seconds before libmicrohttpd drops a connection (slow clients)
+    double body_timeout;     // seconds to receive a whole request body before 408
+    size_t max_body;         // request body limit (413 above)
+    int default_max_tokens;  // completions without max_tokens (OpenAI: 16); chat: the rest of the context
+    int prefix_cache;        // 0 = off
+    int pc_block;            // prefix cache block (tokens)
+    int pc_checkpoint;       // snapshot the recurrent state every this many prompt tokens (multiple of pc_block)
+    size_t pc_budget;        // bytes of KV blocks + snapshots
+    fd_gdn_route gdn_prefill;
+} srv_config;
+
+void srv_config_defaults(srv_config *c);
+// Runs the server until SIGINT/SIGTERM. Returns the process exit status.
+int srv_main(const srv_config *c);
+#endif

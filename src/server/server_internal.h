@@ -1,0 +1,86 @@
+// Shared between the HTTP side (http.c, libmicrohttpd threads) and the scheduler (sched.c, the one engine thread).
+//
+// A request becomes a srv_job. The HTTP thread fills the immutable part and submits it; the scheduler runs it and
+// publishes output under job->mu (SSE bytes for streams, the text for plain responses), then resumes the suspended
+// libmicrohttpd connection. A job is reference counted: the connection, the streaming response and the scheduler
+// each hold one.
+#ifndef FD_SERVER_INTERNAL_H
+#define FD_SERVER_INTERNAL_H
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "io/tokenizer.h"
+#include "model/model.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/server.h"
+
+typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH } srv_finish;
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} srv_buf;
+void srv_buf_add(srv_buf *b, const char *s, size_t n);
+void srv_buf_free(srv_buf *b);
+
+typedef struct srv_job {
+    // ---- immutable after submit ----
+    char id[48];
+    srv_kind kind;
+    int stream, include_usage;
+    const char *model_name;
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    double temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    double t_arrival;
+    long created; // unix seconds, for the response objects
+    int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
+
+    // ---- shared, under mu ----
+    pthread_mutex_t mu;
+    int refs;
+    struct MHD_Connection *conn; // NULL once libmicrohttpd is done with the connection
+    int suspended;
+    srv_buf out;     // streaming: SSE bytes not yet handed to libmicrohttpd
+    size_t out_sent; // bytes of out already handed over
+    srv_buf text;    // non-streaming: the completion text
+    int done;
+    srv_finish finish;
+    srv_err err; // err.status != 0: the request failed
+    int n_completion, n_cached;
+    double t_first, t_done;
+    atomic_int cancelled; // set by the HTTP side (client gone); read by the scheduler
+} srv_job;
+
+srv_job *srv_job_new(void);
+void srv_job_ref(srv_job *j);
+void srv_job_unref(srv_job *j);
+// Under j->mu: wakes the connection if it waits for output. Callers hold j->mu.
+void srv_job_wake_locked(srv_job *j);
+
+// ---- scheduler ----
+typedef struct srv_sched srv_sched;
+srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
+                        const int32_t *eos, int n_eos, srv_metrics *met);
+// Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
+int sched_submit(srv_sched *s, srv_job *j, srv_err *err);
+// Drops the prefix cache (runs on the scheduler thread; returns when done).
+void sched_reset_prefix_cache(srv_sched *s);
+// Ends every job (503) and stops the thread.
+void sched_stop(srv_sched *s);
+void sched_free(srv_sched *s);
+
+// Appends one SSE event "data: <json>\n\n" for the job's object type (scheduler side helper, also used by http.c).
+void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, srv_finish finish);
+void srv_sse_usage(srv_job *j, int n_prompt);
+void srv_sse_error(srv_job *j);
+void srv_sse_done(srv_job *j);
+#endif
