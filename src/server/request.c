@@ -318,7 +318,7 @@ int srv_req_parse(const char *body, size_t len, srv_kind kind, srv_req *r, srv_e
     size_t bad = tok_utf8_invalid_at(body, len);
     if (bad < len) return BAD(NULL, "The request body is not valid UTF-8 (byte %zu)", bad);
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!root) return BAD(NULL, "Invalid JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
     int rc = 0;
     if (!json_is_object(root)) rc = BAD(NULL, "The request body must be a JSON object, not %s", json_kind(root));
