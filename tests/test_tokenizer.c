@@ -188,3 +188,27 @@ TEST(tokenizer_golden_synth_b) {
     EXPECT(bad == 0, "%d documents differ from HF", bad);
     tok_free(t);
 }
+
+// More real byte-level BPE tokenizers, fetched by `make tokenizer-data` like Qwen3's: Llama-3 (ignore_merges,
+// \p{N}{1,3}), GPT-4o's o200k (case-class regex), DeepSeek-V3 (three Split steps, an empty normalizer Sequence).
+TEST(tokenizer_golden_more) {
+    static const char *names[] = {"llama3", "gpt4o", "deepseek_v3"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *path = fd_sprintf(FD_TEST_SOURCE_DIR "/third_party/tokenizer-%s/models/tokenizer.json", names[i]);
+        char *ids = fd_sprintf(DATA "%s.ids.gz", names[i]);
+        if (!fd_file_exists(path)) {
+            if (getenv("FD_REQUIRE_TOKENIZER_DATA")) test_fail(__FILE__, __LINE__, "tokenizer", "%s is missing", path);
+            else fprintf(stderr, "  (skipped: %s is missing; `make tokenizer-data` fetches it)\n", path);
+        } else {
+            tok_tokenizer *t = tok_load(path);
+            EXPECT(t != NULL, "%s: %s", path, fd_error_msg());
+            if (t) {
+                int bad = golden_compare(t, ids, 0, 1);
+                EXPECT(bad == 0, "%s: %d documents differ from HF", names[i], bad);
+                tok_free(t);
+            }
+        }
+        free(path);
+        free(ids);
+    }
+}

@@ -6,6 +6,8 @@
 //   npm install --prefix /tmp/hf tokenizers@0.23.2
 //   NODE_PATH=/tmp/hf/node_modules node tools/tokenizer_golden.js TOKENIZER.json[.gz] CORPUS.jsonl.gz OUT.ids.gz
 //
+// Run for qwen3, llama3, gpt4o, deepseek_v3 (third_party/tokenizer-<name>/models/tokenizer.json, `make tokenizer-data`)
+// and tests/data/tokenizer/synth_{a,b}.json.gz; OUT is tests/data/tokenizer/<name>.ids.gz.
 // OUT: one line per corpus document: its ids separated by spaces. Also checks decode(encode(x)) == x and reports.
 const fs = require("fs");
 const zlib = require("zlib");

@@ -39,8 +39,15 @@ def load(spec):
 
 
 def tokenizers_list(qwen3):
-    return [("qwen3", qwen3), ("synth_a", os.path.join(DATA, "synth_a.json.gz")),
-            ("synth_b", os.path.join(DATA, "synth_b.json.gz"))]
+    out = [("qwen3", qwen3), ("synth_a", os.path.join(DATA, "synth_a.json.gz")),
+           ("synth_b", os.path.join(DATA, "synth_b.json.gz"))]
+    # The other real tokenizers of `make tokenizer-data`, when present next to Qwen3's.
+    third_party = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(qwen3))))
+    for name in ("llama3", "gpt4o", "deepseek_v3"):
+        p = os.path.join(third_party, "tokenizer-" + name, "models", "tokenizer.json")
+        if os.path.exists(p):
+            out.append((name, p))
+    return out
 
 
 def encode_all(tok, docs):
