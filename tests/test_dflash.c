@@ -86,7 +86,7 @@ TEST(dflash_draft_logits_match_reference) {
         ASSERT(want1 && want2, "%s: reference logits missing", df->name);
         float *got = malloc(sizeof(float) * (B - 1) * V);
         int32_t anchor, draft[FD_SPEC_MAX_BLOCK];
-        ASSERT(dflash_prefill(&r.s, r.fx.ids, r.fx.n_ids, 64, &anchor) == 0, "%s", fd_error_msg());
+        ASSERT(dflash_prefill(&r.s, r.fx.ids, r.fx.n_ids, 64, NULL, &anchor) == 0, "%s", fd_error_msg());
         EXPECT(anchor == r.fx.greedy[0]);
         for (int j = 0; j < (B - 1) * V; j++) got[j] = NAN;
         ASSERT(dflash_draft(&r.s, anchor, draft, got) == 0, "%s", fd_error_msg());
@@ -112,7 +112,7 @@ TEST(dflash_greedy_identical_at_block_sizes) {
             spec_rig r;
             ASSERT(rig_open(&r, &k_drafts[i], blocks[b], 0) == 0, "%s", fd_error_msg());
             int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
-            ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, out) == 0, "%s", fd_error_msg());
+            ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
             int same = 0;
             while (same < r.fx.n_greedy && out[same] == r.fx.greedy[same]) same++;
             EXPECT(same == r.fx.n_greedy, "%s block %d: differs from greedy at token %d", k_drafts[i].name,
@@ -199,7 +199,7 @@ TEST(dflash_every_accept_count_commits_exact_state) {
         r.s.oracle = &orc;
         r.s.on_commit = on_commit;
         r.s.on_commit_ctx = &cc;
-        ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, n_new, out) == 0, "%s", fd_error_msg());
+        ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, n_new, NULL, out) == 0, "%s", fd_error_msg());
         EXPECT(!memcmp(out, ref, sizeof(int32_t) * (size_t)n_new), "%s: oracle run differs from greedy",
                k_drafts[i].name);
         EXPECT(cc.bad == 0 && cc.checked == r.s.st.rounds, "%s: %d of %d commits wrong", k_drafts[i].name, cc.bad,
@@ -228,7 +228,7 @@ TEST(dflash_capacity_edge) {
     fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, 3};
     r.s.oracle = &orc;
     int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
-    ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, out) == 0, "%s", fd_error_msg());
+    ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
     EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)r.fx.n_greedy));
     EXPECT(r.e.n_past == cap, "n_past %lld, capacity %lld", (long long)r.e.n_past, (long long)cap);
     free(out);

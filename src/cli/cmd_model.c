@@ -21,6 +21,9 @@ typedef struct {
     int64_t ctx; // 0 = what the request needs
     fd_gdn_route gdn_prefill;
     const char *backend;
+    float temperature, top_p; // sampling (temperature 0 = greedy)
+    int top_k;
+    uint64_t seed;
     const char *draft_dir; // DFlash drafter
     int block_size;        // 0 = the drafter's
     int stats;
@@ -73,6 +76,7 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
 static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) {
     memset(o, 0, sizeof *o);
     o->n_new = 16;
+    o->top_p = 1.0f;
     o->gdn_prefill = FD_GDN_CHUNKED;
     o->backend = "cpu";
     const char *env = getenv("FD_GDN_PREFILL");
@@ -113,6 +117,21 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
                 o->gdn_prefill = FD_GDN_SERIAL;
             else
                 return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
+        } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
+            char *end;
+            errno = 0;
+            double f = strtod(v, &end);
+            const int is_t = a[2] == 't';
+            if (errno || end == v || *end || !(f >= 0) || f > (is_t ? 100.0 : 1.0))
+                return cli_error(is_t ? "--temperature: '%s' is not in 0..100" : "--top-p: '%s' is not in 0..1", v);
+            if (is_t) o->temperature = (float)f;
+            else o->top_p = (float)f;
+        } else if (!strcmp(a, "--top-k")) {
+            if (parse_int(v, 0, 1 << 30, &x)) return cli_error("--top-k: '%s' is not a count >= 0", v);
+            o->top_k = (int)x;
+        } else if (!strcmp(a, "--seed")) {
+            if (parse_int(v, 0, INT64_MAX, &x)) return cli_error("--seed: '%s' is not a non-negative integer", v);
+            o->seed = (uint64_t)x;
         } else if (!strcmp(a, "--draft")) {
             o->draft_dir = v;
         } else if (!strcmp(a, "--block-size")) {
@@ -288,8 +307,10 @@ int cmd_generate(int argc, char **argv) {
     }
     int32_t *out = fd_malloc((size_t)(o.n_new + 1) * sizeof *out);
     double t0 = fd_time_s();
-    rc = s.has_draft ? dflash_generate(&s.spec, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out)
-                     : engine_generate_greedy(&s.eng, o.ids, o.n_ids, o.prefill_chunk, o.n_new, out);
+    fd_sampler smp;
+    sampler_init(&smp, o.temperature, o.top_k, o.top_p, o.seed);
+    rc = s.has_draft ? dflash_generate(&s.spec, o.ids, o.n_ids, o.prefill_chunk, o.n_new, &smp, out)
+                     : engine_generate(&s.eng, o.ids, o.n_ids, o.prefill_chunk, o.n_new, &smp, out);
     double dt = fd_time_s() - t0;
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -324,7 +345,7 @@ int cmd_draft_logits(int argc, char **argv) {
     const int V = s.model.cfg.vocab_size, B = s.spec.B;
     float *logits = fd_malloc((size_t)(B - 1) * V * sizeof(float));
     int32_t anchor, draft[FD_SPEC_MAX_BLOCK];
-    rc = dflash_prefill(&s.spec, o.ids, o.n_ids, o.prefill_chunk, &anchor);
+    rc = dflash_prefill(&s.spec, o.ids, o.n_ids, o.prefill_chunk, NULL, &anchor);
     if (!rc) rc = dflash_draft(&s.spec, anchor, draft, logits);
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

@@ -14,7 +14,8 @@ static const struct {
     {"info", cmd_info, "info MODEL_DIR                     architecture, layer plan, parameters, dtypes"},
     {"logits", cmd_logits, "logits MODEL_DIR --ids 1,2,3 --out FILE   float32 logits [n_ids x vocab]"},
     {"generate", cmd_generate,
-     "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K] [--draft DIR [--block-size B] [--stats]]"},
+     "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K] [--temperature T --top-k K --top-p P --seed S]\n"
+     "           [--draft DIR [--block-size B] [--stats]]   greedy (or sampled) ids, one line"},
     {"draft-logits", cmd_draft_logits, "draft-logits MODEL_DIR --draft DIR --ids 1,2,3 --out FILE"},
     {"serve", cmd_serve, "serve --model DIR [--tokenizer PATH] [--port 8000]   OpenAI-compatible HTTP server"},
     {"tokenize", cmd_tokenize, "tokenize TOKENIZER [--decode]     text on stdin -> ids (or ids -> text)"},

@@ -37,6 +37,9 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     s->g = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
     s->u = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
     s->logits_dev = be->alloc(be, (size_t)(s->B - 1) * dr->vocab_size * sizeof(float));
+    s->h_logits = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
+    s->h_q = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
+    s->h_p = fd_malloc((size_t)dr->vocab_size * sizeof(float));
     return 0;
 }
 
@@ -48,7 +51,15 @@ void dflash_free(fd_dflash *s) {
     void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
+    free(s->h_logits);
+    free(s->h_q);
+    free(s->h_p);
     memset(s, 0, sizeof *s);
+}
+
+void dflash_reset(fd_dflash *s) {
+    s->n_ctx = 0; // stale draft K/V past n_ctx is never read
+    memset(&s->st, 0, sizeof s->st);
 }
 
 // K and V of `m` rows of `src` [m, d] for drafter layer l, normed and rotated, stored at positions pos0..
@@ -118,7 +129,7 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
     return 0;
 }
 
-int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int32_t *anchor) {
+int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *anchor) {
     fd_engine *t = s->tgt;
     const int V = t->m->cfg.vocab_size;
     if (chunk <= 0 || chunk > t->opt.max_batch) chunk = t->opt.max_batch;
@@ -133,7 +144,15 @@ int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int32
         rc = engine_forward(t, ids + i, len, i + len == n ? logits : NULL, 0);
         if (!rc) dflash_context_append(s, len);
     }
-    if (!rc) *anchor = engine_argmax(logits, V);
+    if (!rc) {
+        if (smp && !sampler_is_greedy(smp)) {
+            float *scratch = fd_malloc((size_t)V * sizeof(float));
+            *anchor = sampler_sample(smp, logits, V, scratch);
+            free(scratch);
+        } else {
+            *anchor = engine_argmax(logits, V);
+        }
+    }
     free(logits);
     return rc;
 }
@@ -150,56 +169,94 @@ static void oracle_propose(const fd_dflash *s, int64_t produced, int32_t *draft)
     }
 }
 
-int dflash_generate(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+int spec_accept_sampled(fd_sampler *smp, const int32_t *block, int L, const float *q, const float *tl, int V,
+                        float *p, int32_t *next) {
+    for (int i = 0; i < L - 1; i++) {
+        sampler_probs(smp, tl + (int64_t)i * V, V, p);
+        const float *qi = q + (int64_t)i * V;
+        const int32_t x = block[i + 1];
+        if (sampler_uniform(smp) * qi[x] < p[x]) continue; // accepted with probability min(1, p/q)
+        double mass = 0;
+        for (int v = 0; v < V; v++) mass += p[v] = p[v] > qi[v] ? p[v] - qi[v] : 0.0f;
+        if (mass <= 0) sampler_probs(smp, tl + (int64_t)i * V, V, p); // p == q: any draw from p is exact
+        *next = sampler_draw(smp, p, V);
+        return i;
+    }
+    sampler_probs(smp, tl + (int64_t)(L - 1) * V, V, p);
+    *next = sampler_draw(smp, p, V);
+    return L - 1;
+}
+
+int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t produced, int32_t *emitted,
+                 int *n_emitted) {
     fd_engine *t = s->tgt;
-    const int V = t->m->cfg.vocab_size, B = s->B;
+    const int V = t->m->cfg.vocab_size;
+    const int sampled = smp && !sampler_is_greedy(smp);
+    if (L < 1 || L > s->B) return fd_error_set("verify length %d: must be 1..%d", L, s->B);
+    if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
+    int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
+    double t0 = fd_time_s();
+    FD_TRY(dflash_draft(s, anchor, draft, sampled ? s->h_q : NULL));
+    if (sampled) // each row becomes q_i, the distribution its draft is drawn from
+        for (int i = 0; i < L - 1; i++) {
+            float *row = s->h_q + (int64_t)i * V;
+            sampler_probs(smp, row, V, s->h_p);
+            memcpy(row, s->h_p, sizeof(float) * (size_t)V);
+            draft[i] = sampler_draw(smp, row, V);
+        }
+    if (s->oracle) oracle_propose(s, produced, draft);
+    double t1 = fd_time_s();
+    block[0] = anchor;
+    for (int i = 1; i < L; i++) block[i] = draft[i - 1];
+    const int64_t n0 = t->n_past;
+    FD_TRY(engine_verify(t, block, L, s->h_logits));
+    int acc = 0;
+    int32_t next;
+    if (sampled) {
+        acc = spec_accept_sampled(smp, block, L, s->h_q, s->h_logits, V, s->h_p, &next);
+    } else {
+        while (acc < L - 1 && engine_argmax(s->h_logits + (int64_t)acc * V, V) == block[acc + 1]) acc++;
+        next = engine_argmax(s->h_logits + (int64_t)acc * V, V);
+    }
+    engine_commit(t, n0, acc + 1);
+    dflash_context_append(s, acc + 1);
+    if (s->on_commit) s->on_commit(s->on_commit_ctx, s, acc);
+    for (int i = 0; i < acc; i++) emitted[i] = block[i + 1];
+    emitted[acc] = next;
+    *n_emitted = acc + 1;
+    double t2 = fd_time_s();
+    s->st.rounds++;
+    s->st.draft_tokens += L - 1;
+    s->st.accepted += acc;
+    s->st.emitted += acc + 1;
+    for (int i = 0; i < acc; i++) s->st.accepted_per_pos[i]++;
+    s->st.draft_s += t1 - t0;
+    s->st.verify_s += t2 - t1;
+    s->st.round_s += t2 - t0;
+    return 0;
+}
+
+int dflash_generate(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
+                    int32_t *out) {
+    fd_engine *t = s->tgt;
     if (n_new < 1) return 0;
-    int32_t anchor;
-    FD_TRY(dflash_prefill(s, ids, n, chunk, &anchor));
+    int32_t anchor, emitted[FD_SPEC_MAX_BLOCK];
+    FD_TRY(dflash_prefill(s, ids, n, chunk, smp, &anchor));
     out[0] = anchor;
     int64_t produced = 1;
-    float *logits = fd_malloc((size_t)B * V * sizeof(float));
-    int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
-    int rc = 0;
-    while (rc == 0 && produced < n_new) {
+    while (produced < n_new) {
         // Verify no more tokens than are still wanted (and never past the capacity): with L tokens the round
         // emits at most L.
-        int64_t L = B;
+        int64_t L = s->B;
         if (L > n_new - produced) L = n_new - produced;
         if (L > t->opt.capacity - t->n_past) L = t->opt.capacity - t->n_past;
-        if (L < 1) {
-            rc = fd_error_set("context capacity of %lld tokens reached", (long long)t->opt.capacity);
-            break;
-        }
-        double t0 = fd_time_s();
-        if ((rc = dflash_draft(s, anchor, draft, NULL))) break;
-        if (s->oracle) oracle_propose(s, produced, draft);
-        double t1 = fd_time_s();
-        block[0] = anchor;
-        for (int i = 1; i < L; i++) block[i] = draft[i - 1];
-        const int64_t n0 = t->n_past;
-        if ((rc = engine_verify(t, block, (int)L, logits))) break;
-        int acc = 0;
-        while (acc < L - 1 && engine_argmax(logits + (int64_t)acc * V, V) == block[acc + 1]) acc++;
-        const int32_t bonus = engine_argmax(logits + (int64_t)acc * V, V);
-        engine_commit(t, n0, acc + 1);
-        dflash_context_append(s, acc + 1);
-        if (s->on_commit) s->on_commit(s->on_commit_ctx, s, acc);
-        for (int i = 1; i <= acc && produced < n_new; i++) out[produced++] = block[i];
-        if (produced < n_new) out[produced++] = bonus;
-        anchor = bonus;
-        double t2 = fd_time_s();
-        s->st.rounds++;
-        s->st.draft_tokens += L - 1;
-        s->st.accepted += acc;
-        s->st.emitted += acc + 1;
-        for (int i = 0; i < acc; i++) s->st.accepted_per_pos[i]++;
-        s->st.draft_s += t1 - t0;
-        s->st.verify_s += t2 - t1;
-        s->st.round_s += t2 - t0;
+        if (L < 1) return fd_error_set("context capacity of %lld tokens reached", (long long)t->opt.capacity);
+        int got;
+        FD_TRY(dflash_round(s, anchor, (int)L, smp, produced, emitted, &got));
+        for (int i = 0; i < got && produced < n_new; i++) out[produced++] = emitted[i];
+        anchor = emitted[got - 1];
     }
-    free(logits);
-    return rc;
+    return 0;
 }
 
 void dflash_print_stats(const fd_dflash *s, FILE *f) {

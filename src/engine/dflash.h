@@ -3,6 +3,7 @@
 #ifndef FD_DFLASH_H
 #define FD_DFLASH_H
 #include "engine/engine.h"
+#include "engine/sampling.h"
 #include "model/dflash.h"
 
 #define FD_SPEC_MAX_BLOCK 64
@@ -32,6 +33,7 @@ typedef struct fd_dflash {
     void **kv;        // [drafter layers] draft KV caches
     void *ctx, *x, *h, *q, *k, *v, *att, *y, *g, *u; // scratch (backend memory)
     float *logits_dev; // f32 [B-1, V]
+    float *h_logits, *h_q, *h_p; // host scratch: verify logits [B, V], draft distributions [B-1, V], one row [V]
     const fd_spec_oracle *oracle;
     fd_spec_stats st;
     // called after every commit (tests check the committed state against a fresh prefill)
@@ -47,9 +49,28 @@ void dflash_context_append(fd_dflash *s, int m);
 // One draft forward on [anchor, MASK x (B-1)] at position n_ctx: draft ids (B-1) and, if logits is not NULL,
 // the (B-1) x V fp32 draft logits (after output_multiplier / softcap).
 int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits);
-// Prefill + speculative greedy generation of n_new tokens into out (identical to plain greedy).
-int dflash_generate(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out);
-// Prefills the target on ids (taps into the draft context); writes the greedy anchor.
-int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int32_t *anchor);
+// Forgets the sequence (the target engine is reset separately).
+void dflash_reset(fd_dflash *s);
+// One round from `anchor`, the newest emitted token (not yet seen by the target): draft, verify at most L
+// tokens (1..B), accept, commit. Writes the accepted drafts and then the next token to emitted (at most L) and
+// their count to *n_emitted. `produced` (tokens emitted so far) only positions the oracle.
+int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t produced, int32_t *emitted,
+                 int *n_emitted);
+// Prefill + speculative generation of n_new tokens into out. smp NULL or greedy: identical to plain greedy.
+// Otherwise drafts are sampled from q (the drafter's distribution under the same temperature/top-k/top-p)
+// and verified by speculative rejection sampling: accept x with probability min(1, p(x)/q(x)), on rejection
+// resample from normalize(max(0, p - q)), and draw the bonus from p, so the output follows the target's
+// sampling distribution exactly.
+int dflash_generate(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
+                    int32_t *out);
+// Prefills the target on ids (taps into the draft context); writes the first new token (greedy when smp is
+// NULL, else sampled).
+int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *anchor);
 void dflash_print_stats(const fd_dflash *s, FILE *f);
+// Speculative rejection sampling over a verified block [anchor, drafts...] of L tokens. q [L-1, V] are the
+// distributions the drafts were drawn from, tl [L, V] the target logits (the sampler turns them into p).
+// Returns the number of accepted drafts; *next is the token after them (the resample at the first rejection,
+// or the bonus drawn from p). p is scratch [V].
+int spec_accept_sampled(fd_sampler *smp, const int32_t *block, int L, const float *q, const float *tl, int V,
+                        float *p, int32_t *next);
 #endif

@@ -1,6 +1,8 @@
 // Engine: the decoder forward pass over the backend interface, and prefill / greedy generation on top of it.
 #include "engine/engine.h"
 
+#include "engine/sampling.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,16 +230,22 @@ int32_t engine_argmax(const float *logits, int V) {
     return best;
 }
 
-int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
+                    int32_t *out) {
     const int V = e->m->cfg.vocab_size;
-    float *logits = fd_malloc((size_t)V * sizeof(float));
+    float *logits = fd_malloc((size_t)V * sizeof(float)), *scratch = smp ? fd_malloc((size_t)V * sizeof(float)) : NULL;
     int rc = engine_prefill(e, ids, n, chunk, logits, 0);
     for (int i = 0; rc == 0 && i < n_new; i++) {
-        out[i] = engine_argmax(logits, V);
+        out[i] = smp ? sampler_sample(smp, logits, V, scratch) : engine_argmax(logits, V);
         if (i + 1 < n_new) rc = engine_forward(e, &out[i], 1, logits, 0);
     }
     free(logits);
+    free(scratch);
     return rc;
+}
+
+int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+    return engine_generate(e, ids, n, chunk, n_new, NULL, out);
 }
 
 int engine_set_taps(fd_engine *e, const int *layers, int n) {

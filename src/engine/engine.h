@@ -52,6 +52,10 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits);
 // Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
 int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out);
+// The same with a sampler (engine/sampling.h; NULL = greedy).
+struct fd_sampler_s;
+int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, struct fd_sampler_s *smp,
+                    int32_t *out);
 int32_t engine_argmax(const float *logits, int V);
 
 // ---- speculative decoding ----
