@@ -74,12 +74,15 @@ int tok_is_whitespace(uint32_t cp) {
            cp == 0x3000;
 }
 
-// HF's word-character test for single_word added tokens: alphanumeric or '_' (as observed against HF).
+// HF tests single_word boundaries with the Rust regex \w: Alphabetic, marks, Nd, Pc and the joiners. Alphabetic is
+// the letters and Nl plus Other_Alphabetic, whose few non-mark members are the circled/squared Latin letters.
 static int is_alnum(uint32_t cp) {
-    if (cp == '_') return 1;
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+        (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189))
+        return 1;
     utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-    return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
-           (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+    return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ND) || c == UTF8PROC_CATEGORY_NL ||
+           c == UTF8PROC_CATEGORY_PC;
 }
 
 static size_t char_start_before(const char *s, size_t i) { // start of the char that ends at i
