@@ -14,15 +14,14 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -Iinclu
 # so a binary built here runs on a machine that lacks those shared libraries (the GPU machine).
 STATIC_HOSTLIBS ?= 0
 ifeq ($(STATIC_HOSTLIBS),1)
-HOSTLIBS := -l:libjansson.a -l:libpcre2-8.a -l:libutf8proc.a
+# libmicrohttpd's static archive needs GnuTLS, which the GPU machine has as a shared library.
+HOSTLIBS := -l:libjansson.a -l:libpcre2-8.a -l:libutf8proc.a -l:libmicrohttpd.a -lgnutls
 CUDART   := -lcudart_static -ldl -lrt -Wl,-rpath,$(CUDA_HOME)/lib64
 else
-HOSTLIBS := -ljansson -lpcre2-8 -lutf8proc
+HOSTLIBS := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd
 CUDART   := -lcudart
 endif
-# libmicrohttpd (the HTTP server of `flashdelta serve`) stays a shared library even with STATIC_HOSTLIBS=1: its
-# static archive needs GnuTLS.
-LDLIBS   += $(HOSTLIBS) -lmicrohttpd -lm -lpthread
+LDLIBS   += $(HOSTLIBS) -lm -lpthread
 FUZZ_SECONDS ?= 30
 
 CORE_SRC := $(sort $(wildcard src/base/*.c src/io/*.c src/model/*.c src/cpu/*.c src/engine/*.c))
