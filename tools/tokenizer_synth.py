@@ -10,6 +10,8 @@ and change everything else that HF lets a byte-level BPE change:
            lstrip/rstrip, single_word, and a non-special normalized one whose content NFKC changes.
   synth_b: no normalizer; Split on the literal "\\n" MergedWithPrevious, then ByteLevel use_regex=true (the GPT-2
            pattern); ignore_merges=true; merges as ["a","b"] pairs; a Contiguous Split of digits.
+  synth_c: NFD; the Split behaviours the others lack: MergedWithNext (literal " "), Removed (punctuation), an
+           inverted Isolated split, then plain ByteLevel; an rstrip added token.
 """
 import gzip
 import json
@@ -97,10 +99,29 @@ def synth_b(src):
     }
 
 
+def synth_c(src):
+    vocab, merges = base(src, 8000)
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": added(vocab, [("<|endoftext|>", True, {"rstrip": True}), ("\u00e9t\u00e9", False, {})]),
+        "normalizer": {"type": "NFD"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "\\p{P}+"}, "behavior": "Removed", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": "Isolated", "invert": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [a + " " + b for a, b in merges]},
+    }
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         src = json.load(f)
-    for name, fn in (("synth_a", synth_a), ("synth_b", synth_b)):
+    for name, fn in (("synth_a", synth_a), ("synth_b", synth_b), ("synth_c", synth_c)):
         path = os.path.join(sys.argv[2], name + ".json.gz")
         with gzip.GzipFile(path, "wb", mtime=0) as f:
             f.write(json.dumps(fn(src), ensure_ascii=False).encode())
