@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cuda/cuda.h"
 #include "../tests/test.h"
 
 static fd_backend *B(void) {
@@ -172,7 +173,14 @@ TEST(bench_cuda_27b_ops) {
     c.out = B()->alloc(B(), (size_t)N * 24 * 256 * 4);
     c.pos0 = 0, c.n = N;
     double ms = time_ms(f_attn, &c);
-    row("attention prefill n=4096 (24q/4kv x 256)", ms, 4.0 * 24 * 256 * ((double)N * N / 2), 0);
+    row("attention prefill n=4096 (24q/4kv x 256) simt", ms, 4.0 * 24 * 256 * ((double)N * N / 2), 0);
+    fd_cuda_set_route(B(), "attn_kernel", "mma");
+    ms = time_ms(f_attn, &c);
+    row("attention prefill n=4096 (24q/4kv x 256) mma", ms, 4.0 * 24 * 256 * ((double)N * N / 2), 0);
+    c.pos0 = 32768 - 4096;
+    ms = time_ms(f_attn, &c);
+    row("attention prefill n=4096 at 28K..32K mma", ms, 4.0 * 24 * 256 * ((double)N * (32768 - 2048)), 0);
+    fd_cuda_set_route(B(), "attn_kernel", "simt");
     c.pos0 = 32768 - 16, c.n = 16;
     ms = time_ms(f_attn, &c);
     row("attention verify n=16 at ctx 32K", ms, 0, (double)32768 * kvb);

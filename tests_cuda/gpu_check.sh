@@ -18,7 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "== op + fixture tests (FD_CUDA_SYNC=1: faults are reported at the op that caused them)"
 # One process per test, so a fatal error (fd_panic aborts) in one op does not hide the others.
 TESTS="cuda_matmul cuda_rmsnorm cuda_elementwise cuda_embed cuda_split_q_gate cuda_gated_rmsnorm cuda_conv1d
-       cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_attention cuda_moe cuda_models_logits cuda_models_greedy"
+       cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_attention_gqa cuda_attention_non
+       cuda_attention_mma cuda_copy_rows cuda_moe cuda_models_logits_match cuda_models_logits_bf16
+       cuda_models_greedy cuda_dflash"
 : >"$OUT/tests.log"
 for t in $TESTS; do
     FD_CUDA_SYNC=1 timeout 60 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
@@ -27,6 +29,9 @@ grep -E '^(ok|FAIL) |FAIL |fatal|exited' "$OUT/tests.log" | head -60
 
 echo "== bench"
 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/bench.log" 2>&1
+echo "exit $?"
+echo "== bench again with per-stage events (FD_CUDA_PROFILE=1; these timings are not the headline ones)"
+FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/prof.log" 2>&1
 echo "exit $?"
 
 echo "== CLI demo on cuda"
@@ -37,7 +42,8 @@ tail -n 4 "$OUT/demo.log"
 
 echo "== compute-sanitizer memcheck (op tests only)"
 timeout 80 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
-    cuda_conv cuda_gdn cuda_attention cuda_moe cuda_embed cuda_split cuda_gated cuda_elementwise >"$OUT/memcheck.log" 2>&1
+    cuda_conv cuda_gdn cuda_attention cuda_moe cuda_embed cuda_split cuda_gated cuda_elementwise cuda_copy \
+    >"$OUT/memcheck.log" 2>&1
 echo "exit $?"
 grep -E 'ERROR SUMMARY|Invalid|passed' "$OUT/memcheck.log" | head -12
 
@@ -47,4 +53,5 @@ awk '/rel-L2 [0-9.e+-]+$/ { op = $1; v = $NF + 0; if (!(op in m) || v > m[op]) m
 grep -E '^    gdn ' "$OUT/tests.log" | sed -E 's/^    gdn //'
 grep -E 'logits rel-L2|greedy' "$OUT/tests.log" | sed -E 's/^    //'
 grep -E '^BENCH' "$OUT/bench.log"
+grep -E 'cuda prof' "$OUT/prof.log" | sed -E 's/^.*cuda prof //' | awk -F: '{ last[$1] = $0 } END { for (k in last) print "  prof " last[k] }' | sort
 echo "tests: $(grep -c '^ok ' "$OUT/tests.log") ok, $(grep -c '^FAIL ' "$OUT/tests.log") failed, $(grep -c exited "$OUT/tests.log") aborted/failed processes"

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cuda/cuda.h"
 #include "../tests/test.h"
 
 #define TOL_EXACT 0.0
@@ -473,6 +474,21 @@ TEST(cuda_attention_noncausal) {
     int heads[][3] = {{6, 2, 256}, {8, 2, 128}};
     for (size_t h = 0; h < 2; h++)
         for (size_t s = 0; s < 4; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2], 0);
+}
+
+// The tensor-core kernel (route attn_kernel=mma): calls with >= 64 query rows and head_dim 64/128/256; smaller
+// calls in the same list check the fallback to the CUDA-core kernel under this route.
+TEST(cuda_attention_mma) {
+    ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "mma") == 0, "%s", fd_error_msg());
+    int cases[][6] = {
+        // n0, n, H, Hkv, hd, causal
+        {0, 64, 6, 2, 256, 1},  {0, 200, 6, 2, 256, 1},  {500, 64, 6, 2, 256, 1}, {0, 300, 8, 2, 128, 1},
+        {1000, 130, 8, 2, 128, 1}, {0, 77, 4, 4, 64, 1}, {33, 100, 6, 2, 256, 0}, {0, 70, 8, 2, 128, 0},
+        {3000, 5, 6, 2, 256, 1}, {0, 64, 4, 4, 32, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_attn(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5]);
+    fd_cuda_set_route(gpu(), "attn_kernel", "simt");
 }
 
 TEST(cuda_copy_rows) {

@@ -202,6 +202,9 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     cu_impl *c = cu_of(be);
     const __nv_bfloat16 *kc = (const __nv_bfloat16 *)cache;
     const __nv_bfloat16 *vc = kc + capacity * Hkv * hd;
+    if (c->attn_kernel == CU_ATTN_MMA &&
+        cu_attention_mma(be, (float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd, scale, causal))
+        return;
     size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, blocks = tiles * Hkv;
@@ -223,13 +226,18 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
         opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)S * n * H * hd * 4);
         ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)S * n * H * 2 * 4);
     }
+    cu_prof pr;
+    cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
     k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kc, vc, pos0, n, H, Hkv,
                                                 hd, scale, chunk, causal);
     FD_CUDA_LAUNCH_CHECK();
+    cu_prof_mark(be, &pr, S > 1 ? "splits" : "main");
     if (S > 1) {
         int64_t nH = (int64_t)n * H;
         k_attn_combine<<<cu_blocks(nH * 32, 128), 128, 0, c->stream>>>((float *)out, opart, ml, (int)S, nH, hd);
         FD_CUDA_LAUNCH_CHECK();
+        cu_prof_mark(be, &pr, "combine");
     }
+    cu_prof_end(be, &pr);
 }

@@ -7,6 +7,35 @@
 #include "cuda/cuda.h"
 
 int cu_debug_sync = 0;
+int cu_profile = 0;
+
+void cu_prof_begin(fd_backend *be, cu_prof *p, const char *op, int64_t size) {
+    p->on = cu_profile, p->n = 0, p->op = op, p->size = size;
+    if (!p->on) return;
+    FD_CUDA_CHECK(cudaEventCreate(&p->ev[0]));
+    FD_CUDA_CHECK(cudaEventRecord(p->ev[0], cu_of(be)->stream));
+}
+void cu_prof_mark(fd_backend *be, cu_prof *p, const char *stage) {
+    if (!p->on || p->n >= CU_PROF_MAX) return;
+    p->stage[p->n] = stage;
+    FD_CUDA_CHECK(cudaEventCreate(&p->ev[p->n + 1]));
+    FD_CUDA_CHECK(cudaEventRecord(p->ev[p->n + 1], cu_of(be)->stream));
+    p->n++;
+}
+void cu_prof_end(fd_backend *be, cu_prof *p) {
+    (void)be;
+    if (!p->on) return;
+    FD_CUDA_CHECK(cudaEventSynchronize(p->ev[p->n]));
+    char line[512];
+    int len = snprintf(line, sizeof line, "cuda prof %s n=%lld:", p->op, (long long)p->size);
+    for (int i = 0; i < p->n && len < (int)sizeof line; i++) {
+        float ms = 0;
+        FD_CUDA_CHECK(cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]));
+        len += snprintf(line + len, sizeof line - (size_t)len, " %s %.3f ms |", p->stage[i], ms);
+    }
+    FD_INFO("%s", line);
+    for (int i = 0; i <= p->n; i++) FD_CUDA_CHECK(cudaEventDestroy(p->ev[i]));
+}
 
 void cu_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
@@ -167,22 +196,30 @@ static void cu_destroy(fd_backend *be) {
 
 // ---- routes ----
 static const char *const k_gemm_act[] = {"bf16", "bf16x2"};
+static const char *const k_attn_kernel[] = {"simt", "mma"};
+
+static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
+    if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
+    if (!strcmp(route, "attn_kernel")) return *names = k_attn_kernel, &cu_of(be)->attn_kernel;
+    return NULL;
+}
 
 extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
-    if (!strcmp(route, "gemm_act")) {
-        for (int i = 0; i < 2; i++)
-            if (!strcmp(value, k_gemm_act[i])) {
-                cu_of(be)->gemm_act = i;
-                return 0;
-            }
-        return fd_error_set("cuda route gemm_act: '%s' is not bf16 or bf16x2", value);
-    }
-    return fd_error_set("unknown cuda route '%s' (known: gemm_act)", route);
+    const char *const *names;
+    int *slot = route_slot(be, route, &names);
+    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel)", route);
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(value, names[i])) {
+            *slot = i;
+            return 0;
+        }
+    return fd_error_set("cuda route %s: '%s' is not %s or %s", route, value, names[0], names[1]);
 }
 
 extern "C" const char *fd_cuda_route(fd_backend *be, const char *route) {
-    if (!strcmp(route, "gemm_act")) return k_gemm_act[cu_of(be)->gemm_act];
-    return NULL;
+    const char *const *names;
+    int *slot = route_slot(be, route, &names);
+    return slot ? names[*slot] : NULL;
 }
 
 extern "C" fd_backend *fd_backend_cuda_create(int device) {
@@ -192,6 +229,8 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     FD_CUDA_CHECK(cudaSetDevice(device));
     const char *dbg = getenv("FD_CUDA_SYNC");
     cu_debug_sync = dbg && dbg[0] == '1';
+    const char *prof = getenv("FD_CUDA_PROFILE");
+    cu_profile = prof && prof[0] == '1';
 
     cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
     c->device = device;
@@ -233,11 +272,13 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->attention = cu_attention;
     be->moe = cu_moe;
 
-    const char *ga = getenv("FD_CUDA_GEMM_ACT");
+    const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN");
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
+    if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s", device, prop.name, c->num_sms,
-            (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"));
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s", device, prop.name,
+            c->num_sms, (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"),
+            fd_cuda_route(be, "attn_kernel"));
     return be;
 }

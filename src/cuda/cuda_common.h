@@ -53,10 +53,14 @@ enum {
 
 // Route gemm_act (see gemm.cu): how fp32 activations enter a bf16-weight GEMM.
 enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1 };
+// Route attn_kernel: CUDA-core flash kernel (attention.cu) or tensor-core mma.sync kernel (attention_mma.cu) for
+// calls with >= 64 query rows and head_dim 64/128/256 (others always take the CUDA-core kernel).
+enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1 };
 
 typedef struct {
     int device;
-    int gemm_act; // CU_GEMM_*
+    int gemm_act;    // CU_GEMM_*
+    int attn_kernel; // CU_ATTN_*
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *lt_workspace;
@@ -73,6 +77,21 @@ static inline cu_impl *cu_of(fd_backend *be) { return (cu_impl *)be->impl; }
 void *cu_scratch(fd_backend *be, int slot, size_t bytes);
 void cu_after_launch(const char *file, int line);
 extern int cu_debug_sync;
+
+// Stage timing of one op (FD_CUDA_PROFILE=1): CUDA events between the stages, printed at info level as
+// "cuda prof OP: STAGE ms | ...". It synchronises at the end of the op, so never use it for headline timings.
+#define CU_PROF_MAX 8
+typedef struct {
+    cudaEvent_t ev[CU_PROF_MAX + 1];
+    const char *stage[CU_PROF_MAX];
+    const char *op;
+    int64_t size; // printed with the op (tokens)
+    int n, on;
+} cu_prof;
+extern int cu_profile;
+void cu_prof_begin(fd_backend *be, cu_prof *p, const char *op, int64_t size);
+void cu_prof_mark(fd_backend *be, cu_prof *p, const char *stage); // ends the stage named `stage`
+void cu_prof_end(fd_backend *be, cu_prof *p);
 
 static inline unsigned cu_blocks(int64_t count, int threads) { return (unsigned)((count + threads - 1) / threads); }
 
@@ -112,6 +131,11 @@ void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int6
                  int64_t capacity);
 void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
                   int hd, int64_t capacity, float scale, int causal);
+
+// ---- attention_mma.cu ----
+// Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.
+int cu_attention_mma(fd_backend *be, float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+                     int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal);
 
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);

@@ -339,18 +339,24 @@ static void gdn_chunked(fd_backend *be, float *o, const float *qkv, const float 
     float *U = (float *)cu_scratch(be, CU_SCR_F, (size_t)Hv * n * dv * 4);
     float *W = (float *)cu_scratch(be, CU_SCR_G, (size_t)Hv * n * dk * 4);
 
+    cu_prof pr;
+    cu_prof_begin(be, &pr, "gdn_chunked", n);
     k_gdn_prep<<<n, 256, 0, s>>>(qn, kn, beta, gg, qkv, b, a, Al, dtb, Hk, Hv, dk, dv);
     FD_CUDA_LAUNCH_CHECK();
+    cu_prof_mark(be, &pr, "prep");
 
     size_t sm1 = ((size_t)2 * GDN_C * (dk + 1) + GDN_C * 65 + 2 * GDN_C) * sizeof(float);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_intra, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm1));
     k_gdn_intra<<<dim3(nch, Hv), 256, sm1, s>>>(P, U, W, gcum, qn, kn, beta, gg, qkv, n, Hk, Hv, dk, dv);
     FD_CUDA_LAUNCH_CHECK();
+    cu_prof_mark(be, &pr, "intra");
 
     size_t sm2 = ((size_t)dk * 32 + GDN_C * (dk + 1) + GDN_C * GDN_C + GDN_C * 32 + GDN_C) * sizeof(float);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_inter, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
     k_gdn_inter<<<dim3(Hv, (dv + 31) / 32), 256, sm2, s>>>(o, state, P, U, W, gcum, qn, kn, n, Hk, Hv, dk, dv);
     FD_CUDA_LAUNCH_CHECK();
+    cu_prof_mark(be, &pr, "inter");
+    cu_prof_end(be, &pr);
 }
 
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
