@@ -1,4 +1,5 @@
 // Tokenizer unit tests: bad files, pathological inputs, streaming decode, the CLI.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -299,4 +300,49 @@ TEST(tokenizer_cli) {
     cmd = fd_sprintf("rm -rf %s", dir);
     test_run(cmd, NULL);
     free(cmd);
+}
+
+// A loaded tokenizer is read-only: threads encoding at once get the single-threaded ids.
+typedef struct {
+    const tok_tokenizer *t;
+    const char *text;
+    size_t len;
+    tok_ids ids;
+    int rc;
+} enc_job;
+
+static void *enc_thread(void *p) {
+    enc_job *j = p;
+    for (int r = 0; r < 3 && j->rc == 0; r++) {
+        tok_ids_free(&j->ids);
+        j->rc = tok_encode(j->t, j->text, j->len, &j->ids);
+    }
+    return NULL;
+}
+
+TEST(tokenizer_threads) {
+    tok_tokenizer *t = test_tok_gz("synth_a");
+    if (!t) return;
+    const char *text = "Threads \xe4\xbd\xa0\xe5\xa5\xbd <|im_start|>user word <sep> \xef\xac\x81x 12345 e\xcc\x81\n";
+    size_t n;
+    char *big = repeat(text, 2000, &n);
+    tok_ids want = {0};
+    ASSERT(tok_encode(t, big, n, &want) == 0);
+    enum { NT = 6 };
+    enc_job jobs[NT];
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++) {
+        jobs[i] = (enc_job){t, big, n, {0}, 0};
+        ASSERT(pthread_create(&th[i], NULL, enc_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        EXPECT(jobs[i].rc == 0 && jobs[i].ids.n == want.n &&
+                   !memcmp(jobs[i].ids.ids, want.ids, want.n * sizeof(int32_t)),
+               "thread %d", i);
+        tok_ids_free(&jobs[i].ids);
+    }
+    tok_ids_free(&want);
+    free(big);
+    tok_free(t);
 }

@@ -477,6 +477,8 @@ size_t tok_utf8_invalid_at(const char *text, size_t len) {
 }
 
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+    // The word cache keeps 32-bit offsets; no prompt comes near this.
+    if (len >= ((size_t)1 << 31)) return fd_error_set("tokenize: input of %zu bytes is over the 2 GiB limit", len);
     size_t bad = tok_utf8_invalid_at(text, len);
     if (bad < len) return fd_error_set("tokenize: input is not valid UTF-8 at byte %zu", bad);
     size_t n0 = out->n;
