@@ -255,6 +255,9 @@ TEST(st_index_malformed) {
     EXPECT_ERR(st_open_dir(g_dir, &s), "model.safetensors.index.json", "a.weight", "shard file name");
     setup_index("{\"weight_map\":{\"a.weight\":\"/etc/passwd\"}}");
     EXPECT_ERR(st_open_dir(g_dir, &s), "model.safetensors.index.json", "relative");
+    setup_index("{\"weight_map\":{\"a.weight\":\"x\\ny.safetensors\"}}");
+    EXPECT_ERR(st_open_dir(g_dir, &s), "model.safetensors.index.json", "relative shard file name");
+    EXPECT(strchr(fd_error_msg(), '\n') == NULL);
     // A shard whose own header is corrupt: the message names the index, the shard and the problem.
     char *p2 = in_dir("bad.safetensors");
     write_raw(p2, "{x", 2, 0);

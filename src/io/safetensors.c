@@ -255,6 +255,12 @@ const st_tensor *st_find(const st_set *set, const char *name) {
     return i < 0 ? NULL : &set->tensors[i];
 }
 
+static int has_control_char(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+    return 0;
+}
+
 // Opens the shards named by an index.json weight_map and checks the map against their headers.
 static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     // Read whole, then parse: json_load_file reads with getc, a measurable cost on an 80k-tensor index.
@@ -290,7 +296,8 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     size_t k = 0;
     json_object_foreach(wm, key, val) {
         const char *f = json_is_string(val) ? json_string_value(val) : NULL;
-        if (!f || !f[0] || f[0] == '/') {
+        // Shard names become paths that later messages print whole, so control characters are refused here.
+        if (!f || !f[0] || f[0] == '/' || has_control_char(f)) {
             fd_error_set("%s: weight_map['%s'] must be a relative shard file name", index_path, FD_SAFE(key));
             goto done;
         }
