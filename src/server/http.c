@@ -18,6 +18,7 @@ typedef struct {
     srv_route route;
     srv_buf body;
     int too_big;
+    size_t received; // body bytes so far
     double t0;
     srv_job *job;
     int status;
@@ -181,6 +182,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->kind = kind;
     j->stream = r.stream;
     j->include_usage = r.include_usage;
+    j->ignore_eos = r.ignore_eos;
     j->model_name = S->model_name;
     j->prompt = ids.ids; // ownership moves to the job
     j->n_prompt = (int)ids.n;
@@ -296,21 +298,33 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     if (*upload_size) {
-        if (cx->body.len + *upload_size > S->cfg->max_body) {
+        // libmicrohttpd 0.9.75 accepts a response only before the body or after all of it, not in between. So an
+        // oversized body sent without Content-Length is read and dropped, and the 413 goes out at its end; past 4x
+        // the limit, and for a body that trickles in slower than --body-timeout allows, the connection is cut
+        // (logged as 413 / 408), which is the only way to stop such a client.
+        cx->received += *upload_size;
+        if (cx->received > S->cfg->max_body) {
             srv_buf_free(&cx->body);
+            cx->too_big = 1;
             *upload_size = 0;
-            return fail(cx, c, 413, "invalid_request_error", "request_too_large",
-                        "the request body exceeds the server's limit");
+            if (cx->received <= 4 * S->cfg->max_body) return MHD_YES;
+            cx->status = 413;
+            snprintf(cx->why, sizeof cx->why, "body over 4x --max-body: connection closed");
+            return MHD_NO;
         }
         if (fd_time_s() - cx->t0 > S->cfg->body_timeout) { // a slow (or slowloris) client
             *upload_size = 0;
-            return fail(cx, c, 408, "invalid_request_error", "request_timeout",
-                        "the request body was not received within the server's body timeout");
+            cx->status = 408;
+            snprintf(cx->why, sizeof cx->why, "request body slower than --body-timeout: connection closed");
+            return MHD_NO;
         }
         srv_buf_add(&cx->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    if (cx->too_big)
+        return fail(cx, c, 413, "invalid_request_error", "request_too_large",
+                    "the request body exceeds the server's limit");
     if (cx->job) { // resumed: the scheduler finished (non-streaming)
         srv_job *j = cx->job;
         pthread_mutex_lock(&j->mu);

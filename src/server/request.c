@@ -277,6 +277,8 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
         } else if (!strcmp(key, "n")) {
             if (json_is_null(v)) continue;
             if (want_int(v, key, 1, 1, &x, err)) return BAD(key, "only 'n': 1 is supported");
+        } else if (!strcmp(key, "ignore_eos")) {
+            if (!json_is_null(v) && want_bool(v, key, &r->ignore_eos, err)) return -1;
         } else if (!strcmp(key, "user")) {
             if (!json_is_string(v) && !json_is_null(v)) return BAD(key, "'user' must be a string");
         } else if (!strcmp(key, "chat_template_kwargs") && kind == SRV_CHAT) {

@@ -36,6 +36,7 @@ typedef struct {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)
 } srv_req;
 
 typedef struct {

@@ -189,7 +189,7 @@ static void take_token(srv_sched *s, slot *sl, int32_t t) {
     sl->t_last = now;
     srv_finish fin = SRV_FINISH_NONE;
     size_t len = 0;
-    if (is_eos(s, t)) {
+    if (!j->ignore_eos && is_eos(s, t)) {
         fin = SRV_FINISH_STOP;
     } else {
         const char *piece = tok_stream_push(sl->ts, t, &len);
@@ -210,7 +210,7 @@ static void take_token(srv_sched *s, slot *sl, int32_t t) {
         }
         sl->next = t;
     }
-    if (fin == SRV_FINISH_LENGTH || (fin == SRV_FINISH_STOP && is_eos(s, t))) {
+    if (fin == SRV_FINISH_LENGTH || (fin == SRV_FINISH_STOP && !j->ignore_eos && is_eos(s, t))) {
         const char *rest = tok_stream_flush(sl->ts, &len); // bytes of an unfinished character become U+FFFD
         srv_buf_add(&sl->text, rest, len);
         long at = find_stop(j, &sl->text, sl->text.len - len);

@@ -30,7 +30,7 @@ typedef struct srv_job {
     // ---- immutable after submit ----
     char id[48];
     srv_kind kind;
-    int stream, include_usage;
+    int stream, include_usage, ignore_eos;
     const char *model_name;
     int32_t *prompt;
     int n_prompt;
