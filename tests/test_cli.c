@@ -235,3 +235,33 @@ TEST(cli_bad_arguments) {
     free(a);
     expect_error("frobnicate", "unknown command", NULL);
 }
+
+TEST(cli_bench_random_weights) {
+    char js[] = "/tmp/fd_benchXXXXXX";
+    int fd = mkstemp(js);
+    ASSERT(fd >= 0);
+    close(fd);
+    char *cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --draft-random "
+                           "bench/configs/tiny-dflash.json --contexts 64,200 --decode 24 --json %s 2>/dev/null",
+                           test_bin(), js),
+         *out = NULL;
+    EXPECT(test_run(cmd, &out) == 0);
+    EXPECT(out && strstr(out, "ORACLE") && strstr(out, "emit/rnd") && strstr(out, "routes: gdn_prefill=chunked"), "%s",
+           out ? out : "");
+    int rows = 0;
+    for (char *p = out; p && (p = strstr(p, " yes |")); p++) rows++; // deterministic in every row
+    EXPECT(rows == 2, "%s", out ? out : "");
+    size_t len;
+    char *j = fd_read_file(js, &len);
+    EXPECT(j && strstr(j, "\"computed_prefill_tokens\": 200") && strstr(j, "\"emitted_tokens_per_round\""), "%s",
+           j ? j : "");
+    free(j);
+    free(out);
+    free(cmd);
+    unlink(js);
+    // a context that does not fit is refused up front
+    cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --contexts 64 --ctx 32 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 1 && out && strstr(out, "capacity"), "%s", out ? out : "");
+    free(out);
+    free(cmd);
+}

@@ -6,6 +6,7 @@ int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_draft_logits(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 #endif

@@ -8,6 +8,7 @@
 
 #include "base/threads.h"
 #include "cli/cli.h"
+#include "engine/bench.h"
 #include "engine/dflash.h"
 
 typedef struct {
@@ -24,6 +25,10 @@ typedef struct {
     float temperature, top_p; // sampling (temperature 0 = greedy)
     int top_k;
     uint64_t seed;
+    const char *random_cfg;   // --random-weights CONFIG.json: synthetic target instead of MODEL_DIR
+    const char *draft_random; // --draft-random CONFIG.json: synthetic drafter
+    fd_bench_opts bench;
+    const char *json_out;
     const char *draft_dir; // DFlash drafter
     int block_size;        // 0 = the drafter's
     int stats;
@@ -77,6 +82,9 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
     memset(o, 0, sizeof *o);
     o->n_new = 16;
     o->top_p = 1.0f;
+    o->bench = (fd_bench_opts){.ctx = {1024, 32768, 65536, 131072}, .n_ctx = 4, .decode_tokens = 32,
+                               .prefill_chunk = 4096, .oracle_tau = 4.74, .gemm_ceiling = -1, .copy_ceiling = -1,
+                               .seed = 1};
     o->gdn_prefill = FD_GDN_CHUNKED;
     o->backend = "cpu";
     const char *env = getenv("FD_GDN_PREFILL");
@@ -132,6 +140,35 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
         } else if (!strcmp(a, "--seed")) {
             if (parse_int(v, 0, INT64_MAX, &x)) return cli_error("--seed: '%s' is not a non-negative integer", v);
             o->seed = (uint64_t)x;
+        } else if (!strcmp(a, "--random-weights")) {
+            o->random_cfg = v;
+        } else if (!strcmp(a, "--draft-random")) {
+            o->draft_random = v;
+        } else if (!strcmp(a, "--json")) {
+            o->json_out = v;
+        } else if (!strcmp(a, "--decode")) {
+            if (parse_int(v, 1, 1 << 20, &x)) return cli_error("--decode: '%s' is not in 1..1048576", v);
+            o->bench.decode_tokens = (int)x;
+        } else if (!strcmp(a, "--contexts")) {
+            o->bench.n_ctx = 0;
+            for (const char *p = v; *p;) {
+                char *end;
+                errno = 0;
+                long long c = strtoll(p, &end, 10);
+                if (end == p || errno || c < 1 || c > (1 << 24) || o->bench.n_ctx == FD_BENCH_MAX_CTX ||
+                    (*end && *end != ','))
+                    return cli_error("--contexts: '%s' is not a list of up to 16 lengths in 1..16777216", v);
+                o->bench.ctx[o->bench.n_ctx++] = c;
+                p = *end ? end + 1 : end;
+            }
+        } else if (!strcmp(a, "--oracle-tau") || !strcmp(a, "--gemm-ceiling") || !strcmp(a, "--copy-ceiling")) {
+            char *end;
+            errno = 0;
+            double f = strtod(v, &end);
+            if (errno || end == v || *end || !(f >= 0)) return cli_error("%s: not a non-negative number", a);
+            if (a[2] == 'o') o->bench.oracle_tau = f;
+            else if (a[2] == 'g') o->bench.gemm_ceiling = f;
+            else o->bench.copy_ceiling = f;
         } else if (!strcmp(a, "--draft")) {
             o->draft_dir = v;
         } else if (!strcmp(a, "--block-size")) {
@@ -147,7 +184,9 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
             return cli_error("unknown option '%s'", a);
         }
     }
-    if (need_model && !o->model_dir) return cli_error("%s", "missing MODEL_DIR");
+    if (need_model && !o->model_dir && !o->random_cfg) return cli_error("%s", "missing MODEL_DIR (or --random-weights)");
+    if (o->model_dir && o->random_cfg) return cli_error("%s", "give MODEL_DIR or --random-weights, not both");
+    if (o->draft_dir && o->draft_random) return cli_error("%s", "give --draft or --draft-random, not both");
     return 0;
 }
 
@@ -185,7 +224,7 @@ typedef struct {
 // Loads the model, creates the backend and an engine sized for `tokens` positions.
 static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     memset(s, 0, sizeof *s);
-    if (model_load(o->model_dir, &s->model)) {
+    if (o->random_cfg ? model_random(o->random_cfg, o->seed, &s->model) : model_load(o->model_dir, &s->model)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }
@@ -210,8 +249,9 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);
     if (o->prefill_chunk) eo.max_batch = o->prefill_chunk;
     if (eo.max_batch > eo.capacity) eo.max_batch = (int)eo.capacity;
-    if (o->draft_dir) {
-        if (drafter_load(o->draft_dir, &s->model, &s->dr)) {
+    if (o->draft_dir || o->draft_random) {
+        if (o->draft_random ? drafter_random(o->draft_random, &s->model, o->seed + 1, &s->dr)
+                            : drafter_load(o->draft_dir, &s->model, &s->dr)) {
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             return 1;
         }
@@ -358,6 +398,58 @@ int cmd_draft_logits(int argc, char **argv) {
     }
     free(logits);
     free(o.ids);
+    session_close(&s);
+    return rc ? 1 : 0;
+}
+
+// bench: cold prefill, pure decode and DFlash rounds (oracle drafter) at several context lengths.
+int cmd_bench(int argc, char **argv) {
+    cli_opts o;
+    int rc = parse_opts(argc, argv, &o, 1);
+    if (rc) return rc;
+    free(o.ids);
+    int64_t cap = 0;
+    for (int i = 0; i < o.bench.n_ctx; i++) cap = o.bench.ctx[i] > cap ? o.bench.ctx[i] : cap;
+    cap += o.bench.decode_tokens + 3 * FD_SPEC_MAX_BLOCK + 8; // decode, the oracle reference, a verify block
+    if (!o.ctx) o.ctx = cap;
+    if (o.prefill_chunk) o.bench.prefill_chunk = o.prefill_chunk;
+    else o.prefill_chunk = o.bench.prefill_chunk;
+    session s;
+    double t0 = fd_time_s();
+    if ((rc = session_open(&s, &o, cap))) {
+        session_close(&s);
+        return rc;
+    }
+    const int on_gpu = !strcmp(s.be->name, "cuda");
+    // Ceilings measured on the H200 this project benchmarks on (README): cuBLAS bf16 GEMM and device copy.
+    if (o.bench.gemm_ceiling < 0) o.bench.gemm_ceiling = on_gpu ? 709e12 : 0;
+    if (o.bench.copy_ceiling < 0) o.bench.copy_ceiling = on_gpu ? 4.25e12 : 0;
+    fprintf(stderr, "bench: %s%s, %.2f B parameters, backend %s, set up in %.1f s\n",
+            o.random_cfg ? "random weights from " : "", o.random_cfg ? o.random_cfg : o.model_dir,
+            (double)s.model.n_params / 1e9, s.be->name, fd_time_s() - t0);
+    if (s.has_draft)
+        fprintf(stderr, "bench: DFlash drafter %s (%s), block %d; rounds use the ORACLE drafter at tau %.2f\n",
+                o.draft_random ? o.draft_random : o.draft_dir, o.draft_random ? "random weights" : "checkpoint",
+                s.spec.B, o.bench.oracle_tau);
+    fd_bench_row rows[FD_BENCH_MAX_CTX];
+    rc = bench_run(&s.eng, s.has_draft ? &s.spec : NULL, &o.bench, rows);
+    if (rc) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    } else {
+        printf("flashdelta bench: %s, backend %s, prefill budget %d, %d decode tokens%s\n",
+               o.random_cfg ? o.random_cfg : o.model_dir, s.be->name, o.bench.prefill_chunk, o.bench.decode_tokens,
+               s.has_draft ? ", DFlash columns from the ORACLE drafter" : "");
+        bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
+        printf("routes: gdn_prefill=%s; gdn chunked %lld calls / %lld tokens, gdn serial %lld calls / %lld tokens\n",
+               o.gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", (long long)s.eng.gdn_chunked.calls,
+               (long long)s.eng.gdn_chunked.tokens, (long long)s.eng.gdn_serial.calls,
+               (long long)s.eng.gdn_serial.tokens);
+        if (o.json_out && bench_write_json(o.json_out, o.random_cfg ? o.random_cfg : o.model_dir, &o.bench, rows,
+                                           o.bench.n_ctx)) {
+            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+            rc = 1;
+        }
+    }
     session_close(&s);
     return rc ? 1 : 0;
 }

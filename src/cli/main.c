@@ -16,6 +16,9 @@ static const struct {
     {"generate", cmd_generate,
      "generate MODEL_DIR --ids 1,2,3 -n N [--prefill-chunk K] [--temperature T --top-k K --top-p P --seed S]\n"
      "           [--draft DIR [--block-size B] [--stats]]   greedy (or sampled) ids, one line"},
+    {"bench", cmd_bench,
+     "bench (MODEL_DIR | --random-weights CONFIG.json) [--draft DIR | --draft-random CONFIG.json]\n"
+     "           [--contexts 1024,32768,65536,131072] [--decode 32] [--oracle-tau 4.74] [--json FILE]"},
     {"draft-logits", cmd_draft_logits, "draft-logits MODEL_DIR --draft DIR --ids 1,2,3 --out FILE"},
     {"serve", cmd_serve, "serve --model DIR [--tokenizer PATH] [--port 8000]   OpenAI-compatible HTTP server"},
     {"tokenize", cmd_tokenize, "tokenize TOKENIZER [--decode]     text on stdin -> ids (or ids -> text)"},

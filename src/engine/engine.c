@@ -192,6 +192,7 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
         }
     }
     e->n_past += n;
+    e->tokens_computed += n;
     if (!logits) return 0;
     const int first = all_logits ? 0 : n - 1;
     be->rmsnorm(be, e->h, row(e->x, first, d, be->act_bytes), &e->m->final_norm, n - first, (int)d,

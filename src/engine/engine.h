@@ -30,6 +30,7 @@ typedef struct {
     float *logits_dev;  // [max_batch, V] f32
     // route counters
     fd_route_count gdn_chunked, gdn_serial;
+    int64_t tokens_computed; // tokens through the whole forward (prefill + decode + verify), never reset
     // speculative decoding (DFlash): hidden-state taps and per-token state slots for verify
     int n_taps;
     int tap_col[FD_MAX_LAYERS]; // column block of layer i's output in `taps`, or -1

@@ -2,6 +2,8 @@
 // drafter is a Qwen3 stack with DFlash fields, not one of the hybrid target architectures.
 #include "model/dflash.h"
 
+#include "model/synth.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -117,6 +119,15 @@ static int check_fits(const fd_drafter *d, const fd_model *t, const char *dir) {
 }
 
 static int bind(fd_drafter *d, fd_weight *w, const char *name, int64_t rows, int64_t cols) {
+    if (d->synthetic) {
+        d->owned_names = fd_realloc(d->owned_names, sizeof(char *) * (size_t)(d->n_owned + 1));
+        d->owned = fd_realloc(d->owned, sizeof(void *) * (size_t)(d->n_owned + 1));
+        char *nm = d->owned_names[d->n_owned] = fd_strdup(name);
+        synth_weight(w, nm, rows, cols, d->seed);
+        d->owned[d->n_owned++] = (void *)w->data;
+        d->n_params += rows * cols;
+        return 0;
+    }
     const st_tensor *t = st_find(&d->st, name);
     if (!t) return fd_error_set("missing tensor '%s' (expected [%lld, %lld])", name, (long long)rows, (long long)cols);
     int64_t want_n = cols == 1 ? 1 : 2, got_cols = 1;
@@ -164,9 +175,8 @@ static int bind_all(fd_drafter *d) {
     return 0;
 }
 
-int drafter_load(const char *dir, const fd_model *target, fd_drafter *d) {
-    memset(d, 0, sizeof *d);
-    char *path = fd_path_join(dir, "config.json");
+// Reads the config at `path` (dir names the drafter in messages); binds from dir's safetensors unless synthetic.
+static int drafter_open(const char *dir, char *path, const fd_model *target, fd_drafter *d) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     int rc = 0;
@@ -181,10 +191,22 @@ int drafter_load(const char *dir, const fd_model *target, fd_drafter *d) {
     json_decref(root);
     free(path);
     if (!rc) rc = check_fits(d, target, dir);
-    if (!rc) rc = st_open_dir(dir, &d->st);
+    if (!rc && !d->synthetic) rc = st_open_dir(dir, &d->st);
     if (!rc && bind_all(d)) rc = fd_error_prefix("%s", dir);
     if (rc) drafter_free(d);
     return rc;
+}
+
+int drafter_load(const char *dir, const fd_model *target, fd_drafter *d) {
+    memset(d, 0, sizeof *d);
+    return drafter_open(dir, fd_path_join(dir, "config.json"), target, d);
+}
+
+int drafter_random(const char *config_path, const fd_model *target, uint64_t seed, fd_drafter *d) {
+    memset(d, 0, sizeof *d);
+    d->synthetic = 1;
+    d->seed = seed;
+    return drafter_open(config_path, fd_strdup(config_path), target, d);
 }
 
 void drafter_upload(fd_drafter *d, fd_backend *be) {
@@ -202,5 +224,14 @@ void drafter_upload(fd_drafter *d, fd_backend *be) {
 void drafter_free(fd_drafter *d) {
     free(d->layers);
     d->layers = NULL;
+    for (int i = 0; i < d->n_owned; i++) {
+        free(d->owned[i]);
+        free(d->owned_names[i]);
+    }
+    free(d->owned);
+    free(d->owned_names);
+    d->owned = NULL;
+    d->owned_names = NULL;
+    d->n_owned = 0;
     st_close(&d->st);
 }

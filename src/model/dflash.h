@@ -32,11 +32,18 @@ typedef struct {
     fd_weight hidden_norm, norm; // [d]
     fd_draft_layer *layers;
     int64_t n_params;
+    int synthetic; // random weights (bench): tensors are created, not read
+    uint64_t seed;
+    char **owned_names;
+    void **owned;
+    int n_owned;
 } fd_drafter;
 
 // Loads DIR (config.json + safetensors) and checks it fits `target` (hidden size, vocabulary, tap layers,
 // mask id). Returns 0 or -1 with fd_error set.
 int drafter_load(const char *dir, const fd_model *target, fd_drafter *d);
+// A drafter of the geometry in config file `config_path` with random bf16 weights.
+int drafter_random(const char *config_path, const fd_model *target, uint64_t seed, fd_drafter *d);
 void drafter_upload(fd_drafter *d, fd_backend *be);
 void drafter_free(fd_drafter *d);
 #endif

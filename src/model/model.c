@@ -4,6 +4,8 @@
 // decoder; they differ in the GDN projection layout and the FFN.
 #include "model/model.h"
 
+#include "model/synth.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,17 @@ static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
     va_start(ap, ndim);
     for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
     va_end(ap);
+    if (m->synthetic) {
+        int64_t cols = 1;
+        for (int i = 1; i < ndim; i++) cols *= want[i];
+        m->owned_names = fd_realloc(m->owned_names, sizeof(char *) * (size_t)(m->n_owned + 1));
+        m->owned = fd_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
+        char *nm = m->owned_names[m->n_owned] = fd_strdup(name);
+        synth_weight(w, nm, ndim ? want[0] : 1, cols, m->seed);
+        m->owned[m->n_owned++] = (void *)w->data;
+        m->n_params += w->rows * w->cols;
+        return 0;
+    }
     const st_tensor *t = st_find(&m->st, name);
     char ws[128], gs[128];
     shape_str(ws, sizeof ws, ndim, want);
@@ -162,7 +175,7 @@ static int bind_all(fd_model *m) {
     snprintf(m->weight_prefix, sizeof m->weight_prefix, "%s", p);
     FD_TRY(bind(m, &m->embed, NAME("%sembed_tokens.weight", p), 2, V, d));
     FD_TRY(bind(m, &m->final_norm, NAME("%snorm.weight", p), 1, d));
-    if (st_find(&m->st, "lm_head.weight")) {
+    if (m->synthetic ? !c->tie_word_embeddings : st_find(&m->st, "lm_head.weight") != NULL) {
         FD_TRY(bind(m, &m->lm_head, "lm_head.weight", 2, V, d));
     } else if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
@@ -188,6 +201,24 @@ static int bind_all(fd_model *m) {
             FD_TRY(bind(m, &L->up_proj, NAME("%slayers.%d.mlp.up_proj.weight", p, i), 2, I, d));
             FD_TRY(bind(m, &L->down_proj, NAME("%slayers.%d.mlp.down_proj.weight", p, i), 2, d, I));
         }
+    }
+    return 0;
+}
+
+int model_random(const char *config_path, uint64_t seed, fd_model *m) {
+    memset(m, 0, sizeof *m);
+    size_t len;
+    char *text = fd_read_file(config_path, &len);
+    if (!text) return -1;
+    int rc = cfg_parse(text, config_path, &m->cfg);
+    free(text);
+    if (rc) return -1;
+    m->synthetic = 1;
+    m->seed = seed;
+    if (bind_all(m)) {
+        fd_error_prefix("%s", config_path);
+        model_free(m);
+        return -1;
     }
     return 0;
 }
@@ -239,6 +270,15 @@ void model_free(fd_model *m) {
         }
     free(m->layers);
     m->layers = NULL;
+    for (int64_t i = 0; i < m->n_owned; i++) {
+        free(m->owned[i]);
+        free(m->owned_names[i]);
+    }
+    free(m->owned);
+    free(m->owned_names);
+    m->owned = NULL;
+    m->owned_names = NULL;
+    m->n_owned = 0;
     st_close(&m->st);
 }
 

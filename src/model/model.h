@@ -39,10 +39,18 @@ typedef struct {
     fd_layer *layers;
     int64_t n_params;
     char weight_prefix[64]; // "model." or "model.language_model."
+    // synthetic weights (bench): every bound tensor is created randomly instead of read from a checkpoint
+    int synthetic;
+    uint64_t seed;
+    char **owned_names; // names and data of synthetic tensors, freed by model_free
+    void **owned;
+    int64_t n_owned;
 } fd_model;
 
 // Loads config.json and binds every tensor. Returns 0 or -1 with fd_error set (message names file/tensor).
 int model_load(const char *dir, fd_model *m);
+// A model of the geometry in config file `config_path` (HF config.json format) with random bf16 weights.
+int model_random(const char *config_path, uint64_t seed, fd_model *m);
 // Gives the backend its copy of every weight.
 void model_upload(fd_model *m, fd_backend *be);
 void model_free(fd_model *m);
