@@ -95,7 +95,7 @@ TEST(server_prefix_snapshot_rule_budget_and_reset) {
     ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
     const int B = 16;
     pc_cache *pc = pc_create(&L.e, B, (size_t)64 << 20);
-    const es_geom *g = pc_geom(pc);
+    const es_geom geom = *pc_geom(pc), *g = &geom; // a copy: pc is replaced below
     ASSERT(engine_prefill(&L.e, fx.ids, 64, 0, NULL, 0) == 0);
     pc_insert(pc, &L.e, fx.ids, 64, NULL);
     EXPECT(pc_has_snapshot(pc, fx.ids, 64) && !pc_has_snapshot(pc, fx.ids, 48) && !pc_has_snapshot(pc, fx.ids, 80));
