@@ -458,3 +458,8 @@ static void load_body(srv_proc *p) {
     EXPECT(metric(p, "flashdelta:num_requests_running{") == 0 && metric(p, "flashdelta:num_requests_waiting{") == 0);
 }
 TEST(server_http_load_32_streams) { with_server("--ctx 2048 --slots 8 --max-queue 64 --http-threads 8", load_body); }
+
+static void interleave_body(srv_proc *p) { run_node(p, "interleave.mjs", NULL); }
+TEST(server_http_chunked_prefill_interleaves) {
+    with_server("--ctx 4096 --slots 2 --prefill-chunk 64 --no-prefix-cache", interleave_body);
+}
