@@ -15,29 +15,28 @@ __global__ void k_conv1d_silu(float *out, float *slots, const float *x, const fl
     if (c >= C) return;
     int t0 = blockIdx.y * CONV_TT;
     int t1 = min(n, t0 + CONV_TT);
-    float wk[CONV_MAXK];
+    // win[j] = in(t - (K-1) + j): a sliding window in registers, so each input is loaded once per thread
+    float wk[CONV_MAXK], win[CONV_MAXK];
 #pragma unroll
-    for (int j = 0; j < CONV_MAXK; j++) wk[j] = j < K ? w[(int64_t)c * K + j] : 0.f;
+    for (int j = 0; j < CONV_MAXK; j++) {
+        wk[j] = j < K ? w[(int64_t)c * K + j] : 0.f;
+        int s = t0 - (K - 1) + j;
+        win[j] = j < K - 1 ? (s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s]) : 0.f;
+    }
     for (int t = t0; t < t1; t++) {
-        float acc = 0.f;
+        float xt = x[(int64_t)t * C + c], acc = 0.f;
 #pragma unroll
         for (int j = 0; j < CONV_MAXK; j++) {
-            if (j < K) {
-                int s = t - (K - 1) + j;
-                float v = s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s];
-                acc += wk[j] * v;
-            }
+            if (j == K - 1) win[j] = xt;
+            if (j < K) acc += wk[j] * win[j];
         }
         out[(int64_t)t * C + c] = acc / (1.f + expf(-acc));
+#pragma unroll
+        for (int j = 0; j < CONV_MAXK - 1; j++) win[j] = win[j + 1]; // win[0..K-2] = in(t-K+2 .. t)
         if (slots) {
 #pragma unroll
-            for (int j = 0; j < CONV_MAXK - 1; j++) {
-                if (j < K - 1) {
-                    int s = t - K + 2 + j;
-                    float v = s >= 0 ? x[(int64_t)s * C + c] : state[(int64_t)c * (K - 1) + (K - 1) + s];
-                    slots[((int64_t)t * C + c) * (K - 1) + j] = v;
-                }
-            }
+            for (int j = 0; j < CONV_MAXK - 1; j++)
+                if (j < K - 1) slots[((int64_t)t * C + c) * (K - 1) + j] = win[j];
         }
     }
 }

@@ -260,67 +260,133 @@ __global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W,
 }
 
 // Step 3: grid (Hv, ceil(dv/32)), 256 threads = 8 warps; lane j owns column c = 32*blockIdx.y + j.
-// Shared: Ss [dk][32] (state slice), X [64][dk+1] (W, then Q, then K of the chunk), Ps [64][64],
-// Vn [64][32], gam [64].
-__global__ void __launch_bounds__(256) k_gdn_inter(float *o, float *state, const float *P, const float *U,
+// Shared: Ss [dk][32] (state slice), X [64][dk] (W, then Q, then K of the chunk), Ps [64][64], Vn [64][32],
+// gam [64]. Register tiling keeps the loops off the shared-memory limit: for Vnew and O a thread owns 8 rows
+// (t = w + 8k) of its column and reads each state element once for all 8, with the W/Q rows read as float4
+// broadcasts; for the state update it owns RWI = dk/8 consecutive rows i and reads K[t][i..] as float4s.
+// Needs dk % 8 == 0 (checked on the host).
+#define INTER_RW 8   // rows of Vnew/O per thread
+#define INTER_MAXS 32 // state rows per thread (dk <= 256)
+__global__ void __launch_bounds__(256, 1) k_gdn_inter(float *o, float *state, const float *P, const float *U,
                                                    const float *W, const float *gcum, const float *qn,
                                                    const float *kn, int n, int Hk, int Hv, int dk, int dv) {
-    extern __shared__ float sm[];
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
     int h = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int c = blockIdx.y * 32 + lane, g = h / (Hv / Hk);
-    int ld = dk + 1, nch = (n + GDN_C - 1) / GDN_C;
-    float *Ss = sm, *X = Ss + dk * 32, *Ps = X + GDN_C * ld, *Vn = Ps + GDN_C * GDN_C, *gam = Vn + GDN_C * 32;
+    int nch = (n + GDN_C - 1) / GDN_C, RWI = dk / 8, dk4 = dk / 4;
+    float *Ss = sm, *X = Ss + dk * 32, *Ps = X + GDN_C * dk, *Vn = Ps + GDN_C * GDN_C, *gam = Vn + GDN_C * 32;
+    const float4 *X4 = (const float4 *)X;
     float *Sg = state + (int64_t)h * dk * dv;
     for (int i = w; i < dk; i += 8) Ss[i * 32 + lane] = c < dv ? Sg[(int64_t)i * dv + c] : 0.f;
     const float *Uh = U + (int64_t)h * n * dv, *Wh = W + (int64_t)h * n * dk;
     for (int ch = 0; ch < nch; ch++) {
         int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
         __syncthreads(); // previous chunk done with X, Ps, Vn, gam; state writes visible
-        for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
-            int i = e / dk, d = e - i * dk;
-            X[i * ld + d] = Wh[(int64_t)(t0 + i) * dk + d];
+        for (int e = threadIdx.x; e < L * dk4; e += blockDim.x) {
+            int i = e / dk4, d4 = e - i * dk4;
+            ((float4 *)X)[i * dk4 + d4] = ((const float4 *)(Wh + (int64_t)(t0 + i) * dk))[d4];
         }
         const float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
-        for (int e = threadIdx.x; e < GDN_C * GDN_C; e += blockDim.x) Ps[e] = Pc[e];
+        for (int e = threadIdx.x; e < GDN_C * GDN_C / 4; e += blockDim.x) ((float4 *)Ps)[e] = ((const float4 *)Pc)[e];
         if (threadIdx.x < L) gam[threadIdx.x] = gcum[(int64_t)h * n + t0 + threadIdx.x];
         __syncthreads();
-        // Vnew[t, c] = U[t, c] - sum_i W[t, i] S[i, c]; warp w takes rows t = w, w+8, ...
-        for (int t = w; t < L; t += 8) {
-            float acc = c < dv ? Uh[(int64_t)(t0 + t) * dv + c] : 0.f;
-            const float *wt = X + t * ld;
-            for (int i = 0; i < dk; i++) acc -= wt[i] * Ss[i * 32 + lane];
-            Vn[t * 32 + lane] = acc;
+        // Vnew[t, c] = U[t, c] - sum_i W[t, i] S[i, c]   (rows t = w + 8k; rows >= L are computed, never stored)
+        float acc[INTER_RW];
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++) {
+            int t = w + 8 * k;
+            acc[k] = t < L && c < dv ? Uh[(int64_t)(t0 + t) * dv + c] : 0.f;
         }
+        for (int i4 = 0; i4 < dk4; i4++) {
+            float s0 = Ss[(4 * i4) * 32 + lane], s1 = Ss[(4 * i4 + 1) * 32 + lane];
+            float s2 = Ss[(4 * i4 + 2) * 32 + lane], s3 = Ss[(4 * i4 + 3) * 32 + lane];
+#pragma unroll
+            for (int k = 0; k < INTER_RW; k++) {
+                float4 wv = X4[(w + 8 * k) * dk4 + i4];
+                acc[k] -= wv.x * s0 + wv.y * s1 + wv.z * s2 + wv.w * s3;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++)
+            if (w + 8 * k < L) Vn[(w + 8 * k) * 32 + lane] = acc[k];
         __syncthreads();
-        for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
-            int i = e / dk, d = e - i * dk;
-            X[i * ld + d] = qn[((int64_t)(t0 + i) * Hk + g) * dk + d];
+        for (int e = threadIdx.x; e < L * dk4; e += blockDim.x) {
+            int i = e / dk4, d4 = e - i * dk4;
+            ((float4 *)X)[i * dk4 + d4] = ((const float4 *)(qn + ((int64_t)(t0 + i) * Hk + g) * dk))[d4];
         }
         __syncthreads();
         // O[t, c] = exp(gamma_t) (q_t . S[:, c]) + sum_{s<=t} P[t, s] Vnew[s, c]
-        for (int t = w; t < L; t += 8) {
-            const float *qt = X + t * ld;
-            float acc = 0.f;
-            for (int i = 0; i < dk; i++) acc += qt[i] * Ss[i * 32 + lane];
-            acc *= expf(gam[t]);
-            for (int s2 = 0; s2 <= t; s2++) acc += Ps[t * GDN_C + s2] * Vn[s2 * 32 + lane];
-            if (c < dv) o[((int64_t)(t0 + t) * Hv + h) * dv + c] = acc;
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++) acc[k] = 0.f;
+        for (int i4 = 0; i4 < dk4; i4++) {
+            float s0 = Ss[(4 * i4) * 32 + lane], s1 = Ss[(4 * i4 + 1) * 32 + lane];
+            float s2 = Ss[(4 * i4 + 2) * 32 + lane], s3 = Ss[(4 * i4 + 3) * 32 + lane];
+#pragma unroll
+            for (int k = 0; k < INTER_RW; k++) {
+                float4 qv = X4[(w + 8 * k) * dk4 + i4];
+                acc[k] += qv.x * s0 + qv.y * s1 + qv.z * s2 + qv.w * s3;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++) {
+            int t = w + 8 * k;
+            if (t < L) acc[k] *= expf(gam[t]);
+        }
+        for (int s2 = 0; s2 < L; s2++) {
+            float vn = Vn[s2 * 32 + lane];
+#pragma unroll
+            for (int k = 0; k < INTER_RW; k++) {
+                int t = w + 8 * k;
+                if (s2 <= t) acc[k] += Ps[t * GDN_C + s2] * vn;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++) {
+            int t = w + 8 * k;
+            if (t < L && c < dv) o[((int64_t)(t0 + t) * Hv + h) * dv + c] = acc[k];
         }
         __syncthreads();
         float glast = gam[L - 1];
-        for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
-            int i = e / dk, d = e - i * dk;
-            X[i * ld + d] = kn[((int64_t)(t0 + i) * Hk + g) * dk + d];
+        for (int e = threadIdx.x; e < L * dk4; e += blockDim.x) {
+            int i = e / dk4, d4 = e - i * dk4;
+            ((float4 *)X)[i * dk4 + d4] = ((const float4 *)(kn + ((int64_t)(t0 + i) * Hk + g) * dk))[d4];
         }
         // Vn rows scaled by exp(gamma_last - gamma_t): the K-side decay of the state update
-        for (int t = w; t < L; t += 8) Vn[t * 32 + lane] *= expf(glast - gam[t]);
-        __syncthreads();
-        float eg = expf(glast);
-        for (int i = w; i < dk; i += 8) {
-            float acc = Ss[i * 32 + lane] * eg;
-            for (int t = 0; t < L; t++) acc += X[t * ld + i] * Vn[t * 32 + lane];
-            Ss[i * 32 + lane] = acc;
+#pragma unroll
+        for (int k = 0; k < INTER_RW; k++) {
+            int t = w + 8 * k;
+            if (t < L) Vn[t * 32 + lane] *= expf(glast - gam[t]);
         }
+        __syncthreads();
+        // S[i, c] = exp(gamma_last) S[i, c] + sum_t K[t, i] Vn'[t, c], rows i = w*RWI + k
+        float eg = expf(glast), sa[INTER_MAXS];
+        int i0 = w * RWI;
+#pragma unroll
+        for (int k = 0; k < INTER_MAXS; k++) sa[k] = k < RWI ? Ss[(i0 + k) * 32 + lane] * eg : 0.f;
+        if ((RWI & 3) == 0) {
+            for (int t = 0; t < L; t++) {
+                float vn = Vn[t * 32 + lane];
+#pragma unroll
+                for (int k4 = 0; k4 < INTER_MAXS / 4; k4++) {
+                    if (4 * k4 < RWI) {
+                        float4 kv = X4[t * dk4 + i0 / 4 + k4];
+                        sa[4 * k4] += kv.x * vn, sa[4 * k4 + 1] += kv.y * vn;
+                        sa[4 * k4 + 2] += kv.z * vn, sa[4 * k4 + 3] += kv.w * vn;
+                    }
+                }
+            }
+        } else { // small dk (test fixtures): scalar reads
+            for (int t = 0; t < L; t++) {
+                float vn = Vn[t * 32 + lane];
+#pragma unroll
+                for (int k = 0; k < INTER_MAXS; k++)
+                    if (k < RWI) sa[k] += X[t * dk + i0 + k] * vn;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < INTER_MAXS; k++)
+            if (k < RWI) Ss[(i0 + k) * 32 + lane] = sa[k];
     }
     __syncthreads();
     if (c < dv)
@@ -351,7 +417,7 @@ static void gdn_chunked(fd_backend *be, float *o, const float *qkv, const float 
     FD_CUDA_LAUNCH_CHECK();
     cu_prof_mark(be, &pr, "intra");
 
-    size_t sm2 = ((size_t)dk * 32 + GDN_C * (dk + 1) + GDN_C * GDN_C + GDN_C * 32 + GDN_C) * sizeof(float);
+    size_t sm2 = ((size_t)dk * 32 + GDN_C * dk + GDN_C * GDN_C + GDN_C * 32 + GDN_C) * sizeof(float);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_inter, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
     k_gdn_inter<<<dim3(Hv, (dv + 31) / 32), 256, sm2, s>>>(o, state, P, U, W, gcum, qn, kn, n, Hk, Hv, dk, dv);
     FD_CUDA_LAUNCH_CHECK();
@@ -373,6 +439,7 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
         FD_CUDA_LAUNCH_CHECK();
     } else {
         FD_CHECK(route == FD_GDN_CHUNKED, "unknown GDN route %d", (int)route);
+        if (dk & 7) FD_PANIC("gdn_core chunked: dk %d must be a multiple of 8 (use the serial route)", dk);
         gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv,
                     dk, dv);
     }
