@@ -433,7 +433,8 @@ static void raw_gap(enc_ctx *c, const char *s, size_t n) {
     const tok_tokenizer *t = c->t;
     int need = 0;
     if (t->norm_options) {
-        uint8_t lim = t->norm_ascii_only_fast == 1 ? 0xCC : 0x80; // lead bytes from 0xCC start U+0300 and up
+        // Text below U+0300 is already NFC (lead bytes from 0xCC start U+0300); the other forms change Latin-1.
+        uint8_t lim = t->norm_form == TOK_NFC ? 0xCC : 0x80;
         for (size_t i = 0; i < n && !need; i++) need = (uint8_t)s[i] >= lim;
     }
     if (!need) {

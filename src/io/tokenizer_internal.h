@@ -8,6 +8,7 @@
 #include "io/tokenizer.h"
 
 enum { TOK_MAX_STEPS = 8 };
+enum tok_norm_form { TOK_NFC = 0, TOK_NFKC = 1, TOK_NFD = 2, TOK_NFKD = 3 };
 
 typedef enum { TOK_SPLIT_ISOLATED, TOK_SPLIT_REMOVED, TOK_SPLIT_PREV, TOK_SPLIT_NEXT, TOK_SPLIT_CONTIGUOUS } tok_split_behavior;
 
@@ -62,7 +63,7 @@ struct tok_tokenizer {
     int fuse_unk, ignore_merges;
 
     int norm_options;           // utf8proc options for the normalizer; 0 = none
-    int norm_ascii_only_fast;   // 1: text below U+0300 is unchanged (NFC), 2: only ASCII is (others)
+    int norm_form;              // tok_norm_form, when norm_options != 0
 
     tok_split steps[TOK_MAX_STEPS]; // Split steps before the final ByteLevel
     int n_steps;

@@ -75,17 +75,15 @@ static int load_normalizer(tok_tokenizer *t, json_t *n) {
         for (size_t i = 0; i < json_array_size(list); i++) FD_TRY(load_normalizer(t, json_array_get(list, i)));
         return 0;
     }
-    int opt;
-    if (!strcmp(type, "NFC")) opt = UTF8PROC_COMPOSE;
-    else if (!strcmp(type, "NFD")) opt = UTF8PROC_DECOMPOSE;
-    else if (!strcmp(type, "NFKC")) opt = UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-    else if (!strcmp(type, "NFKD")) opt = UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    int opt, form;
+    if (!strcmp(type, "NFC")) opt = UTF8PROC_COMPOSE, form = TOK_NFC;
+    else if (!strcmp(type, "NFKC")) opt = UTF8PROC_COMPOSE | UTF8PROC_COMPAT, form = TOK_NFKC;
+    else if (!strcmp(type, "NFD")) opt = UTF8PROC_DECOMPOSE, form = TOK_NFD;
+    else if (!strcmp(type, "NFKD")) opt = UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, form = TOK_NFKD;
     else return fd_error_set("normalizer type \"%s\" is not supported (only NFC/NFD/NFKC/NFKD and Sequence)", type);
     if (t->norm_options) return fd_error_set("normalizer: two Unicode normal forms in one Sequence are not supported");
     t->norm_options = opt | UTF8PROC_STABLE;
-    // Text below U+0300 is already in NFC (nothing there decomposes into or composes with a later mark), so NFC
-    // can skip it; the other forms change Latin-1 letters and can skip only ASCII.
-    t->norm_ascii_only_fast = !strcmp(type, "NFC") ? 1 : 2;
+    t->norm_form = form;
     return 0;
 }
 

@@ -2,10 +2,11 @@
 // Unicode 11 tables: characters newer than that which normalization would change are left alone and, like the
 // unassigned characters they are to HF, split the text into runs normalized on their own.
 //
-// NFC has a fast path, since Qwen uses it on every input: a character that is a starter (combining class 0), is
-// its own NFC, and never comes second in a composition cannot be changed by NFC nor change its neighbours. Runs
-// of such "safe" characters are copied; only the stretch from the last safe character before an unsafe one to the
-// next safe character goes through utf8proc. Most text (CJK, Cyrillic, Arabic, code) is then a plain copy.
+// A fast path, since Qwen normalizes every input (NFC): a character that is a starter (combining class 0), is its
+// own normal form, and (for NFC/NFKC) never comes second in a composition cannot be changed by normalization nor
+// change its neighbours. Runs of such "safe" characters are copied; only the stretch from the last safe character
+// before an unsafe one to the next safe character goes through utf8proc. Most text (CJK, Cyrillic, Arabic, code)
+// is then a plain copy.
 #include <pthread.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -14,18 +15,22 @@
 #include "io/tokenizer_internal.h"
 
 #define TOK_NCP 0x110000
-static uint8_t *g_nfc_safe; // bitmap over all code points
-static pthread_once_t g_nfc_once = PTHREAD_ONCE_INIT;
+static uint8_t *g_safe[4];  // per normal form (tok_norm_form): bitmap over all code points
+static pthread_once_t g_once[4] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static const int k_form_options[4] = {UTF8PROC_COMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT, UTF8PROC_DECOMPOSE,
+                                      UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
 
 static int has_canonical_decomp(const utf8proc_property_t *p) {
     return p->decomp_type == 0 && p->decomp_seqindex != UINT16_MAX;
 }
 
-static void build_nfc_safe(void) {
+// safe = a starter that the form maps to itself and that (for composing forms) never comes second in a composition.
+static void build_safe(int form) {
+    int compose = form < 2, options = k_form_options[form] | UTF8PROC_STABLE;
     uint8_t *second = fd_calloc(TOK_NCP / 8, 1);
     uint8_t *safe = fd_calloc(TOK_NCP / 8, 1);
     // Every char after the first in a canonical decomposition may be the second of a composition pair.
-    for (utf8proc_int32_t cp = 0; cp < TOK_NCP; cp++) {
+    for (utf8proc_int32_t cp = 0; cp < TOK_NCP && compose; cp++) {
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
         if (!has_canonical_decomp(utf8proc_get_property(cp))) continue;
         utf8proc_int32_t buf[16];
@@ -33,30 +38,34 @@ static void build_nfc_safe(void) {
         utf8proc_ssize_t k = utf8proc_decompose_char(cp, buf, 16, UTF8PROC_DECOMPOSE, &last);
         for (utf8proc_ssize_t i = 1; i < k && i < 16; i++) second[buf[i] >> 3] |= (uint8_t)(1 << (buf[i] & 7));
     }
-    for (int cp = 0x1161; cp <= 0x1175; cp++) second[cp >> 3] |= (uint8_t)(1 << (cp & 7)); // Hangul V jamo
-    for (int cp = 0x11A8; cp <= 0x11C2; cp++) second[cp >> 3] |= (uint8_t)(1 << (cp & 7)); // Hangul T jamo
+    for (int cp = 0x1161; cp <= 0x1175 && compose; cp++) second[cp >> 3] |= (uint8_t)(1 << (cp & 7)); // Hangul V
+    for (int cp = 0x11A8; cp <= 0x11C2 && compose; cp++) second[cp >> 3] |= (uint8_t)(1 << (cp & 7)); // Hangul T
     for (utf8proc_int32_t cp = 0; cp < TOK_NCP; cp++) {
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
         const utf8proc_property_t *p = utf8proc_get_property(cp);
         int ok = tok_is_new_char((uint32_t)cp) ||
                  (p->combining_class == 0 && !(second[cp >> 3] & (1 << (cp & 7))));
-        if (ok && has_canonical_decomp(p)) { // e.g. U+00E9 recomposes to itself; U+212B (Angstrom) does not
-            utf8proc_uint8_t in[4], *out = NULL;
+        int hangul = cp >= 0xAC00 && cp <= 0xD7A3; // decomposed by algorithm, not by table
+        if (ok && !tok_is_new_char((uint32_t)cp) && (p->decomp_seqindex != UINT16_MAX || hangul)) {
+            utf8proc_uint8_t in[4], *out = NULL; // e.g. U+00E9 stays in NFC; U+212B (Angstrom) does not
             utf8proc_ssize_t n = utf8proc_encode_char(cp, in);
-            utf8proc_ssize_t r = utf8proc_map(in, n, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            utf8proc_ssize_t r = utf8proc_map(in, n, &out, options);
             ok = r == n && !memcmp(in, out, (size_t)n);
             free(out);
         }
         if (ok) safe[cp >> 3] |= (uint8_t)(1 << (cp & 7));
     }
     free(second);
-    g_nfc_safe = safe;
+    g_safe[form] = safe;
 }
-
-static inline int nfc_safe(uint32_t cp) { return (g_nfc_safe[cp >> 3] >> (cp & 7)) & 1; }
+static void build_safe_nfc(void) { build_safe(0); }
+static void build_safe_nfkc(void) { build_safe(1); }
+static void build_safe_nfd(void) { build_safe(2); }
+static void build_safe_nfkd(void) { build_safe(3); }
 
 void tok_normalize_init(const tok_tokenizer *t) {
-    if (t->norm_ascii_only_fast == 1) pthread_once(&g_nfc_once, build_nfc_safe);
+    static void (*const builders[4])(void) = {build_safe_nfc, build_safe_nfkc, build_safe_nfd, build_safe_nfkd};
+    if (t->norm_options) pthread_once(&g_once[t->norm_form], builders[t->norm_form]);
 }
 
 static void append(char **buf, size_t *n, size_t *cap, const void *s, size_t k) {
@@ -96,7 +105,8 @@ static void normalize_general(const tok_tokenizer *t, const char *s, size_t n, c
 char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n) {
     char *out = NULL;
     size_t on = 0, cap = 0;
-    if (t->norm_ascii_only_fast != 1 || !g_nfc_safe) {
+    const uint8_t *safe = g_safe[t->norm_form];
+    if (!safe) {
         normalize_general(t, s, n, &out, &on, &cap);
     } else {
         size_t copied = 0, i = 0, last_safe = SIZE_MAX;
@@ -104,7 +114,7 @@ char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out
         while (i < n) {
             uint32_t cp;
             size_t len = (size_t)tok_utf8_decode((const uint8_t *)s + i, &cp);
-            if (nfc_safe(cp)) {
+            if ((safe[cp >> 3] >> (cp & 7)) & 1) {
                 last_safe = i;
                 last_safe_new = cp >= 0x800 && tok_is_new_char(cp);
                 i += len;
@@ -114,7 +124,7 @@ char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out
             // is one HF does not know.
             size_t start = (last_safe != SIZE_MAX && !last_safe_new) ? last_safe : i, j = i;
             while (j < n && (j += (size_t)tok_utf8_decode((const uint8_t *)s + j, &cp), 1) &&
-                   (j >= n || (tok_utf8_decode((const uint8_t *)s + j, &cp), !nfc_safe(cp))))
+                   (j >= n || (tok_utf8_decode((const uint8_t *)s + j, &cp), !((safe[cp >> 3] >> (cp & 7)) & 1))))
                 ;
             append(&out, &on, &cap, s + copied, start - copied);
             normalize_general(t, s + start, j - start, &out, &on, &cap);
