@@ -87,12 +87,12 @@ def bench(qwen3, binary):
     for name, spec in tokenizers_list(qwen3):
         tok = load(spec)
         best = 1e9
-        for _ in range(5):
+        for _ in range(3):
             t0 = time.perf_counter()
             n = len(tok.encode(text, add_special_tokens=False).ids)
             best = min(best, time.perf_counter() - t0)
         best_docs = 1e9
-        for _ in range(3):
+        for _ in range(2):
             t0 = time.perf_counter()
             for d in docs:
                 tok.encode(d["text"], add_special_tokens=False)
