@@ -183,22 +183,32 @@ __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const f
     }
 }
 
-// Step 2: grid (n_chunks, Hv), 256 threads. Shared: Ks, Qs [64][dk+1] (padded: lanes read different rows of
-// one column), A [64][65], gamma, beta.
+// Step 2: grid (n_chunks, Hv), 256 threads. Shared: Ks, Qs [64][dk+4] (rows 16-byte aligned; the pad spreads
+// the float4 row reads of 8 lanes over distinct banks), A [64][68], gamma, beta. Needs dk % 4 == 0.
 // Writes P [Hv, nch, 64, 64], U [Hv, n, dv], W [Hv, n, dk], gcum [Hv, n].
+// Register tiling: for A and P a thread owns key j = tid % 64 and the 16 rows i = tid/64 + 4m, so one float4 of
+// k_j serves 32 dot-product steps; the forward substitution reads rows of A as float4 broadcasts.
+#define INTRA_LDA 68
 __global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W, float *gcum, const float *qn,
                                                    const float *kn, const float *beta, const float *gg,
                                                    const float *qkv, int n, int Hk, int Hv, int dk, int dv) {
-    extern __shared__ float sm[];
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
     int ch = blockIdx.x, h = blockIdx.y, nch = gridDim.x;
     int g = h / (Hv / Hk), t0 = ch * GDN_C, L = min(GDN_C, n - t0);
-    int ld = dk + 1;
-    float *Ks = sm, *Qs = Ks + GDN_C * ld, *A = Qs + GDN_C * ld, *gam = A + GDN_C * 65, *bet = gam + GDN_C;
-    for (int e = threadIdx.x; e < GDN_C * dk; e += blockDim.x) {
-        int i = e / dk, d = e - i * dk;
-        bool ok = i < L;
-        Ks[i * ld + d] = ok ? kn[((int64_t)(t0 + i) * Hk + g) * dk + d] : 0.f;
-        Qs[i * ld + d] = ok ? qn[((int64_t)(t0 + i) * Hk + g) * dk + d] : 0.f;
+    int ld = dk + 4, ld4 = ld / 4, dk4 = dk / 4;
+    float *Ks = sm, *Qs = Ks + GDN_C * ld, *A = Qs + GDN_C * ld, *gam = A + GDN_C * INTRA_LDA, *bet = gam + GDN_C;
+    const float4 *Ks4 = (const float4 *)Ks, *Qs4 = (const float4 *)Qs, *A4 = (const float4 *)A;
+    for (int e = threadIdx.x; e < GDN_C * dk4; e += blockDim.x) {
+        int i = e / dk4, d4 = e - i * dk4;
+        float4 z = make_float4(0.f, 0.f, 0.f, 0.f), kv = z, qv = z;
+        if (i < L) {
+            int64_t off = ((int64_t)(t0 + i) * Hk + g) * dk;
+            kv = ((const float4 *)(kn + off))[d4];
+            qv = ((const float4 *)(qn + off))[d4];
+        }
+        ((float4 *)Ks)[i * ld4 + d4] = kv;
+        ((float4 *)Qs)[i * ld4 + d4] = qv;
     }
     if (threadIdx.x < GDN_C) {
         int i = threadIdx.x;
@@ -213,33 +223,41 @@ __global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W,
     }
     __syncthreads();
     if (threadIdx.x < L) gcum[(int64_t)h * n + t0 + threadIdx.x] = gam[threadIdx.x];
-    // A and P: 64x64 pairs, 16 per thread; a warp shares i and spans 32 consecutive j.
-    float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
-    for (int p = threadIdx.x; p < GDN_C * GDN_C; p += blockDim.x) {
-        int i = p / GDN_C, j = p - i * GDN_C;
-        float a = 0.f, pv = 0.f;
-        if (i < L && j <= i) {
-            float kk = 0.f, qk = 0.f;
-            const float *ki = Ks + i * ld, *qi = Qs + i * ld, *kj = Ks + j * ld;
-            for (int d = 0; d < dk; d++) {
-                float kjd = kj[d];
-                kk += ki[d] * kjd;
-                qk += qi[d] * kjd;
+    // A = strict_lower(beta K K^T o Gamma), P = lower_incl(Q K^T o Gamma)
+    {
+        int j = threadIdx.x & (GDN_C - 1), i0 = threadIdx.x / GDN_C;
+        float kk[16], qk[16];
+#pragma unroll
+        for (int m = 0; m < 16; m++) kk[m] = qk[m] = 0.f;
+        for (int d4 = 0; d4 < dk4; d4++) {
+            float4 kj = Ks4[j * ld4 + d4];
+#pragma unroll
+            for (int m = 0; m < 16; m++) {
+                float4 ki = Ks4[(i0 + 4 * m) * ld4 + d4], qi = Qs4[(i0 + 4 * m) * ld4 + d4];
+                kk[m] += ki.x * kj.x + ki.y * kj.y + ki.z * kj.z + ki.w * kj.w;
+                qk[m] += qi.x * kj.x + qi.y * kj.y + qi.z * kj.z + qi.w * kj.w;
             }
-            float dec = expf(gam[i] - gam[j]);
-            pv = qk * dec;
-            if (j < i) a = bet[i] * kk * dec;
         }
-        A[i * 65 + j] = a;
-        Pc[p] = pv;
+        float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
+#pragma unroll
+        for (int m = 0; m < 16; m++) {
+            int i = i0 + 4 * m;
+            bool in = i < L && j <= i;
+            float dec = in ? expf(gam[i] - gam[j]) : 0.f;
+            A[i * INTRA_LDA + j] = in && j < i ? bet[i] * kk[m] * dec : 0.f;
+            Pc[i * GDN_C + j] = in ? qk[m] * dec : 0.f;
+        }
     }
     __syncthreads();
     // Forward substitution per column: x_i = rhs_i - sum_{j<i} A_ij x_j. Columns [0, dv) solve for U
-    // (rhs = beta V), [dv, dv+dk) for W (rhs = beta K exp(gamma)). x lives in registers (unrolled indices).
+    // (rhs = beta V), [dv, dv+dk) for W (rhs = beta K exp(gamma)). x lives in registers (unrolled indices),
+    // zero until solved, so the float4 of A may cover j >= i (where A is 0 as well).
     for (int col = threadIdx.x; col < dv + dk; col += blockDim.x) {
         float x[GDN_C];
         bool isU = col < dv;
         int cc = isU ? col : col - dv;
+#pragma unroll
+        for (int i = 0; i < GDN_C; i++) x[i] = 0.f;
 #pragma unroll
         for (int i = 0; i < GDN_C; i++) {
             float rhs = 0.f;
@@ -248,7 +266,10 @@ __global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W,
                           : bet[i] * Ks[i * ld + cc] * expf(gam[i]);
             }
 #pragma unroll
-            for (int j = 0; j < i; j++) rhs -= A[i * 65 + j] * x[j];
+            for (int j4 = 0; j4 < (i + 3) / 4; j4++) {
+                float4 a = A4[i * (INTRA_LDA / 4) + j4];
+                rhs -= a.x * x[4 * j4] + a.y * x[4 * j4 + 1] + a.z * x[4 * j4 + 2] + a.w * x[4 * j4 + 3];
+            }
             x[i] = rhs;
         }
         float *dst = isU ? U + (int64_t)h * n * dv : W + (int64_t)h * n * dk;
@@ -411,7 +432,7 @@ static void gdn_chunked(fd_backend *be, float *o, const float *qkv, const float 
     FD_CUDA_LAUNCH_CHECK();
     cu_prof_mark(be, &pr, "prep");
 
-    size_t sm1 = ((size_t)2 * GDN_C * (dk + 1) + GDN_C * 65 + 2 * GDN_C) * sizeof(float);
+    size_t sm1 = ((size_t)2 * GDN_C * (dk + 4) + GDN_C * INTRA_LDA + 2 * GDN_C) * sizeof(float);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_intra, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm1));
     k_gdn_intra<<<dim3(nch, Hv), 256, sm1, s>>>(P, U, W, gcum, qn, kn, beta, gg, qkv, n, Hk, Hv, dk, dv);
     FD_CUDA_LAUNCH_CHECK();
