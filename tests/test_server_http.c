@@ -463,3 +463,30 @@ static void interleave_body(srv_proc *p) { run_node(p, "interleave.mjs", NULL); 
 TEST(server_http_chunked_prefill_interleaves) {
     with_server("--ctx 4096 --slots 2 --prefill-chunk 64 --no-prefix-cache", interleave_body);
 }
+
+// SIGTERM with two streams running and a plain request waiting: every client gets a clean end (a 503 error event
+// then [DONE], or a 503 body) and the server exits 0 (no leak under ASan).
+TEST(server_http_shutdown_ends_open_requests) {
+    srv_proc p;
+    if (srv_start(&p, "--ctx 4096 --slots 2")) {
+        srv_stop(&p);
+        ASSERT(0, "the server did not start");
+    }
+    char *cmd = fd_sprintf(
+        "cd %s && U=http://127.0.0.1:%d/v1/completions; "
+        "S='{\"prompt\": \"x\", \"max_tokens\": 4000, \"ignore_eos\": true, \"stream\": true}'; "
+        "N='{\"prompt\": \"y\", \"max_tokens\": 4000, \"ignore_eos\": true}'; "
+        "curl -sN --max-time 30 -d \"$S\" $U > s1.txt & curl -sN --max-time 30 -d \"$S\" $U > s2.txt & "
+        "sleep 0.3; curl -s --max-time 30 -w '%%{http_code}' -d \"$N\" $U > n.txt & "
+        "sleep 0.5; kill -TERM %d; wait; "
+        "for f in s1 s2; do grep -c 'shutting down' $f.txt; tail -c 14 $f.txt | head -c 12; echo; done; cat n.txt",
+        p.dir, p.port, (int)p.pid);
+    char *out = NULL;
+    test_run(cmd, &out);
+    free(cmd);
+    int st = srv_stop(&p);
+    EXPECT(st == 0, "server exit status %d after SIGTERM with open requests", st);
+    EXPECT(out && !strncmp(out, "1\ndata: [DONE]\n1\ndata: [DONE]\n", 30), "streams: %s", out);
+    EXPECT(out && strstr(out, "shutting down\"") && strstr(out, "}503"), "plain request: %s", out);
+    free(out);
+}
