@@ -55,6 +55,8 @@ TEST(tokenizer_tiny_handmade) {
     EXPECT(!strcmp(s, "ab ab"), "skip_special: %s", s);
     free(s);
     EXPECT(tok_decode(t, (int32_t[]){42}, 1, 0, &s, &n) == -1 && strstr(fd_error_msg(), "unknown token id 42"));
+    const char *b = tok_token_bytes(t, 4, &n);
+    EXPECT(b && n == 3 && !memcmp(b, " ab", 3) && tok_token_bytes(t, 42, &n) == NULL);
     tok_ids v = {0};
     EXPECT(tok_encode(t, "a\xff", 2, &v) == -1 && strstr(fd_error_msg(), "not valid UTF-8 at byte 1"), "%s",
            fd_error_msg());
@@ -268,6 +270,11 @@ TEST(tokenizer_cli) {
     out = NULL;
     cmd = fd_sprintf("echo '%.*s' | %s tokenize %s/tokenizer.json --decode", (int)strcspn(ids, "\n"), ids, test_bin(), dir);
     EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "Hello") && strstr(out, "<|im_start|>"), "%s", out);
+    free(cmd);
+    free(out);
+    out = NULL;
+    cmd = fd_sprintf("echo '%.*s' | %s tokenize %s --decode --skip-special", (int)strcspn(ids, "\n"), ids, test_bin(), dir);
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "Hello") && !strstr(out, "<|im_start|>"), "%s", out);
     free(cmd);
     free(out);
     free(ids);

@@ -1,7 +1,8 @@
-// `flashdelta tokenize TOKENIZER [--decode] [--bench FILE [--repeat N]]`
+// `flashdelta tokenize TOKENIZER [--decode [--skip-special]] [--bench FILE [--repeat N]]`
 //   encode (default): UTF-8 text on stdin -> ids on one line, space-separated. No special tokens are added;
 //                     special-token strings in the text become their ids.
-//   --decode:         ids (separated by spaces, commas or newlines) on stdin -> text on stdout, unchanged bytes.
+//   --decode:         ids (separated by spaces, commas or newlines) on stdin -> text on stdout, unchanged bytes;
+//                     --skip-special leaves special tokens out.
 //   --bench FILE:     encodes FILE as one text, single-threaded, and prints MB/s (best of N runs).
 // TOKENIZER is a tokenizer.json or a model directory holding one.
 #include <stdio.h>
@@ -26,12 +27,12 @@ static char *read_stream(FILE *f, size_t *n) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: flashdelta tokenize TOKENIZER [--decode] [--bench FILE [--repeat N]]\n"
+    fprintf(stderr, "usage: flashdelta tokenize TOKENIZER [--decode [--skip-special]] [--bench FILE [--repeat N]]\n"
                     "  TOKENIZER: tokenizer.json or a directory holding it; text (or ids with --decode) on stdin\n");
     return 2;
 }
 
-static int run_decode(tok_tokenizer *t) {
+static int run_decode(tok_tokenizer *t, int skip_special) {
     size_t n;
     char *in = read_stream(stdin, &n);
     int32_t *ids = fd_malloc((n / 2 + 1) * sizeof(int32_t));
@@ -53,7 +54,7 @@ static int run_decode(tok_tokenizer *t) {
     }
     char *text;
     size_t len;
-    int rc = tok_decode(t, ids, k, 0, &text, &len);
+    int rc = tok_decode(t, ids, k, skip_special, &text, &len);
     free(in);
     free(ids);
     if (rc) {
@@ -95,9 +96,10 @@ static int run_bench(tok_tokenizer *t, const char *file, int repeat) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL, *bench = NULL;
-    int decode = 0, repeat = 5;
+    int decode = 0, skip_special = 0, repeat = 5;
     for (int i = 1; i < argc; i++) { // argv[0] is "tokenize"
         if (!strcmp(argv[i], "--decode")) decode = 1;
+        else if (!strcmp(argv[i], "--skip-special")) skip_special = 1;
         else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench = argv[++i];
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1]) return usage();
@@ -114,7 +116,7 @@ int cmd_tokenize(int argc, char **argv) {
     FD_DEBUG("tokenizer loaded in %.3f s", fd_time_s() - t0);
     int rc;
     if (bench) rc = run_bench(t, bench, repeat);
-    else if (decode) rc = run_decode(t);
+    else if (decode) rc = run_decode(t, skip_special);
     else {
         size_t n;
         char *text = read_stream(stdin, &n);

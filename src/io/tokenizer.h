@@ -35,6 +35,8 @@ void tok_free(tok_tokenizer *t);
 int32_t tok_n_vocab(const tok_tokenizer *t);                  // largest id + 1
 int32_t tok_token_id(const tok_tokenizer *t, const char *tok); // added token or vocab entry; -1 if none
 int tok_is_special(const tok_tokenizer *t, int32_t id);
+// The bytes one token decodes to (not necessarily whole UTF-8 characters), or NULL for an unknown id.
+const char *tok_token_bytes(const tok_tokenizer *t, int32_t id, size_t *len);
 
 // Appends the ids of text[0..len) to out. Returns 0, or -1 (invalid UTF-8; out unchanged) with fd_error set.
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);

@@ -97,6 +97,12 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_sp
     return 0;
 }
 
+const char *tok_token_bytes(const tok_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->n_ids || !t->id_bytes[id]) return NULL;
+    *len = t->id_bytes_len[id];
+    return t->id_bytes[id];
+}
+
 struct tok_stream {
     const tok_tokenizer *t;
     int skip_special;

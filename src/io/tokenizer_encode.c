@@ -282,7 +282,9 @@ static void bytelevel(enc_ctx *c, const char *s, size_t n) {
         if (ms > prev) bpe(c, s + prev, ms - prev);
         if (me > ms) bpe(c, s + ms, me - ms);
         prev = me;
-        pos = me > ms ? me : me + 1; // the GPT-2 pattern has no empty matches; guard anyway
+        if (me > ms) pos = me; // the GPT-2 pattern has no empty matches; step a whole char if one comes anyway
+        else if (me < n) pos = me + (size_t)tok_utf8_decode((const uint8_t *)s + me, &(uint32_t){0});
+        else break;
     }
     if (prev < n) bpe(c, s + prev, n - prev);
 }
@@ -409,13 +411,13 @@ static void added_split(enc_ctx *c, const tok_added_set *set, const char *s, siz
         }
         if (hit->lstrip) {
             size_t ns = start;
-            while (ns > 0) {
+            while (ns > done) { // HF never strips back into an earlier match
                 size_t q = char_start_before(s, ns);
                 tok_utf8_decode((const uint8_t *)s + q, &cp);
                 if (!tok_is_whitespace(cp)) break;
                 ns = q;
             }
-            start = ns > done ? ns : done;
+            start = ns;
         }
         if (hit->rstrip)
             while (stop < n && (tok_utf8_decode((const uint8_t *)s + stop, &cp), tok_is_whitespace(cp)))
