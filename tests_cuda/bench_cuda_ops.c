@@ -172,6 +172,7 @@ TEST(bench_cuda_27b_ops) {
     c.x = dev_rand((size_t)N * 24 * 256, -1, 1);
     c.out = B()->alloc(B(), (size_t)N * 24 * 256 * 4);
     c.pos0 = 0, c.n = N;
+    fd_cuda_set_route(B(), "attn_kernel", "simt");
     double ms = time_ms(f_attn, &c);
     row("attention prefill n=4096 (24q/4kv x 256) simt", ms, 4.0 * 24 * 256 * ((double)N * N / 2), 0);
     fd_cuda_set_route(B(), "attn_kernel", "mma");

@@ -461,24 +461,33 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
     free(q), free(oc), free(og), free(cc), dfree(dq), dfree(dout), dfree(cg);
 }
 
+// Both attention tests below pin the CUDA-core kernel (the default route sends >= 64 rows to the tensor cores,
+// which cuda_attention_mma covers).
 TEST(cuda_attention_gqa_causal) {
+    const char *prev = fd_cuda_route(gpu(), "attn_kernel");
+    ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "simt") == 0, "%s", fd_error_msg());
     int ns[][2] = {{0, 1}, {0, 7}, {0, 64}, {0, 200}, {37, 1}, {100, 7}, {3000, 5}, {500, 64}};
     int heads[][3] = {{6, 2, 256}, {8, 2, 128}, {4, 4, 64}};
     for (size_t h = 0; h < 3; h++)
         for (size_t s = 0; s < 8; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2], 1);
+    fd_cuda_set_route(gpu(), "attn_kernel", prev);
 }
 
 // The DFlash drafter's block: every query sees the whole context plus the whole block.
 TEST(cuda_attention_noncausal) {
+    const char *prev = fd_cuda_route(gpu(), "attn_kernel");
+    ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "simt") == 0, "%s", fd_error_msg());
     int ns[][2] = {{0, 7}, {100, 16}, {3000, 16}, {37, 1}};
     int heads[][3] = {{6, 2, 256}, {8, 2, 128}};
     for (size_t h = 0; h < 2; h++)
         for (size_t s = 0; s < 4; s++) check_attn(ns[s][0], ns[s][1], heads[h][0], heads[h][1], heads[h][2], 0);
+    fd_cuda_set_route(gpu(), "attn_kernel", prev);
 }
 
 // The tensor-core kernel (route attn_kernel=mma): calls with >= 64 query rows and head_dim 64/128/256; smaller
 // calls in the same list check the fallback to the CUDA-core kernel under this route.
 TEST(cuda_attention_mma) {
+    const char *prev = fd_cuda_route(gpu(), "attn_kernel");
     ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "mma") == 0, "%s", fd_error_msg());
     int cases[][6] = {
         // n0, n, H, Hkv, hd, causal
@@ -488,7 +497,7 @@ TEST(cuda_attention_mma) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_attn(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5]);
-    fd_cuda_set_route(gpu(), "attn_kernel", "simt");
+    fd_cuda_set_route(gpu(), "attn_kernel", prev);
 }
 
 TEST(cuda_copy_rows) {

@@ -234,6 +234,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
 
     cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
     c->device = device;
+    // Default routes. attn_kernel=mma: validated against the CPU reference on the H200 (run 2, docs/perf-notes.md)
+    // and 13x the CUDA-core kernel at prefill. gemm_act=bf16: the numerics contract (DESIGN.md §5).
+    c->attn_kernel = CU_ATTN_MMA;
+    c->gemm_act = CU_GEMM_BF16;
     FD_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     FD_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
