@@ -1,5 +1,6 @@
 // The CLI contract (info / logits / generate / run) and bad input: every bad model directory or argument
 // gives exit status 1 or 2 (never a signal) and one line "flashdelta: error: ..." naming what is wrong.
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -264,4 +265,43 @@ TEST(cli_bench_random_weights) {
     EXPECT(test_run(cmd, &out) == 1 && out && strstr(out, "capacity"), "%s", out ? out : "");
     free(out);
     free(cmd);
+}
+
+TEST(cli_trace_writes_chrome_json) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_moe", &fx) == 0, "%s", fd_error_msg());
+    char *csv = ids_csv(fx.ids, 20), *plain = NULL, *traced = NULL, *err = NULL;
+    char js[] = "/tmp/fd_traceXXXXXX";
+    int fd = mkstemp(js);
+    ASSERT(fd >= 0);
+    close(fd);
+    char *cmd = fd_sprintf("%s generate %s --ids %s -n 6 2>/dev/null", test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &plain) == 0);
+    free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids %s -n 6 --trace %s 2>/dev/null", test_bin(), fx.dir, csv, js);
+    EXPECT(test_run(cmd, &traced) == 0);
+    EXPECT(plain && traced && !strcmp(plain, traced), "tracing changed the output");
+    free(cmd);
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je);
+    ASSERT(root, "trace is not JSON: %s", je.text);
+    json_t *ev = json_object_get(root, "traceEvents");
+    EXPECT(json_is_array(ev) && json_array_size(ev) > 100, "trace has %zu events", json_array_size(ev));
+    int have_gdn = 0, have_attn = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(ev, i), "name"));
+        have_gdn |= name && !strncmp(name, "gdn_core[", 9);
+        have_attn |= name && !strcmp(name, "attention");
+    }
+    EXPECT(have_gdn && have_attn);
+    json_decref(root);
+    unlink(js);
+    cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --contexts 32 --trace %s 2>&1", test_bin(), js);
+    EXPECT(test_run(cmd, &err) == 2 && err && strstr(err, "traced"), "%s", err ? err : "");
+    free(cmd);
+    free(err);
+    free(plain);
+    free(traced);
+    free(csv);
+    fixture_free(&fx);
 }

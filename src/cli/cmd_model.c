@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "engine/bench.h"
 #include "engine/dflash.h"
+#include "engine/trace.h"
 
 typedef struct {
     const char *model_dir;
@@ -29,6 +30,7 @@ typedef struct {
     const char *draft_random; // --draft-random CONFIG.json: synthetic drafter
     fd_bench_opts bench;
     const char *json_out;
+    const char *trace; // --trace FILE: Chrome-trace JSON of per-op timings
     const char *draft_dir; // DFlash drafter
     int block_size;        // 0 = the drafter's
     int stats;
@@ -144,6 +146,8 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
             o->random_cfg = v;
         } else if (!strcmp(a, "--draft-random")) {
             o->draft_random = v;
+        } else if (!strcmp(a, "--trace")) {
+            o->trace = v;
         } else if (!strcmp(a, "--json")) {
             o->json_out = v;
         } else if (!strcmp(a, "--decode")) {
@@ -213,6 +217,7 @@ static fd_backend *make_backend(const cli_opts *o) {
 }
 
 typedef struct {
+    const char *trace; // write the trace here at close
     fd_model model;
     fd_backend *be;
     fd_engine eng;
@@ -242,6 +247,10 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     }
     s->be = make_backend(o);
     if (!s->be) return 1;
+    if (o->trace) {
+        s->be = trace_wrap(s->be);
+        s->trace = o->trace;
+    }
     model_upload(&s->model, s->be);
     fd_engine_opts eo;
     engine_default_opts(&eo);
@@ -275,6 +284,11 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
 }
 
 static void session_close(session *s) {
+    if (s->trace && s->be) {
+        trace_print_summary(s->be, stderr);
+        if (trace_write(s->be, s->trace)) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        else FD_INFO("trace written to %s", s->trace);
+    }
     dflash_free(&s->spec);
     engine_free(&s->eng);
     if (s->has_draft) drafter_free(&s->dr);
@@ -408,6 +422,8 @@ int cmd_bench(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o, 1);
     if (rc) return rc;
     free(o.ids);
+    if (o.trace) return cli_error("%s", "bench does not run traced (tracing synchronises every op); use --trace with "
+                                        "generate or logits");
     int64_t cap = 0;
     for (int i = 0; i < o.bench.n_ctx; i++) cap = o.bench.ctx[i] > cap ? o.bench.ctx[i] : cap;
     cap += o.bench.decode_tokens + 3 * FD_SPEC_MAX_BLOCK + 8; // decode, the oracle reference, a verify block

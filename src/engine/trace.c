@@ -1,0 +1,224 @@
+// Trace backend (see trace.h). Every compute entry point is wrapped by TRACED(): sync, time, call, sync, time.
+#include "engine/trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    double t0, dt; // seconds since the trace began
+    int64_t n;     // rows / tokens / elements the op was called with
+} trace_event;
+
+typedef struct {
+    fd_backend pub; // what callers see; pub.impl points back to this struct
+    fd_backend *in;
+    trace_event *ev;
+    int64_t n_ev, cap_ev;
+    double origin;
+} trace_be;
+
+static trace_be *T(fd_backend *be) { return (trace_be *)be->impl; }
+static fd_backend *IN(fd_backend *be) { return T(be)->in; }
+
+static double begin(fd_backend *be) {
+    IN(be)->sync(IN(be));
+    return fd_time_s();
+}
+
+static void end(fd_backend *be, const char *name, double t0, int64_t n) {
+    trace_be *t = T(be);
+    t->in->sync(t->in);
+    const double t1 = fd_time_s();
+    if (t->n_ev == t->cap_ev) t->ev = fd_realloc(t->ev, sizeof(trace_event) * (size_t)(t->cap_ev = t->cap_ev ? 2 * t->cap_ev : 4096));
+    t->ev[t->n_ev++] = (trace_event){name, t0 - t->origin, t1 - t0, n};
+}
+
+// ---- forwarding without timing: memory management ----
+static void *tr_alloc(fd_backend *be, size_t b) { return IN(be)->alloc(IN(be), b); }
+static void tr_free(fd_backend *be, void *p) { IN(be)->free(IN(be), p); }
+static void tr_zero(fd_backend *be, void *p, size_t b) { IN(be)->zero(IN(be), p, b); }
+static void tr_upload(fd_backend *be, fd_weight *w) { IN(be)->upload_weight(IN(be), w); }
+static void tr_sync(fd_backend *be) { IN(be)->sync(IN(be)); }
+static size_t tr_kvb(fd_backend *be, int Hkv, int hd) { return IN(be)->kv_bytes_per_token(IN(be), Hkv, hd); }
+static void tr_destroy(fd_backend *be) {
+    trace_be *t = T(be);
+    t->in->destroy(t->in);
+    free(t->ev);
+    free(t);
+}
+
+// ---- timed ----
+#define TRACED(name, n, call)                                                                                          \
+    do {                                                                                                               \
+        const double t0_ = begin(be);                                                                                  \
+        call;                                                                                                          \
+        end(be, name, t0_, n);                                                                                         \
+    } while (0)
+
+static void tr_to_device(fd_backend *be, void *d, const void *s, size_t b) {
+    TRACED("to_device", (int64_t)b, IN(be)->to_device(IN(be), d, s, b));
+}
+static void tr_to_host(fd_backend *be, void *d, const void *s, size_t b) {
+    TRACED("to_host", (int64_t)b, IN(be)->to_host(IN(be), d, s, b));
+}
+static void tr_copy(fd_backend *be, void *d, const void *s, size_t b) {
+    TRACED("copy", (int64_t)b, IN(be)->copy(IN(be), d, s, b));
+}
+static void tr_embed(fd_backend *be, void *o, const fd_weight *t, const int32_t *ids, int n) {
+    TRACED("embed", n, IN(be)->embed(IN(be), o, t, ids, n));
+}
+static void tr_rmsnorm(fd_backend *be, void *o, const void *x, const fd_weight *w, int64_t n, int d, float eps, int p1) {
+    TRACED("rmsnorm", n, IN(be)->rmsnorm(IN(be), o, x, w, n, d, eps, p1));
+}
+static void tr_matmul(fd_backend *be, void *o, const void *x, const fd_weight *W, int n, int f32) {
+    TRACED(W->name ? W->name : "matmul", n, IN(be)->matmul(IN(be), o, x, W, n, f32));
+}
+static void tr_add(fd_backend *be, void *x, const void *y, int64_t c) { TRACED("add", c, IN(be)->add(IN(be), x, y, c)); }
+static void tr_silu_mul(fd_backend *be, void *o, const void *g, const void *u, int64_t c) {
+    TRACED("silu_mul", c, IN(be)->silu_mul(IN(be), o, g, u, c));
+}
+static void tr_sigmoid_mul(fd_backend *be, void *x, const void *g, int64_t c) {
+    TRACED("sigmoid_mul", c, IN(be)->sigmoid_mul(IN(be), x, g, c));
+}
+static void tr_to_f32(fd_backend *be, float *o, const void *x, int64_t c) {
+    TRACED("to_f32", c, IN(be)->to_f32(IN(be), o, x, c));
+}
+static void tr_copy_rows(fd_backend *be, void *d, size_t ds, const void *s, size_t ss, int64_t rows, size_t rb) {
+    TRACED("copy_rows", rows, IN(be)->copy_rows(IN(be), d, ds, s, ss, rows, rb));
+}
+static void tr_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba, int n,
+                          int Hk, int Hv, int dk, int dv) {
+    TRACED("gdn_split_qkvz", n, IN(be)->gdn_split_qkvz(IN(be), qkv, z, b, a, qkvz, ba, n, Hk, Hv, dk, dv));
+}
+static void tr_conv(fd_backend *be, void *o, const void *x, const fd_weight *w, float *st, int n, int C, int K,
+                    float *slots) {
+    TRACED("conv1d_silu", n, IN(be)->conv1d_silu(IN(be), o, x, w, st, n, C, K, slots));
+}
+static void tr_gdn(fd_backend *be, fd_gdn_route r, void *o, const void *qkv, const void *b, const void *a,
+                   const fd_weight *A, const fd_weight *dt, float *st, int n, int Hk, int Hv, int dk, int dv,
+                   float *slots) {
+    TRACED(r == FD_GDN_CHUNKED ? "gdn_core[chunked]" : "gdn_core[serial]", n,
+           IN(be)->gdn_core(IN(be), r, o, qkv, b, a, A, dt, st, n, Hk, Hv, dk, dv, slots));
+}
+static void tr_gated_rmsnorm(fd_backend *be, void *o, const void *x, const void *z, const fd_weight *w, int64_t rows,
+                             int dv, float eps) {
+    TRACED("gated_rmsnorm", rows, IN(be)->gated_rmsnorm(IN(be), o, x, z, w, rows, dv, eps));
+}
+static void tr_split_q_gate(fd_backend *be, void *q, void *g, const void *qg, int n, int H, int hd) {
+    TRACED("split_q_gate", n, IN(be)->split_q_gate(IN(be), q, g, qg, n, H, hd));
+}
+static void tr_rope(fd_backend *be, void *x, int n, int H, int hd, int rot, float theta, int64_t pos0) {
+    TRACED("rope", n, IN(be)->rope(IN(be), x, n, H, hd, rot, theta, pos0));
+}
+static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
+                        int64_t cap) {
+    TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, n, Hkv, hd, cap));
+}
+static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, int n, int H, int Hkv,
+                         int hd, int64_t cap, float scale, int causal) {
+    TRACED(causal ? "attention" : "attention[noncausal]", pos0 + n,
+           IN(be)->attention(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, causal));
+}
+static void tr_moe(fd_backend *be, void *o, const void *x, const fd_moe_weights *mw, int n, int d) {
+    TRACED("moe", n, IN(be)->moe(IN(be), o, x, mw, n, d));
+}
+
+fd_backend *trace_wrap(fd_backend *inner) {
+    trace_be *t = fd_calloc(1, sizeof *t);
+    t->in = inner;
+    t->origin = fd_time_s();
+    fd_backend *be = &t->pub;
+    *be = *inner; // names and sizes; every function pointer is replaced below
+    be->impl = t;
+    be->alloc = tr_alloc;
+    be->free = tr_free;
+    be->zero = tr_zero;
+    be->to_device = tr_to_device;
+    be->to_host = tr_to_host;
+    be->copy = tr_copy;
+    be->upload_weight = tr_upload;
+    be->sync = tr_sync;
+    be->destroy = tr_destroy;
+    be->embed = tr_embed;
+    be->rmsnorm = tr_rmsnorm;
+    be->matmul = tr_matmul;
+    be->add = tr_add;
+    be->silu_mul = tr_silu_mul;
+    be->sigmoid_mul = tr_sigmoid_mul;
+    be->to_f32 = tr_to_f32;
+    be->copy_rows = tr_copy_rows;
+    be->gdn_split_qkvz = tr_split_qkvz;
+    be->conv1d_silu = tr_conv;
+    be->gdn_core = tr_gdn;
+    be->gated_rmsnorm = tr_gated_rmsnorm;
+    be->split_q_gate = tr_split_q_gate;
+    be->rope = tr_rope;
+    be->kv_bytes_per_token = tr_kvb;
+    be->kv_store = tr_kv_store;
+    be->attention = tr_attention;
+    be->moe = tr_moe;
+    return be;
+}
+
+int trace_is_traced(const fd_backend *be) { return be->destroy == tr_destroy; }
+
+// Layer names like "model.layers.12.mlp.down_proj.weight" are kept whole in the trace; the summary groups by
+// the part after the layer index so all layers of one kind add up.
+static const char *op_kind(const char *name) {
+    const char *p = strstr(name, "layers.");
+    if (!p) return name;
+    p += 7;
+    while (*p >= '0' && *p <= '9') p++;
+    return *p == '.' ? p + 1 : name;
+}
+
+int trace_write(const fd_backend *traced, const char *path) {
+    const trace_be *t = (const trace_be *)traced->impl;
+    FILE *f = fopen(path, "w");
+    if (!f) return fd_error_set("cannot write trace %s", path);
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"flashdelta %s\"}}", traced->name);
+    for (int64_t i = 0; i < t->n_ev; i++) {
+        const trace_event *e = &t->ev[i];
+        fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"n\":%lld}}",
+                e->name, op_kind(e->name), 1e6 * e->t0, 1e6 * e->dt, (long long)e->n);
+    }
+    fprintf(f, "\n]}\n");
+    return fclose(f) ? fd_error_set("cannot write trace %s", path) : 0;
+}
+
+typedef struct {
+    const char *kind;
+    int64_t calls;
+    double s;
+} op_total;
+
+static int by_time_desc(const void *a, const void *b) {
+    const double x = ((const op_total *)a)->s, y = ((const op_total *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void trace_print_summary(const fd_backend *traced, FILE *f) {
+    const trace_be *t = (const trace_be *)traced->impl;
+    op_total *tot = fd_calloc((size_t)(t->n_ev + 1), sizeof *tot);
+    int n = 0;
+    double all = 0;
+    for (int64_t i = 0; i < t->n_ev; i++) {
+        const char *k = op_kind(t->ev[i].name);
+        int j = 0;
+        while (j < n && strcmp(tot[j].kind, k)) j++;
+        if (j == n) tot[n++].kind = k;
+        tot[j].calls++;
+        tot[j].s += t->ev[i].dt;
+        all += t->ev[i].dt;
+    }
+    qsort(tot, (size_t)n, sizeof *tot, by_time_desc);
+    fprintf(f, "trace: %lld ops, %.3f ms in ops\n%-40s %8s %10s %6s\n", (long long)t->n_ev, 1e3 * all, "op", "calls",
+            "ms", "share");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%-40s %8lld %10.3f %5.1f%%\n", tot[i].kind, (long long)tot[i].calls, 1e3 * tot[i].s,
+                all > 0 ? 100.0 * tot[i].s / all : 0.0);
+    free(tot);
+}
