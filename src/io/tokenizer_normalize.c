@@ -74,6 +74,66 @@ static void append(char **buf, size_t *n, size_t *cap, const void *s, size_t k) 
     *n += k;
 }
 
+// Stable sort of a run of non-starters by combining class (canonical ordering). utf8proc's own ordering swaps
+// neighbours and is quadratic on long runs of mixed marks (100 KB of them took seconds); this is linear.
+static void order_marks(utf8proc_int32_t *d, size_t n, utf8proc_int32_t *tmp) {
+    if (n < 2) return;
+    if (n <= 16) { // insertion sort: stable, and the usual run is one or two marks
+        for (size_t i = 1; i < n; i++) {
+            utf8proc_int32_t x = d[i];
+            int cx = utf8proc_get_property(x)->combining_class;
+            size_t j = i;
+            while (j > 0 && utf8proc_get_property(d[j - 1])->combining_class > cx) {
+                d[j] = d[j - 1];
+                j--;
+            }
+            d[j] = x;
+        }
+        return;
+    }
+    size_t count[257] = {0};
+    for (size_t i = 0; i < n; i++) count[utf8proc_get_property(d[i])->combining_class + 1]++;
+    for (int c = 1; c < 257; c++) count[c] += count[c - 1];
+    for (size_t i = 0; i < n; i++) tmp[count[utf8proc_get_property(d[i])->combining_class]++] = d[i];
+    memcpy(d, tmp, n * sizeof *d);
+}
+
+// One normalization of valid UTF-8 s[0..n), appended to out: full decomposition of each char, canonical ordering,
+// then utf8proc's composition (linear) and re-encoding.
+static void normalize_run(const tok_tokenizer *t, const char *s, size_t n, char **out, size_t *on, size_t *cap) {
+    int compat = t->norm_options & UTF8PROC_COMPAT, compose = t->norm_options & UTF8PROC_COMPOSE;
+    size_t dn = 0, dcap = n + 16;
+    utf8proc_int32_t *d = fd_malloc(dcap * sizeof *d);
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += (size_t)tok_utf8_decode((const uint8_t *)s + i, &cp);
+        if (dn + 32 > dcap) d = fd_realloc(d, (dcap = dcap * 2 + 32) * sizeof *d);
+        int last = 0;
+        utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)cp, d + dn, 32,
+                                                     UTF8PROC_DECOMPOSE | UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0),
+                                                     &last);
+        FD_CHECK(k > 0 && k <= 32, "decomposition of U+%04X: %zd", cp, (ssize_t)k);
+        dn += (size_t)k;
+    }
+    utf8proc_int32_t *tmp = fd_malloc((dn + 1) * sizeof *tmp);
+    for (size_t i = 0; i < dn;) { // each maximal run of non-starters
+        if (utf8proc_get_property(d[i])->combining_class == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < dn && utf8proc_get_property(d[j])->combining_class != 0) j++;
+        order_marks(d + i, j - i, tmp);
+        i = j;
+    }
+    free(tmp);
+    // utf8proc_reencode composes (no reordering) and writes UTF-8 over the same buffer (4 bytes per code point).
+    utf8proc_ssize_t r = utf8proc_reencode(d, (utf8proc_ssize_t)dn, compose ? UTF8PROC_COMPOSE | UTF8PROC_STABLE : UTF8PROC_STABLE);
+    FD_CHECK(r >= 0, "utf8proc_reencode: %s", utf8proc_errmsg(r));
+    append(out, on, cap, d, (size_t)r);
+    free(d);
+}
+
 // Normalizes s[0..n) with the new-character splitting described above; appends to out.
 static void normalize_general(const tok_tokenizer *t, const char *s, size_t n, char **out, size_t *on, size_t *cap) {
     size_t seg = 0, i = 0;
@@ -86,14 +146,7 @@ static void normalize_general(const tok_tokenizer *t, const char *s, size_t n, c
             is_new = cp >= 0x800 && tok_is_new_char(cp);
         }
         if (i == n || is_new) {
-            if (i > seg) {
-                utf8proc_uint8_t *d = NULL;
-                utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s + seg, (utf8proc_ssize_t)(i - seg), &d,
-                                                  t->norm_options);
-                FD_CHECK(r >= 0, "utf8proc_map failed on validated UTF-8: %s", utf8proc_errmsg(r));
-                append(out, on, cap, d, (size_t)r);
-                free(d);
-            }
+            if (i > seg) normalize_run(t, s + seg, i - seg, out, on, cap);
             if (i == n) break;
             append(out, on, cap, s + i, next - i);
             seg = next;
