@@ -490,3 +490,19 @@ TEST(server_http_shutdown_ends_open_requests) {
     EXPECT(out && strstr(out, "shutting down\"") && strstr(out, "}503"), "plain request: %s", out);
     free(out);
 }
+
+// Speculative decoding (DFlash, the bundled random-weight drafter): every greedy answer of the openai-client suite
+// is still identical to plain `flashdelta generate`, and the spec-decode counters move.
+static void draft_body(srv_proc *p) {
+    run_node(p, "client.mjs", NULL);
+    const int64_t rounds = metric(p, "flashdelta:spec_decode_num_drafts_total{");
+    const int64_t drafted = metric(p, "flashdelta:spec_decode_num_draft_tokens_total{");
+    const int64_t acc = metric(p, "flashdelta:spec_decode_num_accepted_tokens_total{");
+    const int64_t gen = metric(p, "flashdelta:generation_tokens_total{");
+    printf("    DFlash: %lld rounds, %lld drafted, %lld accepted, %lld generated tokens\n", (long long)rounds,
+           (long long)drafted, (long long)acc, (long long)gen);
+    EXPECT(rounds > 0 && drafted >= rounds && acc >= 0 && acc <= drafted);
+}
+TEST(server_http_dflash_greedy_identical) {
+    with_server("--ctx 4096 --slots 2 --draft tests/data/dflash/qwen35_dense_tied_b8", draft_body);
+}

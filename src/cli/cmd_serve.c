@@ -30,7 +30,9 @@ static int usage(FILE *f) {
             "  --prefix-block N        prefix cache block, tokens (default 16)\n"
             "  --prefix-checkpoint N   GDN state snapshot every N prompt tokens (default 256)\n"
             "  --prefix-cache-mb N     prefix cache budget in MiB (default 1024)\n"
-            "  --gdn-prefill chunked|serial\n");
+            "  --gdn-prefill chunked|serial\n"
+            "  --draft DIR             DFlash drafter: speculative decoding (turns the prefix cache off for now)\n"
+            "  --block-size B          DFlash block (default: the drafter's)\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -72,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--model-name")) c.model_name = v;
         else if (!strcmp(a, "--host")) c.host = v;
         else if (!strcmp(a, "--port-file")) c.port_file = v;
+        else if (!strcmp(a, "--draft")) c.draft_dir = v;
         else if (!strcmp(a, "--backend")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "flashdelta: error: --backend: '%s' is not cpu or cuda\n", v);
@@ -98,6 +101,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--body-timeout", 0.001, 1e6, body_timeout)
         NUM("--max-body", 1, 1 << 30, max_body)
         NUM("--prefix-block", 1, 1 << 16, pc_block)
+        NUM("--block-size", 2, 64, block_size)
         NUM("--prefix-checkpoint", 1, 1 << 24, pc_checkpoint)
         else if (!strcmp(a, "--prefix-cache-mb")) {
             if (num(a, v, 0, 1 << 24, &x)) return 2;

@@ -6,6 +6,10 @@
 // The engine runs one sequence per forward call, so "continuous batching" here is interleaving: sequences join and
 // leave between steps; a multi-sequence forward would slot in at decode_one() without changing the rest.
 //
+// Speculative decoding (--draft): each slot also holds a DFlash state over its engine; a decode step is then one
+// draft -> verify -> accept round that emits 1..B tokens. The prompt chunks feed the drafter's context as they run.
+// The prefix cache is off in that mode: it does not hold the drafter's context K/V of the cached tokens.
+//
 // Prefix cache: on admission the longest cached prefix (ending at a state snapshot, at most prompt-1 tokens: the last
 // prompt token must run to give logits) is restored into the slot. Prompt chunks are cut at snapshot points (every
 // pc_checkpoint tokens and the last block boundary before the final prompt token) so that the state exists there.
@@ -17,8 +21,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "engine/dflash.h"
 #include "engine/prefix_cache.h"
-#include "server/sampler.h"
+#include "engine/sampling.h"
 #include "server/server_internal.h"
 
 typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE } slot_state;
@@ -36,7 +41,9 @@ typedef struct {
     int n_gen;
     int32_t next; // sampled token to feed at the next decode step
     double t_last, t_peek;
-    uint64_t rng;
+    fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator
+    float *scratch;   // [V] for the sampler
+    fd_dflash spec;   // speculative decoding state (when the server has a drafter)
     int64_t admitted; // admission order (oldest prefill first)
     void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
     int64_t roll_pos;
@@ -47,6 +54,7 @@ struct srv_sched {
     fd_model *m;
     fd_backend *be;
     const tok_tokenizer *tok;
+    fd_drafter *dr; // NULL: no speculative decoding
     int32_t eos[16];
     int n_eos;
     srv_metrics *met;
@@ -246,8 +254,9 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->text.len = 0;
     sl->t_peek = 0;
     sl->admitted = s->admit_counter++;
-    sl->rng = j->seed;
+    sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed);
     engine_reset(&sl->e);
+    if (s->dr) dflash_reset(&sl->spec);
     seq_push(sl, j->prompt, j->n_prompt);
     int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
     pthread_mutex_lock(&j->mu);
@@ -284,7 +293,34 @@ static int client_gone(slot *sl, double now) {
     return gone;
 }
 
+static int32_t pick(slot *sl, int V) { return sampler_sample(&sl->smp, sl->logits, V, sl->scratch); }
+
+// One DFlash round from the newest token: emits 1..B tokens (never more than max_tokens still allows).
+static void spec_round(srv_sched *s, slot *sl) {
+    srv_job *j = sl->job;
+    int32_t em[FD_SPEC_MAX_BLOCK];
+    int ne = 0;
+    const int left = j->max_tokens - sl->n_gen;
+    const int L = left < sl->spec.B ? left : sl->spec.B;
+    if (dflash_round(&sl->spec, sl->next, L, sampler_is_greedy(&sl->smp) ? NULL : &sl->smp, sl->n_gen, em, &ne)) {
+        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+        return;
+    }
+    pthread_mutex_lock(&s->met->mu);
+    s->met->decode_steps++;
+    s->met->spec_drafts++;
+    s->met->spec_draft_tokens += L - 1;
+    s->met->spec_accepted += ne - 1;
+    for (int i = 0; i < ne - 1 && i < SRV_SPEC_POS; i++) s->met->spec_accepted_pos[i]++;
+    pthread_mutex_unlock(&s->met->mu);
+    for (int i = 0; i < ne && sl->job == j; i++) take_token(s, sl, em[i]); // stops when the request ends
+}
+
 static void decode_one(srv_sched *s, slot *sl) {
+    if (s->dr) {
+        spec_round(s, sl);
+        return;
+    }
     seq_push(sl, &sl->next, 1);
     if (engine_forward(&sl->e, &sl->next, 1, sl->logits, 0)) {
         slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
@@ -300,8 +336,7 @@ static void decode_one(srv_sched *s, slot *sl) {
     pthread_mutex_lock(&s->met->mu);
     s->met->decode_steps++;
     pthread_mutex_unlock(&s->met->mu);
-    take_token(s, sl, sampler_pick(sl->logits, s->m->cfg.vocab_size, sl->job->temperature, sl->job->top_p,
-                                   sl->job->top_k, &sl->rng));
+    take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
 }
 
 // Runs up to `budget` prompt tokens; returns how many ran.
@@ -323,6 +358,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
         return end - pos;
     }
+    if (s->dr) dflash_context_append(&sl->spec, (int)(end - pos));
     pthread_mutex_lock(&s->met->mu);
     s->met->prefill_computed_tokens += end - pos;
     s->met->prefill_chunks++;
@@ -331,8 +367,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         pc_insert(s->pc, &sl->e, j->prompt, end, NULL);
     if (final) {
         sl->st = SLOT_DECODE;
-        take_token(s, sl, sampler_pick(sl->logits, s->m->cfg.vocab_size, j->temperature, j->top_p, j->top_k,
-                                       &sl->rng));
+        take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
     }
     return end - pos;
 }
@@ -463,12 +498,13 @@ static void *sched_main(void *arg) {
 // ---- public ----
 
 srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
-                        const int32_t *eos, int n_eos, srv_metrics *met) {
+                        fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met) {
     srv_sched *s = fd_calloc(1, sizeof *s);
     s->cfg = cfg;
     s->m = m;
     s->be = be;
     s->tok = tok;
+    s->dr = dr;
     s->met = met;
     s->n_eos = n_eos < 16 ? n_eos : 16;
     memcpy(s->eos, eos, sizeof(int32_t) * (size_t)s->n_eos);
@@ -481,16 +517,23 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     eo.gdn_prefill = cfg->gdn_prefill;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (engine_init(&sl->e, m, be, &eo)) {
-            for (int k = 0; k <= i; k++) engine_free(&s->slots[k].e);
+        if (engine_init(&sl->e, m, be, &eo) || (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
+            for (int k = 0; k <= i; k++) {
+                if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);
+                engine_free(&s->slots[k].e);
+                free(s->slots[k].logits);
+                free(s->slots[k].scratch);
+                tok_stream_free(s->slots[k].ts);
+            }
             free(s->slots);
             free(s);
             return NULL;
         }
         sl->logits = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+        sl->scratch = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
         sl->ts = tok_stream_new(tok, 1);
     }
-    if (cfg->prefix_cache) s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
+    if (cfg->prefix_cache && !dr) s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
     s->queue = fd_calloc((size_t)cfg->max_queue, sizeof *s->queue);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -565,9 +608,11 @@ void sched_free(srv_sched *s) {
     pc_free(s->pc);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
+        if (s->dr) dflash_free(&sl->spec);
         engine_free(&sl->e);
         free(sl->seq);
         free(sl->logits);
+        free(sl->scratch);
         tok_stream_free(sl->ts);
         srv_buf_free(&sl->text);
         if (sl->roll) s->be->free(s->be, sl->roll);

@@ -121,6 +121,18 @@ int srv_main(const srv_config *cfg) {
         return 1;
     }
     model_upload(&model, be);
+    fd_drafter dr;
+    const int has_draft = cfg->draft_dir != NULL;
+    if (has_draft) {
+        if (drafter_load(cfg->draft_dir, &model, &dr)) {
+            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+            be->destroy(be);
+            tok_free(S.tok);
+            model_free(&model);
+            return 1;
+        }
+        drafter_upload(&dr, be);
+    }
     S.vocab = model.cfg.vocab_size;
     S.model_name = cfg->model_name ? cfg->model_name : base_name(cfg->model_dir);
     S.boot_time = (long)time(NULL);
@@ -128,7 +140,7 @@ int srv_main(const srv_config *cfg) {
                    (uint64_t)(fd_time_s() * 1e9);
     srv_metrics_init(&S.met);
     int rc = 0;
-    S.sched = sched_create(cfg, &model, be, S.tok, eos, n_eos, &S.met);
+    S.sched = sched_create(cfg, &model, be, S.tok, has_draft ? &dr : NULL, eos, n_eos, &S.met);
     if (!S.sched) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         rc = 1;
@@ -157,10 +169,13 @@ int srv_main(const srv_config *cfg) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S.daemon, MHD_DAEMON_INFO_BIND_PORT);
     const int port = di ? di->port : cfg->port;
     FD_INFO("serving %s (%s, vocab %d) on http://%s:%d: backend %s, %d slots x %lld tokens, prefill budget %d, "
-            "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB)",
+            "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB), speculative decoding: %s",
             S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
             cfg->prefill_chunk, cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial",
-            cfg->prefix_cache ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20);
+            cfg->prefix_cache && !has_draft ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20,
+            has_draft ? cfg->draft_dir : "off");
+    if (has_draft && cfg->prefix_cache)
+        FD_WARN("the prefix cache is off with --draft (it does not hold the drafter's context yet)");
     if (cfg->port_file && write_port_file(cfg->port_file, port)) {
         fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
         rc = 1;
@@ -178,6 +193,7 @@ out:
         MHD_stop_daemon(S.daemon);
     }
     sched_free(S.sched);
+    if (has_draft) drafter_free(&dr);
     srv_metrics_destroy(&S.met);
     be->destroy(be);
     fd_threads_shutdown();

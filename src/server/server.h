@@ -31,6 +31,8 @@ typedef struct {
     int pc_checkpoint;       // snapshot the recurrent state every this many prompt tokens (multiple of pc_block)
     size_t pc_budget;        // bytes of KV blocks + snapshots
     fd_gdn_route gdn_prefill;
+    const char *draft_dir;   // DFlash drafter (speculative decoding); NULL = none
+    int block_size;          // DFlash block (0 = the drafter's)
 } srv_config;
 
 void srv_config_defaults(srv_config *c);

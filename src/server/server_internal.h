@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "io/tokenizer.h"
+#include "model/dflash.h"
 #include "model/model.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -68,8 +69,9 @@ void srv_job_wake_locked(srv_job *j);
 
 // ---- scheduler ----
 typedef struct srv_sched srv_sched;
+// dr: a DFlash drafter for speculative decoding, or NULL.
 srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
-                        const int32_t *eos, int n_eos, srv_metrics *met);
+                        fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
 // Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
 int sched_submit(srv_sched *s, srv_job *j, srv_err *err);
 // Drops the prefix cache (runs on the scheduler thread; returns when done).
