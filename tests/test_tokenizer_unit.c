@@ -107,7 +107,7 @@ static void check_roundtrip_fast(const tok_tokenizer *t, const char *what, const
     int rc = tok_encode(t, text, n, &ids);
     double dt = fd_time_s() - t0;
     EXPECT(rc == 0, "%s: %s", what, fd_error_msg());
-    EXPECT(dt < 2.0, "%s: encode took %.2f s for %zu bytes", what, dt, n);
+    EXPECT(dt < 5.0, "%s: encode took %.2f s for %zu bytes", what, dt, n); // generous for sanitizer builds
     char *back = NULL;
     size_t bn = 0;
     EXPECT(tok_decode(t, ids.ids, ids.n, 0, &back, &bn) == 0 && (!exact || (bn == n && !memcmp(back, text, n))),
@@ -202,7 +202,7 @@ TEST(tokenizer_pathological_qwen3) {
     double t0 = fd_time_s();
     EXPECT(tok_encode(t, s, n, &ids) == 0 && ids.n > 0);
     double dt = fd_time_s() - t0;
-    EXPECT(dt < 1.0, "mixed marks took %.2f s", dt);
+    EXPECT(dt < 3.0, "mixed marks took %.2f s", dt); // quadratic ordering took 5 s without sanitizers
     tok_ids_free(&ids);
     free(s);
     tok_free(t);
