@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
-#include "../tests/test.h"
 
 static fd_backend *B(void) {
     static fd_backend *be;
@@ -87,7 +87,8 @@ static void f_matmul(void *p) {
 }
 static void f_gdn(void *p) {
     ctx_t *c = p;
-    B()->gdn_core(B(), (fd_gdn_route)c->route, c->out, c->x, c->a, c->b, c->W, c->w2, c->st, c->n, 16, 48, 128, 128, NULL);
+    B()->gdn_core(B(), (fd_gdn_route)c->route, c->out, c->x, c->a, c->b, c->W, c->w2, c->st, c->n, 16, 48, 128, 128,
+                  NULL);
 }
 static void f_attn(void *p) {
     ctx_t *c = p;

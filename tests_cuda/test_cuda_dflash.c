@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda.h"
-#include "engine/dflash.h"
 #include "../tests/fixture.h"
 #include "../tests/test.h"
+#include "cuda/cuda.h"
+#include "engine/dflash.h"
 
 static fd_backend *gpu(void) {
     static fd_backend *be;

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda.h"
-#include "engine/engine.h"
 #include "../tests/fixture.h"
 #include "../tests/test.h"
+#include "cuda/cuda.h"
+#include "engine/engine.h"
 
-#define TOL_MODEL 2e-2
+#define TOL_MODEL          2e-2
 #define TOL_MODEL_BF16_ACT 5e-2
 
 static fd_backend *gpu(void) {
@@ -75,10 +75,14 @@ static void logits_vs_hf(const char *gemm_act, double tol, double worst_tol) {
     }
 }
 
-TEST(cuda_models_logits_match_hf) { logits_vs_hf("bf16x2", TOL_MODEL, TOL_MODEL); }
+TEST(cuda_models_logits_match_hf) {
+    logits_vs_hf("bf16x2", TOL_MODEL, TOL_MODEL);
+}
 
 // Report of the default route (see the file comment): a loose bound on the whole, none per position.
-TEST(cuda_models_logits_bf16_act) { logits_vs_hf("bf16", TOL_MODEL_BF16_ACT, INFINITY); }
+TEST(cuda_models_logits_bf16_act) {
+    logits_vs_hf("bf16", TOL_MODEL_BF16_ACT, INFINITY);
+}
 
 TEST(cuda_models_greedy_matches_hf) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "bf16x2") == 0, "%s", fd_error_msg());

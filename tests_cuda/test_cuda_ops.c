@@ -13,15 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
-#include "../tests/test.h"
 
 #define TOL_EXACT 0.0
-#define TOL_F32 2e-5
-#define TOL_GDN 2e-4
-#define TOL_ATTN 1e-2
-#define TOL_BF16 2e-2
+#define TOL_F32   2e-5
+#define TOL_GDN   2e-4
+#define TOL_ATTN  1e-2
+#define TOL_BF16  2e-2
 
 static fd_backend *cpu(void) {
     static fd_backend *be;
@@ -48,7 +48,9 @@ static void *up(const float *h, size_t n) {
     gpu()->to_device(gpu(), d, h, n * 4);
     return d;
 }
-static void *dalloc(size_t n) { return gpu()->alloc(gpu(), n * 4 + 4); }
+static void *dalloc(size_t n) {
+    return gpu()->alloc(gpu(), n * 4 + 4);
+}
 static void poison(void *d, size_t n) {
     float *nan = fd_malloc(n * 4 + 4);
     for (size_t i = 0; i < n; i++) nan[i] = NAN;
@@ -60,7 +62,9 @@ static float *down(const void *d, size_t n) {
     gpu()->to_host(gpu(), h, d, n * 4);
     return h;
 }
-static void dfree(void *d) { gpu()->free(gpu(), d); }
+static void dfree(void *d) {
+    gpu()->free(gpu(), d);
+}
 
 // ---- weights: one host tensor, a CPU view and a GPU upload of the same values ----
 typedef struct {
@@ -99,7 +103,7 @@ static double cmp(const char *what, const float *g, const float *c, size_t n, do
 // ---------------------------------------------------------------------------------------------------------
 TEST(cuda_matmul) {
     // n, k, m, published dtype. [1, k] (a single-row gate) and fp32/fp16 matrices are fp32 on the device.
-    int shapes[][4] = {{1, 64, 48, FD_BF16},     {7, 200, 130, FD_BF16}, {64, 512, 384, FD_BF16},
+    int shapes[][4] = {{1, 64, 48, FD_BF16},      {7, 200, 130, FD_BF16}, {64, 512, 384, FD_BF16},
                        {200, 1024, 515, FD_BF16}, {3, 2048, 1, FD_BF16},  {7, 200, 130, FD_F32},
                        {64, 96, 33, FD_F16}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -311,7 +315,8 @@ static void gdn_ref64(double *o, double *S, const float *qkv, const float *b, co
             const float *qs = row + (h / r) * dk, *ks = row + Hk * dk + (h / r) * dk, *vs = row + 2 * Hk * dk + h * dv;
             double nq = 0, nk = 0;
             for (int i = 0; i < dk; i++) nq += (double)qs[i] * qs[i], nk += (double)ks[i] * ks[i];
-            for (int i = 0; i < dk; i++) q[i] = qs[i] / sqrt(nq + 1e-6) / sqrt((double)dk), k[i] = ks[i] / sqrt(nk + 1e-6);
+            for (int i = 0; i < dk; i++)
+                q[i] = qs[i] / sqrt(nq + 1e-6) / sqrt((double)dk), k[i] = ks[i] / sqrt(nk + 1e-6);
             double x = (double)a[t * Hv + h] + dt_bias[h];
             double g = -exp((double)A_log[h]) * (x > 20 ? x : log1p(exp(x)));
             double beta = 1 / (1 + exp(-(double)b[t * Hv + h]));
@@ -375,8 +380,8 @@ static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk
         if (dsl) {
             float *slg = down(dsl, nsl);
             double e = test_rel_l2(slg, slc, nsl), elast = test_rel_l2(slg + (m - 1) * ns, slc + (m - 1) * ns, ns);
-            printf("    gdn %s n=%d state slots vs cpu %.3g (last slot %.3g)\n", route == FD_GDN_SERIAL ? "serial " : "chunked",
-                   m, e, elast);
+            printf("    gdn %s n=%d state slots vs cpu %.3g (last slot %.3g)\n",
+                   route == FD_GDN_SERIAL ? "serial " : "chunked", m, e, elast);
             EXPECT(e <= TOL_GDN, "gdn state slots vs cpu: %.3g", e);
             free(slg), free(slc), dfree(dsl);
         }
@@ -491,9 +496,9 @@ TEST(cuda_attention_mma) {
     ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "mma") == 0, "%s", fd_error_msg());
     int cases[][6] = {
         // n0, n, H, Hkv, hd, causal
-        {0, 64, 6, 2, 256, 1},  {0, 200, 6, 2, 256, 1},  {500, 64, 6, 2, 256, 1}, {0, 300, 8, 2, 128, 1},
-        {1000, 130, 8, 2, 128, 1}, {0, 77, 4, 4, 64, 1}, {33, 100, 6, 2, 256, 0}, {0, 70, 8, 2, 128, 0},
-        {3000, 5, 6, 2, 256, 1}, {0, 64, 4, 4, 32, 1},
+        {0, 64, 6, 2, 256, 1},     {0, 200, 6, 2, 256, 1}, {500, 64, 6, 2, 256, 1}, {0, 300, 8, 2, 128, 1},
+        {1000, 130, 8, 2, 128, 1}, {0, 77, 4, 4, 64, 1},   {33, 100, 6, 2, 256, 0}, {0, 70, 8, 2, 128, 0},
+        {3000, 5, 6, 2, 256, 1},   {0, 64, 4, 4, 32, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_attn(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5]);
@@ -537,8 +542,7 @@ static void check_moe(int n, int d, int E, int k, int inter, int sh_inter, int r
     cpu()->moe(cpu(), oc, x, &mc, n, d);
     float *og = down(dout, (size_t)n * d);
     char what[96];
-    snprintf(what, sizeof what, "moe n=%d d=%d E=%d k=%d I=%d renorm=%d shared=%d", n, d, E, k, inter, renorm,
-             shared);
+    snprintf(what, sizeof what, "moe n=%d d=%d E=%d k=%d I=%d renorm=%d shared=%d", n, d, E, k, inter, renorm, shared);
     cmp(what, og, oc, (size_t)n * d, TOL_BF16);
     for (int e = 0; e < E; e++) freew(&g[e]), freew(&u[e]), freew(&dn[e]);
     freew(&router), freew(&sg), freew(&su), freew(&sd), freew(&sw);

@@ -14,9 +14,9 @@
 
 #include "cuda/cuda_common.h"
 
-#define ATT_BQ 16   // queries per block
-#define ATT_QW 4    // queries per warp
-#define ATT_BK 32   // keys per tile
+#define ATT_BQ   16 // queries per block
+#define ATT_QW   4  // queries per warp
+#define ATT_BK   32 // keys per tile
 #define ATT_MAXP 4  // bf16 pairs per lane per query: hd <= 256
 
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
@@ -34,8 +34,8 @@ __global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k,
 void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                  int64_t capacity) {
     if (n <= 0) return;
-    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld",
-             (long long)pos0, (long long)(pos0 + n), (long long)capacity);
+    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld", (long long)pos0,
+             (long long)(pos0 + n), (long long)capacity);
     __nv_bfloat16 *kc = (__nv_bfloat16 *)cache + pos0 * Hkv * hd;
     __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd + pos0 * Hkv * hd;
     int64_t count = (int64_t)n * Hkv * hd;
@@ -57,10 +57,9 @@ static __device__ __forceinline__ float warp_sum(float v) {
 // DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [S, n, H, hd] and
 // ml [S, n, H, 2] = (max, sum)). Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes
 // read 32 different rows of one column), Vt [32][hd/2] bf16x2.
-__global__ void __launch_bounds__(128) k_attention(float *out, float *opart, float *ml, const float *q,
-                                                   const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, int64_t pos0,
-                                                   int n, int H, int Hkv, int hd, float scale, int64_t chunk,
-                                                   int causal) {
+__global__ void __launch_bounds__(128)
+    k_attention(float *out, float *opart, float *ml, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+                int64_t pos0, int n, int H, int Hkv, int hd, float scale, int64_t chunk, int causal) {
     extern __shared__ float sm[];
     int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
@@ -84,9 +83,9 @@ __global__ void __launch_bounds__(128) k_attention(float *out, float *opart, flo
         for (int p = 0; p < 2 * ATT_MAXP; p++) acc[a][p] = 0.f;
     }
     int tl = min(n - 1, (r0 + ATT_BQ - 1) / G);
-    int64_t kbeg = (int64_t)z * chunk;                       // chunk is a multiple of ATT_BK
-    int64_t klast = causal ? pos0 + tl : pos0 + n - 1;        // last key any row of this block sees
-    int64_t kend = min(klast + 1, kbeg + chunk);               // keys past kbeg + chunk belong to the next split
+    int64_t kbeg = (int64_t)z * chunk;                 // chunk is a multiple of ATT_BK
+    int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
+    int64_t kend = min(klast + 1, kbeg + chunk);       // keys past kbeg + chunk belong to the next split
     const __nv_bfloat162 *kc2 = (const __nv_bfloat162 *)kc, *vc2 = (const __nv_bfloat162 *)vc;
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
@@ -229,8 +228,8 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kc, vc, pos0, n, H, Hkv,
-                                                hd, scale, chunk, causal);
+    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kc, vc, pos0, n, H, Hkv, hd,
+                                                scale, chunk, causal);
     FD_CUDA_LAUNCH_CHECK();
     cu_prof_mark(be, &pr, S > 1 ? "splits" : "main");
     if (S > 1) {

@@ -36,14 +36,16 @@ static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-static __device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
+static __device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p) {
+    return *(const uint32_t *)p;
+}
 
 // q [n, H, HD] f32 -> out [n, H*HD] f32; cache K/V bf16 [cap, Hkv, HD]. Shared: Qs, Ks, Vs [64][HD + 8] bf16
 // (8 bf16 of padding: the fragment loads of 8 rows x 4 columns then hit 32 different banks).
 template <int HD>
-__global__ void __launch_bounds__(128, 1) k_attn_mma(float *out, const float *q, const __nv_bfloat16 *kc,
-                                                     const __nv_bfloat16 *vc, int64_t pos0, int n, int H, int Hkv,
-                                                     float scale_log2, int causal) {
+__global__ void __launch_bounds__(128, 1)
+    k_attn_mma(float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, int64_t pos0, int n, int H,
+               int Hkv, float scale_log2, int causal) {
     constexpr int LD = HD + 8, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm_u4, *Ks = Qs + MMA_BM * LD, *Vs = Ks + MMA_BN * LD;
@@ -107,8 +109,10 @@ __global__ void __launch_bounds__(128, 1) k_attn_mma(float *out, const float *q,
                 bool vis = key <= (e < 2 ? qa : qb);
                 float v = vis ? s[t][e] * scale_log2 : -INFINITY;
                 s[t][e] = v;
-                if (e < 2) mxa = fmaxf(mxa, v);
-                else mxb = fmaxf(mxb, v);
+                if (e < 2)
+                    mxa = fmaxf(mxa, v);
+                else
+                    mxb = fmaxf(mxb, v);
             }
         mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
         mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(128, 1) k_attn_mma(float *out, const float *q,
         la = la * alpha_a + suma, lb = lb * alpha_b + sumb; // per-thread partial sums; the quad is summed at the end
 #pragma unroll
         for (int t = 0; t < NT; t++) o[t][0] *= alpha_a, o[t][1] *= alpha_a, o[t][2] *= alpha_b, o[t][3] *= alpha_b;
-        // O += P V, k-steps of 16 keys
+            // O += P V, k-steps of 16 keys
 #pragma unroll
         for (int j = 0; j < MMA_BN / 16; j++) {
             uint32_t a0 = pack2(s[2 * j][0], s[2 * j][1]), a1 = pack2(s[2 * j][2], s[2 * j][3]);
@@ -168,8 +172,8 @@ static void launch(fd_backend *be, float *out, const float *q, const __nv_bfloat
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + MMA_BM - 1) / MMA_BM), (unsigned)Hkv);
-    k_attn_mma<HD><<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kc, vc, pos0, n, H, Hkv, scale * 1.4426950408889634f,
-                                                            causal);
+    k_attn_mma<HD>
+        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kc, vc, pos0, n, H, Hkv, scale * 1.4426950408889634f, causal);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -177,9 +181,16 @@ int cu_attention_mma(fd_backend *be, float *out, const float *q, const __nv_bflo
                      int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal) {
     if ((int64_t)n * (H / Hkv) < MMA_BM) return 0; // too few rows to fill one block: the split-K kernel does better
     switch (hd) {
-    case 64: launch<64>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal); return 1;
-    case 128: launch<128>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal); return 1;
-    case 256: launch<256>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal); return 1;
-    default: return 0;
+    case 64:
+        launch<64>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        return 1;
+    case 128:
+        launch<128>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        return 1;
+    case 256:
+        launch<256>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        return 1;
+    default:
+        return 0;
     }
 }

@@ -7,10 +7,10 @@
 #include "cuda/cuda_common.h"
 
 #define CONV_MAXK 8
-#define CONV_TT 64 // tokens per thread
+#define CONV_TT   64 // tokens per thread
 
-__global__ void k_conv1d_silu(float *out, float *slots, const float *x, const float *w, const float *state, int n, int C,
-                              int K) {
+__global__ void k_conv1d_silu(float *out, float *slots, const float *x, const float *w, const float *state, int n,
+                              int C, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int t0 = blockIdx.y * CONV_TT;

@@ -2,11 +2,10 @@
 // carries them, they are set here (or by environment variable at creation) and printed at creation.
 #ifndef FD_CUDA_H
 #define FD_CUDA_H
-#include "backend.h"
-
 #ifdef __cplusplus
-extern "C" {
+extern "C" { // also around backend.h: its declarations must keep C linkage whichever header comes first
 #endif
+#include "backend.h"
 
 // Routes (name = values, default first; env var read by fd_backend_cuda_create):
 //   gemm_act = bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or split

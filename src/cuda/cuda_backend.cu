@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.h" // first: wraps backend.h in extern "C"
 #include "cuda/cuda.h"
+#include "cuda/cuda_common.h" // first: wraps backend.h in extern "C"
 
 int cu_debug_sync = 0;
 int cu_profile = 0;
@@ -95,13 +95,15 @@ static void cu_to_host(fd_backend *be, void *dst, const void *src, size_t bytes)
 static void cu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
     FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_of(be)->stream));
 }
-static void cu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
-                         int64_t rows, size_t row_bytes) {
+static void cu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride, int64_t rows,
+                         size_t row_bytes) {
     if (rows <= 0 || row_bytes == 0) return;
-    FD_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, (size_t)rows,
-                                    cudaMemcpyDeviceToDevice, cu_of(be)->stream));
+    FD_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, (size_t)rows, cudaMemcpyDeviceToDevice,
+                                    cu_of(be)->stream));
 }
-static void cu_sync(fd_backend *be) { FD_CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream)); }
+static void cu_sync(fd_backend *be) {
+    FD_CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+}
 
 // ---- weights ----
 // src dtype -> fp32 or bf16, elementwise.
@@ -109,11 +111,16 @@ __global__ void k_convert(void *dst, int dst_bf16, const void *src, int src_dtyp
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float v;
-    if (src_dtype == FD_F32) v = ((const float *)src)[i];
-    else if (src_dtype == FD_BF16) v = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
-    else v = __half2float(((const __half *)src)[i]);
-    if (dst_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
-    else ((float *)dst)[i] = v;
+    if (src_dtype == FD_F32)
+        v = ((const float *)src)[i];
+    else if (src_dtype == FD_BF16)
+        v = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+    else
+        v = __half2float(((const __half *)src)[i]);
+    if (dst_bf16)
+        ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+    else
+        ((float *)dst)[i] = v;
 }
 
 // Device dtype of a weight:
@@ -281,8 +288,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s", device, prop.name,
-            c->num_sms, (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"),
-            fd_cuda_route(be, "attn_kernel"));
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s", device, prop.name, c->num_sms,
+            (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"), fd_cuda_route(be, "attn_kernel"));
     return be;
 }

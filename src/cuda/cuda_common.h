@@ -71,7 +71,9 @@ typedef struct {
     int num_sms;
 } cu_impl;
 
-static inline cu_impl *cu_of(fd_backend *be) { return (cu_impl *)be->impl; }
+static inline cu_impl *cu_of(fd_backend *be) {
+    return (cu_impl *)be->impl;
+}
 
 // Returns a device buffer of at least `bytes` for slot `slot` (contents undefined).
 void *cu_scratch(fd_backend *be, int slot, size_t bytes);
@@ -93,7 +95,9 @@ void cu_prof_begin(fd_backend *be, cu_prof *p, const char *op, int64_t size);
 void cu_prof_mark(fd_backend *be, cu_prof *p, const char *stage); // ends the stage named `stage`
 void cu_prof_end(fd_backend *be, cu_prof *p);
 
-static inline unsigned cu_blocks(int64_t count, int threads) { return (unsigned)((count + threads - 1) / threads); }
+static inline unsigned cu_blocks(int64_t count, int threads) {
+    return (unsigned)((count + threads - 1) / threads);
+}
 
 // Reads the fp32 device copy of a small weight (vectors are always uploaded as fp32).
 const float *cu_wf32(const fd_weight *w);
@@ -109,8 +113,8 @@ void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, in
 void cu_add(fd_backend *be, void *x, const void *y, int64_t count);
 void cu_silu_mul(fd_backend *be, void *out, const void *g, const void *u, int64_t count);
 void cu_sigmoid_mul(fd_backend *be, void *x, const void *gate, int64_t count);
-void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
-                      int dv, float eps);
+void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows, int dv,
+                      float eps);
 void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
 void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0);
 
@@ -122,8 +126,8 @@ void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w
 void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba, int n,
                        int Hk, int Hv, int dk, int dv);
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
-                 const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                 int dv, float *state_slots);
+                 const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
+                 float *state_slots);
 
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);

@@ -20,25 +20,28 @@
 
 #include "cuda/cuda_common.h"
 
-#define GDN_C 64
+#define GDN_C    64
 #define GDN_MAXD 256 // largest dk, dv supported
 
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-static __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+static __device__ __forceinline__ float softplus_f(float x) {
+    return x > 20.f ? x : log1pf(expf(x));
+}
 static __device__ __forceinline__ float gate_g(float a, float A_log, float dt_bias) {
     return -expf(A_log) * softplus_f(a + dt_bias);
 }
-static __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + expf(-x)); }
+static __device__ __forceinline__ float sigmoid_f(float x) {
+    return 1.f / (1.f + expf(-x));
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // qwen3_next grouped projections -> contiguous layout.
 //   qkvz [n, Hk (2dk + 2 r dv)] per group g: q dk | k dk | v r*dv | z r*dv ;  ba [n, Hk 2r] per g: b r | a r
 //   -> qkv [n, 2Hk dk + Hv dv] (Q | K | V), z [n, Hv dv], b [n, Hv], a [n, Hv]
-__global__ void k_split_qkvz(float *qkv, float *z, const float *qkvz, int64_t count, int Hk, int Hv, int dk,
-                             int dv) {
+__global__ void k_split_qkvz(float *qkv, float *z, const float *qkvz, int64_t count, int Hk, int Hv, int dk, int dv) {
     int r = Hv / Hk;
     int grp = 2 * dk + 2 * r * dv, row = Hk * grp, cq = 2 * Hk * dk + Hv * dv;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
@@ -46,10 +49,14 @@ __global__ void k_split_qkvz(float *qkv, float *z, const float *qkvz, int64_t co
         int e = (int)(i - t * row);
         int g = e / grp, o = e - g * grp;
         float v = qkvz[i];
-        if (o < dk) qkv[t * cq + g * dk + o] = v;
-        else if (o < 2 * dk) qkv[t * cq + Hk * dk + g * dk + (o - dk)] = v;
-        else if (o < 2 * dk + r * dv) qkv[t * cq + 2 * Hk * dk + g * r * dv + (o - 2 * dk)] = v;
-        else z[t * Hv * dv + g * r * dv + (o - 2 * dk - r * dv)] = v;
+        if (o < dk)
+            qkv[t * cq + g * dk + o] = v;
+        else if (o < 2 * dk)
+            qkv[t * cq + Hk * dk + g * dk + (o - dk)] = v;
+        else if (o < 2 * dk + r * dv)
+            qkv[t * cq + 2 * Hk * dk + g * r * dv + (o - 2 * dk)] = v;
+        else
+            z[t * Hv * dv + g * r * dv + (o - 2 * dk - r * dv)] = v;
     }
 }
 __global__ void k_split_ba(float *b, float *a, const float *ba, int64_t count, int Hk, int Hv) {
@@ -58,8 +65,10 @@ __global__ void k_split_ba(float *b, float *a, const float *ba, int64_t count, i
         int64_t t = i / (2 * Hv);
         int e = (int)(i - t * 2 * Hv);
         int g = e / (2 * r), o = e - g * 2 * r;
-        if (o < r) b[t * Hv + g * r + o] = ba[i];
-        else a[t * Hv + g * r + (o - r)] = ba[i];
+        if (o < r)
+            b[t * Hv + g * r + o] = ba[i];
+        else
+            a[t * Hv + g * r + (o - r)] = ba[i];
     }
 }
 
@@ -80,9 +89,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 // Serial route. grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns state column c = 32*blockIdx.y + j;
 // warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers for all n tokens.
 #define SER_ROWS 64
-__global__ void __launch_bounds__(128) k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb,
-                                                    const float *aa, const float *A_log, const float *dt_bias,
-                                                    float *state, int n, int Hk, int Hv, int dk, int dv) {
+__global__ void __launch_bounds__(128)
+    k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb, const float *aa, const float *A_log,
+                 const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv) {
     __shared__ float qs[GDN_MAXD], ks[GDN_MAXD];
     __shared__ float red[2][4][32];
     __shared__ float nrm[2][4];
@@ -189,9 +198,9 @@ __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const f
 // Register tiling: for A and P a thread owns key j = tid % 64 and the 16 rows i = tid/64 + 4m, so one float4 of
 // k_j serves 32 dot-product steps; the forward substitution reads rows of A as float4 broadcasts.
 #define INTRA_LDA 68
-__global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W, float *gcum, const float *qn,
-                                                   const float *kn, const float *beta, const float *gg,
-                                                   const float *qkv, int n, int Hk, int Hv, int dk, int dv) {
+__global__ void __launch_bounds__(256)
+    k_gdn_intra(float *P, float *U, float *W, float *gcum, const float *qn, const float *kn, const float *beta,
+                const float *gg, const float *qkv, int n, int Hk, int Hv, int dk, int dv) {
     extern __shared__ float4 sm4[];
     float *sm = (float *)sm4;
     int ch = blockIdx.x, h = blockIdx.y, nch = gridDim.x;
@@ -286,11 +295,11 @@ __global__ void __launch_bounds__(256) k_gdn_intra(float *P, float *U, float *W,
 // (t = w + 8k) of its column and reads each state element once for all 8, with the W/Q rows read as float4
 // broadcasts; for the state update it owns RWI = dk/8 consecutive rows i and reads K[t][i..] as float4s.
 // Needs dk % 8 == 0 (checked on the host).
-#define INTER_RW 8   // rows of Vnew/O per thread
+#define INTER_RW   8  // rows of Vnew/O per thread
 #define INTER_MAXS 32 // state rows per thread (dk <= 256)
-__global__ void __launch_bounds__(256, 1) k_gdn_inter(float *o, float *state, const float *P, const float *U,
-                                                   const float *W, const float *gcum, const float *qn,
-                                                   const float *kn, int n, int Hk, int Hv, int dk, int dv) {
+__global__ void __launch_bounds__(256, 1)
+    k_gdn_inter(float *o, float *state, const float *P, const float *U, const float *W, const float *gcum,
+                const float *qn, const float *kn, int n, int Hk, int Hv, int dk, int dv) {
     extern __shared__ float4 sm4[];
     float *sm = (float *)sm4;
     int h = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -447,16 +456,17 @@ static void gdn_chunked(fd_backend *be, float *o, const float *qkv, const float 
 }
 
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
-                 const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                 int dv, float *state_slots) {
+                 const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
+                 float *state_slots) {
     if (n <= 0) return;
     if (Hk <= 0 || Hv % Hk) FD_PANIC("gdn_core: Hv %d not a multiple of Hk %d", Hv, Hk);
-    FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "GDN head dims %d/%d unsupported (max %d)", dk,
-             dv, GDN_MAXD);
+    FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "GDN head dims %d/%d unsupported (max %d)", dk, dv,
+             GDN_MAXD);
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
-            (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
+            (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv,
+            dk, dv);
         FD_CUDA_LAUNCH_CHECK();
     } else {
         FD_CHECK(route == FD_GDN_CHUNKED, "unknown GDN route %d", (int)route);

@@ -39,8 +39,8 @@ static void dot_rows(fd_backend *be, float *out, const float *x, const fd_weight
     FD_CHECK(W->dev && (W->dev_dtype == FD_BF16 || W->dev_dtype == FD_F32));
     int m = (int)W->rows, d = (int)W->cols;
     int64_t warps = (int64_t)n * m;
-    k_dot_rows<<<cu_blocks(warps * 32, 256), 256, 0, cu_of(be)->stream>>>(out, x, W->dev, W->dev_dtype == FD_BF16, n,
-                                                                          m, d);
+    k_dot_rows<<<cu_blocks(warps * 32, 256), 256, 0, cu_of(be)->stream>>>(out, x, W->dev, W->dev_dtype == FD_BF16, n, m,
+                                                                          d);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -184,8 +184,8 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
             dot_rows(be, shl, x, mw->sh_gate_w, n);
         }
     }
-    k_moe_combine<<<dim3(row_grid(d), n < 65535 ? (unsigned)n : 65535u), 256, 0, c->stream>>>(
-        (float *)out, Y, d_pos, d_w, k, ysh, shl, n, d);
+    k_moe_combine<<<dim3(row_grid(d), n < 65535 ? (unsigned)n : 65535u), 256, 0, c->stream>>>((float *)out, Y, d_pos,
+                                                                                              d_w, k, ysh, shl, n, d);
     FD_CUDA_LAUNCH_CHECK();
     // A host-to-device copy from pageable memory is staged before cudaMemcpyAsync returns: safe to free.
     free(ids);

@@ -19,8 +19,12 @@ static __device__ float block_sum(float v) {
     return warp_sum(t);
 }
 
-static __device__ __forceinline__ float silu_f(float x) { return x / (1.f + expf(-x)); }
-static __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + expf(-x)); }
+static __device__ __forceinline__ float silu_f(float x) {
+    return x / (1.f + expf(-x));
+}
+static __device__ __forceinline__ float sigmoid_f(float x) {
+    return 1.f / (1.f + expf(-x));
+}
 
 // One block per row. out may alias x: each element is read and then written by the same thread.
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, float eps, int plus_one) {
@@ -41,8 +45,8 @@ void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, in
                 int plus_one) {
     if (n <= 0) return;
     FD_CHECK(n < (1ll << 31));
-    k_rmsnorm<<<(unsigned)n, d >= 1024 ? 512 : 128, 0, cu_of(be)->stream>>>((float *)out, (const float *)x,
-                                                                            cu_wf32(w), d, eps, plus_one);
+    k_rmsnorm<<<(unsigned)n, d >= 1024 ? 512 : 128, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, cu_wf32(w),
+                                                                            d, eps, plus_one);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -60,11 +64,11 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
     for (int j = lane; j < dv; j += 32) out[row * dv + j] = w[j] * (xr[j] * r) * silu_f(zr[j]);
 }
 
-void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
-                      int dv, float eps) {
+void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows, int dv,
+                      float eps) {
     if (rows <= 0) return;
-    k_gated_rmsnorm<<<cu_blocks(rows, 8), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)x,
-                                                                       (const float *)z, cu_wf32(w), rows, dv, eps);
+    k_gated_rmsnorm<<<cu_blocks(rows, 8), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, (const float *)z,
+                                                                       cu_wf32(w), rows, dv, eps);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -94,8 +98,7 @@ void cu_add(fd_backend *be, void *x, const void *y, int64_t count) {
 }
 void cu_silu_mul(fd_backend *be, void *out, const void *g, const void *u, int64_t count) {
     if (count <= 0) return;
-    k_silu_mul<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)g, (const float *)u,
-                                                              count);
+    k_silu_mul<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)g, (const float *)u, count);
     FD_CUDA_LAUNCH_CHECK();
 }
 void cu_sigmoid_mul(fd_backend *be, void *x, const void *gate, int64_t count) {
@@ -117,8 +120,8 @@ __global__ void k_split_q_gate(float *q, float *gate, const float *qg, int64_t c
 void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd) {
     int64_t count = (int64_t)n * H * hd;
     if (count <= 0) return;
-    k_split_q_gate<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)q, (float *)gate, (const float *)qg,
-                                                                  count, hd);
+    k_split_q_gate<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)q, (float *)gate, (const float *)qg, count,
+                                                                  hd);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -143,7 +146,8 @@ __global__ void k_rope(float *x, int n, int H, int hd, int half, const float *in
 
 void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0) {
     if (n <= 0 || rot_dim <= 0) return;
-    if ((rot_dim & 1) || rot_dim > hd || rot_dim > 1024) FD_PANIC("rope: rot_dim %d unsupported (head_dim %d)", rot_dim, hd);
+    if ((rot_dim & 1) || rot_dim > hd || rot_dim > 1024)
+        FD_PANIC("rope: rot_dim %d unsupported (head_dim %d)", rot_dim, hd);
     int half = rot_dim / 2;
     float inv[512];
     for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)rot_dim);
