@@ -110,6 +110,18 @@ struct fd_backend {
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)
     void (*moe)(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
+
+    // ---- DFlash2 drafter (optional: NULL where a backend lacks them; the engine then refuses DFlash2) ----
+    // Grouped dynamic causal conv over the n rows of one draft block; taps before row 0 read zeros:
+    //   out[i, c] = sum_{t < K, t <= i} (base[t, c] + dyn[i * dyn_stride + t * (d / group) + c / group]) x[i - t, c]
+    // x, out act [n, d] (out may not alias x); dyn f32; base: the K x d taps of half `half` (0 or 1) of the
+    // weight base_w [2, K, d].
+    void (*dyn_conv)(fd_backend *be, void *out, const void *x, const float *dyn, int dyn_stride,
+                     const fd_weight *base_w, int half, int n, int d, int group, int K);
+    // Non-causal attention like `attention` with a symmetric sliding window: query i (position pos0 + i) sees
+    // key j < pos0 + n only when |pos0 + i - j| < window.
+    void (*attention_window)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
+                             int Hkv, int hd, int64_t capacity, float scale, int window);
 };
 
 fd_backend *fd_backend_cpu_create(int n_threads);

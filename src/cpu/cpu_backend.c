@@ -47,5 +47,6 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
     cpu_install_gdn(be);
     cpu_install_attn(be);
     cpu_install_moe(be);
+    cpu_install_dflash2(be);
     return be;
 }

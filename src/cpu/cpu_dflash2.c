@@ -1,0 +1,85 @@
+// CPU DFlash2 drafter ops: the grouped dynamic two-tap causal conv around every draft sublayer, and non-causal
+// attention with a symmetric sliding window (DFlash2 drafters publish `sliding_attention` layers).
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu/cpu.h"
+
+// The reference adds the base and the dynamic term as two separate products (out += base x; out += dyn x);
+// the same order here keeps the fp32 rounding close to it.
+static void cpu_dyn_conv(fd_backend *be, void *out, const void *x, const float *dyn, int dyn_stride,
+                         const fd_weight *base_w, int half, int n, int d, int group, int K) {
+    (void)be;
+    FD_CHECK(group > 0 && d / group * group == d && (half == 0 || half == 1), "dyn_conv: group %d, d %d", group, d);
+    const float *X = x;
+    float *O = out;
+    const int G = d / group;
+    const int64_t b0 = (int64_t)half * K * d;
+    for (int64_t i = 0; i < n; i++) {
+        const float *dy = dyn + i * dyn_stride;
+        for (int c = 0; c < d; c++) {
+            float acc = 0;
+            for (int t = 0; t < K && t <= i; t++) {
+                const float v = X[(i - t) * d + c];
+                acc += cpu_w_at(base_w, b0 + (int64_t)t * d + c) * v;
+                acc += dy[t * G + c / group] * v;
+            }
+            O[i * d + c] = acc;
+        }
+    }
+}
+
+typedef struct {
+    float *out;
+    const float *q, *K, *V;
+    int64_t pos0;
+    int n, H, Hkv, hd, window;
+    float scale;
+} win_ctx;
+
+static void win_rows(void *p, int64_t b, int64_t e) {
+    win_ctx *c = p;
+    const int hd = c->hd, group = c->H / c->Hkv;
+    const int64_t span = c->pos0 + c->n;
+    float *sc = fd_malloc((size_t)span * 4);
+    for (int64_t idx = b; idx < e; idx++) {
+        const int64_t t = idx / c->H, qp = c->pos0 + t;
+        const int h = (int)(idx % c->H), kvh = h / group;
+        // keys strictly within the window on either side of the query's position
+        const int64_t lo = qp - c->window + 1 > 0 ? qp - c->window + 1 : 0;
+        const int64_t hi = qp + c->window - 1 < span - 1 ? qp + c->window - 1 : span - 1;
+        const float *q = c->q + idx * hd;
+        float mx = -INFINITY;
+        for (int64_t j = lo; j <= hi; j++) {
+            const float *kr = c->K + (j * c->Hkv + kvh) * hd;
+            float d = 0;
+            for (int x = 0; x < hd; x++) d += q[x] * kr[x];
+            sc[j] = d * c->scale;
+            if (sc[j] > mx) mx = sc[j];
+        }
+        double sum = 0;
+        for (int64_t j = lo; j <= hi; j++) sum += sc[j] = expf(sc[j] - mx);
+        const float inv = (float)(1.0 / sum);
+        float *o = c->out + (t * c->H + h) * hd;
+        for (int x = 0; x < hd; x++) o[x] = 0;
+        for (int64_t j = lo; j <= hi; j++) {
+            const float *vr = c->V + (j * c->Hkv + kvh) * hd, w = sc[j] * inv;
+            for (int x = 0; x < hd; x++) o[x] += w * vr[x];
+        }
+    }
+    free(sc);
+}
+
+static void cpu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n,
+                                 int H, int Hkv, int hd, int64_t capacity, float scale, int window) {
+    (void)be;
+    FD_CHECK(window >= 1, "attention_window: window %d", window);
+    const float *K = cache, *V = K + capacity * Hkv * hd; // the cpu KV layout (cpu_attn.c): K rows, then V rows
+    win_ctx c = {out, q, K, V, pos0, n, H, Hkv, hd, window, scale};
+    fd_parallel_for((int64_t)n * H, 1, win_rows, &c);
+}
+
+void cpu_install_dflash2(fd_backend *be) {
+    be->dyn_conv = cpu_dyn_conv;
+    be->attention_window = cpu_attention_window;
+}
