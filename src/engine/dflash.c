@@ -1,6 +1,8 @@
 // DFlash round on top of the target engine (see dflash.h). Every op goes through the backend interface.
 #include "engine/dflash.h"
 
+#include "engine/dflash2.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +42,17 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     s->h_logits = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_q = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_p = fd_malloc((size_t)dr->vocab_size * sizeof(float));
+    if (dr->v2 && dflash2_init(s)) {
+        dflash_free(s);
+        return -1;
+    }
     return 0;
 }
 
 void dflash_free(fd_dflash *s) {
     fd_backend *be = s->be;
     if (!be) return;
+    dflash2_release(s);
     for (int i = 0; s->kv && i < s->dr->num_layers; i++) be->free(be, s->kv[i]);
     free(s->kv);
     void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev};
@@ -97,20 +104,27 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
     for (int l = 0; l < d->num_layers; l++) {
         const fd_draft_layer *L = &d->layers[l];
         be->rmsnorm(be, s->h, s->x, &L->input_norm, B, D, d->rms_norm_eps, 0);
+        if (s->v2) dflash2_conv_in(s, l, 0, s->h); // DFlash2: dynamic conv before and after each sublayer
         be->matmul(be, s->q, s->h, &L->q_proj, B, 0);
         be->rmsnorm(be, s->q, s->q, &L->q_norm, (int64_t)B * H, hd, d->rms_norm_eps, 0);
         be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx);
         // The block's own K/V go after the context; the next context append overwrites them.
         draft_kv(s, l, s->h, B, s->n_ctx);
-        be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, B, H, d->num_kv_heads, hd, s->capacity,
-                      1.0f / sqrtf((float)hd), 0);
+        if (s->v2)
+            dflash2_attention(s, l); // sliding-window layers
+        else
+            be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, B, H, d->num_kv_heads, hd, s->capacity,
+                          1.0f / sqrtf((float)hd), 0);
         be->matmul(be, s->y, s->att, &L->o_proj, B, 0);
+        if (s->v2) dflash2_conv_out(s, l, 0, s->y);
         be->add(be, s->x, s->y, (int64_t)B * D);
         be->rmsnorm(be, s->h, s->x, &L->post_norm, B, D, d->rms_norm_eps, 0);
+        if (s->v2) dflash2_conv_in(s, l, 1, s->h);
         be->matmul(be, s->g, s->h, &L->gate_proj, B, 0);
         be->matmul(be, s->u, s->h, &L->up_proj, B, 0);
         be->silu_mul(be, s->g, s->g, s->u, (int64_t)B * d->intermediate_size);
         be->matmul(be, s->y, s->g, &L->down_proj, B, 0);
+        if (s->v2) dflash2_conv_out(s, l, 1, s->y);
         be->add(be, s->x, s->y, (int64_t)B * D);
     }
     // logits of the B-1 positions after the anchor through the target's LM head
@@ -196,8 +210,11 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
     int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
     double t0 = fd_time_s();
-    FD_TRY(dflash_draft(s, anchor, draft, sampled ? s->h_q : NULL));
-    if (sampled) // each row becomes q_i, the distribution its draft is drawn from
+    if (s->v2) // DFlash2: the candidate selector's walk proposes (q: its softmax over each step's candidates)
+        FD_TRY(dflash2_propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));
+    else
+        FD_TRY(dflash_draft(s, anchor, draft, sampled ? s->h_q : NULL));
+    if (sampled && !s->v2) // each row becomes q_i, the distribution its draft is drawn from
         for (int i = 0; i < L - 1; i++) {
             float *row = s->h_q + (int64_t)i * V;
             sampler_probs(smp, row, V, s->h_p);
@@ -263,7 +280,7 @@ void dflash_print_stats(const fd_dflash *s, FILE *f) {
     const fd_spec_stats *st = &s->st;
     const double r = st->rounds ? (double)st->rounds : 1.0;
     fprintf(f, "spec: %s drafter, block %d: %lld rounds, %lld draft tokens, %lld accepted\n",
-            s->oracle ? "ORACLE" : "dflash", s->B, (long long)st->rounds, (long long)st->draft_tokens,
+            s->oracle ? "ORACLE" : s->v2 ? "dflash2" : "dflash", s->B, (long long)st->rounds, (long long)st->draft_tokens,
             (long long)st->accepted);
     fprintf(f, "spec: accepted drafts/round %.3f, emitted tokens/round %.3f, round %.3f ms (draft %.3f, verify %.3f)\n",
             (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,

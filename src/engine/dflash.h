@@ -35,6 +35,7 @@ typedef struct fd_dflash {
     float *logits_dev; // f32 [B-1, V]
     float *h_logits, *h_q, *h_p; // host scratch: verify logits [B, V], draft distributions [B-1, V], one row [V]
     const fd_spec_oracle *oracle;
+    struct fd_dflash2_state *v2; // DFlash2 scratch (engine/dflash2.c) when the drafter is a DFlash2 one
     fd_spec_stats st;
     // called after every commit (tests check the committed state against a fresh prefill)
     void (*on_commit)(void *ctx, const struct fd_dflash *s, int accepted);

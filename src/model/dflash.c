@@ -2,6 +2,7 @@
 // drafter is a Qwen3 stack with DFlash fields, not one of the hybrid target architectures.
 #include "model/dflash.h"
 
+#include "model/dflash2.h"
 #include "model/synth.h"
 
 #include <jansson.h>
@@ -37,9 +38,10 @@ static int get_num(json_t *o, const char *key, double def, double *out, const ch
 static int parse_config(json_t *root, const char *path, fd_drafter *d) {
     json_t *arch = json_array_get(json_object_get(root, "architectures"), 0);
     snprintf(d->architecture, sizeof d->architecture, "%s", json_is_string(arch) ? json_string_value(arch) : "");
-    if (strcmp(d->architecture, "DFlashDraftModel"))
-        return fd_error_set("%s: architecture '%s' is not a supported drafter (supported: DFlashDraftModel)", path,
-                            d->architecture);
+    const int v2 = !strcmp(d->architecture, "DFlash2DraftModel");
+    if (!v2 && strcmp(d->architecture, "DFlashDraftModel"))
+        return fd_error_set("%s: architecture '%s' is not a supported drafter (supported: DFlashDraftModel, "
+                            "DFlash2DraftModel)", path, d->architecture);
     json_t *dc = json_object_get(root, "dflash_config");
     if (!json_is_object(dc)) return fd_error_set("%s: missing object 'dflash_config'", path);
     FD_TRY(get_int(root, "hidden_size", INT32_MIN, &d->hidden_size, path));
@@ -78,8 +80,9 @@ static int parse_config(json_t *root, const char *path, fd_drafter *d) {
         d->target_layer_ids[i] = (int)json_integer_value(v);
     }
     // Only the non-causal full-attention drafter is implemented; refuse the variants rather than run them wrong.
+    // (DFlash2 reads its layer types, sliding windows included, in dflash2_parse_config.)
     json_t *lt = json_object_get(root, "layer_types");
-    for (size_t i = 0; json_is_array(lt) && i < json_array_size(lt); i++) {
+    for (size_t i = 0; !v2 && json_is_array(lt) && i < json_array_size(lt); i++) {
         const char *t = json_string_value(json_array_get(lt, i));
         if (!t || strcmp(t, "full_attention"))
             return fd_error_set("%s: drafter layer %zu is '%s'; only full_attention drafter layers are supported", path,
@@ -94,7 +97,7 @@ static int parse_config(json_t *root, const char *path, fd_drafter *d) {
         return fd_error_set("%s: inconsistent drafter geometry (hidden %d, layers %d, heads %d/%d x %d, block %d)",
                             path, d->hidden_size, d->num_layers, d->num_heads, d->num_kv_heads, d->head_dim,
                             d->block_size);
-    return 0;
+    return v2 ? dflash2_parse_config(root, dc, path, d) : 0;
 }
 
 static int check_fits(const fd_drafter *d, const fd_model *t, const char *dir) {
@@ -172,7 +175,7 @@ static int bind_all(fd_drafter *d) {
         FD_TRY(bind(d, &L->up_proj, NM("layers.%d.mlp.up_proj.weight", i), I, D));
         FD_TRY(bind(d, &L->down_proj, NM("layers.%d.mlp.down_proj.weight", i), D, I));
     }
-    return 0;
+    return d->v2 ? dflash2_bind(d) : 0;
 }
 
 // Reads the config at `path` (dir names the drafter in messages); binds from dir's safetensors unless synthetic.
@@ -219,9 +222,11 @@ void drafter_upload(fd_drafter *d, fd_backend *be) {
                            &L->q_norm,     &L->k_norm,    &L->gate_proj, &L->up_proj, &L->down_proj};
         for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) be->upload_weight(be, ws[j]);
     }
+    if (d->v2) dflash2_upload(d, be);
 }
 
 void drafter_free(fd_drafter *d) {
+    dflash2_free(d);
     free(d->layers);
     d->layers = NULL;
     for (int i = 0; i < d->n_owned; i++) {

@@ -1,5 +1,5 @@
 // DFlash / DFlash2 drafter: configuration and weights, bound from an HF drafter directory
-// (architectures DFlashDraftModel, model_type qwen3). The drafter has no embedding and no LM head of its
+// (architectures DFlashDraftModel, or DFlash2DraftModel with the additions of model/dflash2.h; model_type qwen3). The drafter has no embedding and no LM head of its
 // own: it uses the target's. Its RMSNorms are the standard Qwen3 kind (w * x), not the target's (1 + w).
 #ifndef FD_DFLASH_MODEL_H
 #define FD_DFLASH_MODEL_H
@@ -32,6 +32,7 @@ typedef struct {
     fd_weight hidden_norm, norm; // [d]
     fd_draft_layer *layers;
     int64_t n_params;
+    struct fd_dflash2 *v2; // DFlash2DraftModel extras (model/dflash2.h); NULL for a DFlash drafter
     int synthetic; // random weights (bench): tensors are created, not read
     uint64_t seed;
     char **owned_names;
