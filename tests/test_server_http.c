@@ -506,3 +506,15 @@ static void draft_body(srv_proc *p) {
 TEST(server_http_dflash_greedy_identical) {
     with_server("--ctx 4096 --slots 2 --draft tests/data/dflash/qwen35_dense_tied_b8", draft_body);
 }
+
+// DFlash + prefix cache: the cache also holds the drafter's context, so the prefix-cache suite (cold, warm, shared
+// prefix, reset, multi-turn; every answer equal to plain `flashdelta generate`) passes with speculative decoding on.
+static void draft_prefix_body(srv_proc *p) {
+    run_node(p, "prefix.mjs", NULL);
+    EXPECT(metric(p, "flashdelta:spec_decode_num_drafts_total{") > 0);
+}
+TEST(server_http_dflash_with_prefix_cache) {
+    with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64 "
+                "--draft tests/data/dflash/qwen35_dense_tied_b8",
+                draft_prefix_body);
+}

@@ -56,13 +56,13 @@ TEST(server_prefix_restore_matches_cold_every_fixture) {
             int64_t len = n - done < 64 ? n - done : 64;
             ASSERT(engine_forward(&L.e, fx.ids + done, (int)len, cold, 0) == 0, "%s", fd_error_msg());
             done += len;
-            if (done % 64 == 0) pc_insert(pc, &L.e, fx.ids, done, NULL);
+            if (done % 64 == 0) pc_insert(pc, &L.e, NULL, fx.ids, done, NULL);
         }
         pc_stats st;
         pc_get_stats(pc, &st);
         EXPECT(st.snapshots == n / 64 && st.nodes == (n / 64) * 64 / B, "%lld snapshots, %lld nodes",
                (long long)st.snapshots, (long long)st.nodes);
-        int64_t got = pc_restore(pc, &warm, fx.ids, n, n - 1);
+        int64_t got = pc_restore(pc, &warm, NULL, fx.ids, n, n - 1);
         EXPECT(got == ((n - 1) / 64) * 64, "%s: restored %lld", fx.dir, (long long)got);
         EXPECT(warm.n_past == got);
         ASSERT(engine_prefill(&warm, fx.ids + got, n - got, 0, hot, 0) == 0, "%s", fd_error_msg());
@@ -97,29 +97,29 @@ TEST(server_prefix_snapshot_rule_budget_and_reset) {
     pc_cache *pc = pc_create(&L.e, B, (size_t)64 << 20);
     const es_geom geom = *pc_geom(pc), *g = &geom; // a copy: pc is replaced below
     ASSERT(engine_prefill(&L.e, fx.ids, 64, 0, NULL, 0) == 0);
-    pc_insert(pc, &L.e, fx.ids, 64, NULL);
+    pc_insert(pc, &L.e, NULL, fx.ids, 64, NULL);
     EXPECT(pc_has_snapshot(pc, fx.ids, 64) && !pc_has_snapshot(pc, fx.ids, 48) && !pc_has_snapshot(pc, fx.ids, 80));
     fd_engine w;
     fd_engine_opts o = L.e.opt;
     ASSERT(engine_init(&w, &L.m, L.be, &o) == 0);
     // blocks at 16..48 exist but carry no snapshot: a 60-token limit finds nothing usable
-    EXPECT(pc_restore(pc, &w, fx.ids, fx.n_ids, 60) == 0 && w.n_past == 0);
-    EXPECT(pc_restore(pc, &w, fx.ids, fx.n_ids, 64) == 64);
+    EXPECT(pc_restore(pc, &w, NULL, fx.ids, fx.n_ids, 60) == 0 && w.n_past == 0);
+    EXPECT(pc_restore(pc, &w, NULL, fx.ids, fx.n_ids, 64) == 64);
     engine_reset(&w);
     // a different token in block 2 ends the match before the snapshot
     int32_t *alt = malloc(sizeof(int32_t) * fx.n_ids);
     memcpy(alt, fx.ids, sizeof(int32_t) * fx.n_ids);
     alt[40] ^= 1;
-    EXPECT(pc_restore(pc, &w, alt, fx.n_ids, fx.n_ids) == 0);
+    EXPECT(pc_restore(pc, &w, NULL, alt, fx.n_ids, fx.n_ids) == 0);
     // the budget: room for exactly one 64-token path with its snapshot; a second path evicts the first
     pc_stats st;
     pc_get_stats(pc, &st);
     pc_free(pc);
     pc = pc_create(&L.e, B, st.bytes);
-    pc_insert(pc, &L.e, fx.ids, 64, NULL);
+    pc_insert(pc, &L.e, NULL, fx.ids, 64, NULL);
     engine_reset(&L.e);
     ASSERT(engine_prefill(&L.e, alt, 64, 0, NULL, 0) == 0);
-    pc_insert(pc, &L.e, alt, 64, NULL);
+    pc_insert(pc, &L.e, NULL, alt, 64, NULL);
     pc_get_stats(pc, &st);
     EXPECT(st.bytes <= st.budget && st.evictions >= 2, "bytes %zu budget %zu evictions %lld", st.bytes, st.budget,
            (long long)st.evictions);
@@ -127,14 +127,66 @@ TEST(server_prefix_snapshot_rule_budget_and_reset) {
     // a snapshot handed over is owned by the cache (freed if not needed: no leak under LSan)
     void *snap = L.be->alloc(L.be, g->state_bytes);
     es_state_save(&L.e, g, snap);
-    pc_insert(pc, &L.e, alt, 64, snap); // already cached: dropped
+    pc_insert(pc, &L.e, NULL, alt, 64, snap); // already cached: dropped
     pc_reset(pc);
     pc_get_stats(pc, &st);
     EXPECT(st.nodes == 0 && st.snapshots == 0 && st.bytes == 0);
-    EXPECT(pc_restore(pc, &w, alt, fx.n_ids, fx.n_ids) == 0);
+    EXPECT(pc_restore(pc, &w, NULL, alt, fx.n_ids, fx.n_ids) == 0);
     free(alt);
     pc_free(pc);
     engine_free(&w);
+    pc_close(&L);
+    fixture_free(&fx);
+}
+
+// With a DFlash drafter attached, a cached block also carries the drafter's context K/V: after a restore the drafter
+// proposes what it proposes after a cold prefill (same draft ids, same draft logits).
+TEST(server_prefix_restores_drafter_context) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    pc_loaded L;
+    ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
+    fd_drafter dr;
+    ASSERT(drafter_load("tests/data/dflash/qwen35_dense_tied_b8", &L.m, &dr) == 0, "%s", fd_error_msg());
+    drafter_upload(&dr, L.be);
+    fd_engine warm;
+    fd_engine_opts o = L.e.opt;
+    ASSERT(engine_init(&warm, &L.m, L.be, &o) == 0);
+    fd_dflash a, b;
+    ASSERT(dflash_init(&a, &L.e, &dr, 0) == 0 && dflash_init(&b, &warm, &dr, 0) == 0, "%s", fd_error_msg());
+    pc_cache *pc = pc_create(&L.e, 16, (size_t)64 << 20);
+    pc_attach_drafter(pc, &a);
+    const int V = fx.vocab, n = fx.n_ids, B = a.B;
+    float *la = malloc(sizeof(float) * (size_t)V * B), *lb = malloc(sizeof(float) * (size_t)V * B);
+    for (int64_t done = 0; done < n;) {
+        const int len = n - done < 64 ? (int)(n - done) : 64;
+        ASSERT(engine_forward(&L.e, fx.ids + done, len, la, 0) == 0, "%s", fd_error_msg());
+        dflash_context_append(&a, len);
+        done += len;
+        if (done % 64 == 0) pc_insert(pc, &L.e, &a, fx.ids, done, NULL);
+    }
+    const int64_t got = pc_restore(pc, &warm, &b, fx.ids, n, n - 1);
+    EXPECT(got == ((n - 1) / 64) * 64 && b.n_ctx == got, "restored %lld, drafter context %lld", (long long)got,
+           (long long)b.n_ctx);
+    ASSERT(engine_forward(&warm, fx.ids + got, (int)(n - got), lb, 0) == 0, "%s", fd_error_msg());
+    dflash_context_append(&b, (int)(n - got));
+    EXPECT(a.n_ctx == b.n_ctx && a.n_ctx == n);
+    const int32_t anchor = engine_argmax(la, V);
+    EXPECT(anchor == engine_argmax(lb, V));
+    int32_t da[FD_SPEC_MAX_BLOCK], db[FD_SPEC_MAX_BLOCK];
+    ASSERT(dflash_draft(&a, anchor, da, la) == 0 && dflash_draft(&b, anchor, db, lb) == 0, "%s", fd_error_msg());
+    EXPECT(!memcmp(da, db, sizeof(int32_t) * (size_t)(B - 1)), "draft ids differ after a restore");
+    const double err = test_rel_l2(lb, la, (size_t)(B - 1) * V);
+    EXPECT(err < 1e-5, "draft logits rel-L2 %.3g", err);
+    printf("    block %d: drafts equal after restoring %lld tokens; draft logits rel-L2 %.2e\n", B, (long long)got,
+           err);
+    free(la);
+    free(lb);
+    pc_free(pc);
+    dflash_free(&a);
+    dflash_free(&b);
+    engine_free(&warm);
+    drafter_free(&dr);
     pc_close(&L);
     fixture_free(&fx);
 }

@@ -31,7 +31,7 @@ static int usage(FILE *f) {
             "  --prefix-checkpoint N   GDN state snapshot every N prompt tokens (default 256)\n"
             "  --prefix-cache-mb N     prefix cache budget in MiB (default 1024)\n"
             "  --gdn-prefill chunked|serial\n"
-            "  --draft DIR             DFlash drafter: speculative decoding (turns the prefix cache off for now)\n"
+            "  --draft DIR             DFlash drafter: speculative decoding\n"
             "  --block-size B          DFlash block (default: the drafter's)\n");
     return f == stdout ? 0 : 2;
 }

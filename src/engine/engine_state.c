@@ -2,7 +2,7 @@
 //
 // KV layout: backend.h keeps the cache layout private to the backend. Both backends today store a layer's cache as
 // a K plane [capacity, Hkv, hd] followed by a V plane of the same shape, in an element type of
-// kv_bytes_per_token / (2 Hkv hd) bytes. kv_plane() below is the one place that relies on it; a backend with another
+// kv_bytes_per_token / (2 Hkv hd) bytes. es_cache_rows() below is the one place that relies on it; a backend with another
 // layout needs a kv_copy entry point in backend.h (asked for in the server's report, issue 6).
 #include "engine/engine_state.h"
 
@@ -51,25 +51,25 @@ void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
     }
 }
 
-// Address of row `pos` of plane 0 (K) or 1 (V) of a layer's cache.
-static char *kv_plane(const fd_engine *e, const es_geom *g, int layer, int plane, int64_t pos) {
-    return (char *)e->kv[layer] + ((size_t)plane * (size_t)e->opt.capacity + (size_t)pos) * g->kv_plane_row;
+size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, size_t plane_row, void *buf, int64_t pos0,
+                     int64_t n, int save) {
+    FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= capacity, "KV range [%lld, %lld) beyond capacity %lld",
+             (long long)pos0, (long long)(pos0 + n), (long long)capacity);
+    const size_t bytes = plane_row * (size_t)n;
+    for (int plane = 0; plane < 2; plane++) { // row `pos` of plane p: (p * capacity + pos) * plane_row
+        char *rows = (char *)cache + ((size_t)plane * (size_t)capacity + (size_t)pos0) * plane_row;
+        char *b = (char *)buf + (size_t)plane * bytes;
+        if (save) be->copy(be, b, rows, bytes);
+        else be->copy(be, rows, b, bytes);
+    }
+    return 2 * bytes;
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
     const fd_config *c = &e->m->cfg;
-    FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= e->opt.capacity, "KV range [%lld, %lld) beyond capacity %lld",
-             (long long)pos0, (long long)(pos0 + n), (long long)e->opt.capacity);
-    const size_t bytes = g->kv_plane_row * (size_t)n;
-    for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] != FD_LAYER_ATTN) continue;
-        for (int plane = 0; plane < 2; plane++) {
-            char *cache = kv_plane(e, g, i, plane, pos0);
-            if (save) e->be->copy(e->be, buf, cache, bytes);
-            else e->be->copy(e->be, cache, buf, bytes);
-            buf += bytes;
-        }
-    }
+    for (int i = 0; i < c->num_layers; i++)
+        if (c->layer_kind[i] == FD_LAYER_ATTN)
+            buf += es_cache_rows(e->be, e->kv[i], e->opt.capacity, g->kv_plane_row, buf, pos0, n, save);
 }
 
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n) { kv_move(e, g, dst, pos0, n, 1); }

@@ -31,4 +31,10 @@ void es_state_load(fd_engine *e, const es_geom *g, const void *src);
 // [attention layer][K rows n | V rows n]. Positions must lie below e->opt.capacity.
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n);
 void es_kv_load(fd_engine *e, const es_geom *g, const void *src, int64_t pos0, int64_t n);
+
+// Rows [pos0, pos0+n) of one attention-style cache of `capacity` positions (plane_row bytes per position in each
+// of its K and V planes) to (save) or from buf, laid out [K rows n | V rows n]. Returns the bytes of buf used.
+// The DFlash drafter's context caches have the same layout as the target's (both come from be->kv_store).
+size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, size_t plane_row, void *buf, int64_t pos0,
+                     int64_t n, int save);
 #endif

@@ -10,7 +10,7 @@ typedef struct pc_node {
     struct pc_node *newer, *older;  // LRU list (head = most recent)
     int n_children;
     int32_t *tokens; // [block]
-    void *kv;        // backend [n_attn][K block | V block]
+    void *kv;        // backend [n_attn][K block | V block], then [drafter layers][K block | V block]
     void *state;     // backend snapshot after this block, or NULL
 } pc_node;
 
@@ -18,7 +18,10 @@ struct pc_cache {
     fd_backend *be;
     es_geom g;
     int block;
-    size_t budget, bytes, node_bytes; // node_bytes: KV of one block
+    size_t budget, bytes, node_bytes; // node_bytes: KV of one block (+ its tokens)
+    size_t kv_bytes;                  // the node's KV buffer
+    int n_draft;                      // drafter layers cached with each block (0: none)
+    size_t draft_row;                 // their plane row bytes
     pc_node **buckets;
     size_t n_buckets;
     pc_node *lru_head, *lru_tail;
@@ -46,10 +49,29 @@ pc_cache *pc_create(fd_engine *e, int block, size_t budget_bytes) {
     es_geom_init(&pc->g, e);
     pc->block = block;
     pc->budget = budget_bytes;
-    pc->node_bytes = es_kv_bytes(&pc->g, block) + (size_t)block * sizeof(int32_t);
+    pc->kv_bytes = es_kv_bytes(&pc->g, block);
+    pc->node_bytes = pc->kv_bytes + (size_t)block * sizeof(int32_t);
     pc->n_buckets = 1024;
     pc->buckets = fd_calloc(pc->n_buckets, sizeof *pc->buckets);
     return pc;
+}
+
+void pc_attach_drafter(pc_cache *pc, const fd_dflash *s) {
+    FD_CHECK(pc->nodes == 0, "attach the drafter before caching anything");
+    const fd_drafter *d = s->dr;
+    pc->n_draft = d->num_layers;
+    pc->draft_row = pc->be->kv_bytes_per_token(pc->be, d->num_kv_heads, d->head_dim) / 2;
+    pc->kv_bytes += (size_t)pc->n_draft * 2 * pc->draft_row * (size_t)pc->block;
+    pc->node_bytes = pc->kv_bytes + (size_t)pc->block * sizeof(int32_t);
+}
+
+// One block's KV (target attention layers, then drafter layers) between a node buffer and the sequence.
+static void block_kv(pc_cache *pc, fd_engine *e, fd_dflash *spec, void *buf, int64_t pos0, int save) {
+    if (save) es_kv_save(e, &pc->g, buf, pos0, pc->block);
+    else es_kv_load(e, &pc->g, buf, pos0, pc->block);
+    char *p = (char *)buf + es_kv_bytes(&pc->g, pc->block);
+    for (int l = 0; l < pc->n_draft; l++)
+        p += es_cache_rows(pc->be, spec->kv[l], spec->capacity, pc->draft_row, p, pos0, pc->block, save);
 }
 
 int pc_block(const pc_cache *pc) { return pc->block; }
@@ -122,8 +144,9 @@ static void node_free(pc_cache *pc, pc_node *n) {
     free(n);
 }
 
-int64_t pc_restore(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t n, int64_t max_len) {
+int64_t pc_restore(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, int64_t n, int64_t max_len) {
     FD_CHECK(e->n_past == 0, "prefix restore into a sequence that is not empty");
+    FD_CHECK(!pc->n_draft || (spec && spec->n_ctx == 0), "prefix restore: the drafter's context must be empty");
     if (max_len > n) max_len = n;
     const int64_t nb = max_len / pc->block;
     if (nb < 1) return 0;
@@ -137,10 +160,11 @@ int64_t pc_restore(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t n, in
         if (c->state) usable = depth;
     }
     touch_path(pc, path, depth);
-    for (int64_t i = 0; i < usable; i++) es_kv_load(e, &pc->g, path[i]->kv, i * pc->block, pc->block);
+    for (int64_t i = 0; i < usable; i++) block_kv(pc, e, spec, path[i]->kv, i * pc->block, 0);
     if (usable) {
         es_state_load(e, &pc->g, path[usable - 1]->state);
         e->n_past = usable * pc->block;
+        if (pc->n_draft) spec->n_ctx = usable * pc->block;
     }
     free(path);
     return usable * pc->block;
@@ -167,11 +191,11 @@ static int make_room(pc_cache *pc, size_t need, pc_node **path, int64_t k) {
     return 0;
 }
 
-void pc_insert(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t pos, void *snap) {
+void pc_insert(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, int64_t pos, void *snap) {
     const int aligned = pos % pc->block == 0; // (a '%' inside FD_CHECK's condition would reach its format string)
     FD_CHECK(aligned && pos <= e->opt.capacity, "prefix insert at %lld", (long long)pos);
     const int64_t nb = pos / pc->block;
-    if (nb < 1 || (!snap && e->n_past != pos)) goto drop;
+    if (nb < 1 || (!snap && e->n_past != pos) || (pc->n_draft && (!spec || spec->n_ctx < pos))) goto drop;
     pc_node **path = fd_malloc((size_t)nb * sizeof *path);
     int64_t have = 0;
     pc_node *cur = NULL;
@@ -190,8 +214,8 @@ void pc_insert(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t pos, void
         n->tokens = fd_malloc((size_t)pc->block * sizeof(int32_t));
         memcpy(n->tokens, ids + i * pc->block, (size_t)pc->block * sizeof(int32_t));
         n->hash = block_hash(n->parent ? n->parent->hash : 0, n->tokens, pc->block);
-        n->kv = pc->be->alloc(pc->be, es_kv_bytes(&pc->g, pc->block));
-        es_kv_save(e, &pc->g, n->kv, i * pc->block, pc->block);
+        n->kv = pc->be->alloc(pc->be, pc->kv_bytes);
+        block_kv(pc, e, spec, n->kv, i * pc->block, 1);
         if (n->parent) n->parent->n_children++;
         if (pc->nodes + 1 > (int64_t)pc->n_buckets) rehash(pc);
         n->hnext = pc->buckets[n->hash % pc->n_buckets];

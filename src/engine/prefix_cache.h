@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/dflash.h"
 #include "engine/engine_state.h"
 
 typedef struct pc_cache pc_cache;
@@ -30,15 +31,22 @@ void pc_free(pc_cache *pc);
 int pc_block(const pc_cache *pc);
 const es_geom *pc_geom(const pc_cache *pc);
 
+// Also caches the DFlash drafter's context K/V (every drafter layer) with each block, so that a restored prefix
+// leaves the drafter's context complete as well. s gives the geometry; call before the first insert. Afterwards
+// pc_restore and pc_insert need the sequence's fd_dflash.
+void pc_attach_drafter(pc_cache *pc, const fd_dflash *s);
+
 // Finds the longest cached prefix of ids[0..n) that ends at a node with a state snapshot and is at most max_len
-// tokens, and restores it into e (KV, conv and GDN state, n_past). Returns the restored token count (0: nothing
-// usable; e is then untouched). e must be reset (n_past == 0).
-int64_t pc_restore(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t n, int64_t max_len);
+// tokens, and restores it into e (KV, conv and GDN state, n_past) and into spec (drafter context, n_ctx) when a
+// drafter is attached. Returns the restored token count (0: nothing usable; e is then untouched). e (and spec)
+// must be reset.
+int64_t pc_restore(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, int64_t n, int64_t max_len);
 
 // Caches ids[0..pos) (pos a multiple of the block size, KV of those positions held in e) with a state snapshot at
 // pos. snap: a snapshot buffer (es_geom.state_bytes, from be->alloc) that the cache takes over, or NULL to copy e's
-// current state (then e->n_past must equal pos). Skips what does not fit the budget.
-void pc_insert(pc_cache *pc, fd_engine *e, const int32_t *ids, int64_t pos, void *snap);
+// current state (then e->n_past must equal pos). With a drafter attached, spec must hold the context of [0, pos).
+// Skips what does not fit the budget.
+void pc_insert(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, int64_t pos, void *snap);
 
 // Is a snapshot at pos for ids[0..pos) already cached? (Lets the caller skip taking one.)
 int pc_has_snapshot(pc_cache *pc, const int32_t *ids, int64_t pos);

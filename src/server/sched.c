@@ -8,7 +8,8 @@
 //
 // Speculative decoding (--draft): each slot also holds a DFlash state over its engine; a decode step is then one
 // draft -> verify -> accept round that emits 1..B tokens. The prompt chunks feed the drafter's context as they run.
-// The prefix cache is off in that mode: it does not hold the drafter's context K/V of the cached tokens.
+// The prefix cache then also holds the drafter's context K/V of each block. Decode-time snapshots are skipped in
+// that mode: a round moves the sequence by 1..B tokens, past block boundaries, so only prompt checkpoints are cached.
 //
 // Prefix cache: on admission the longest cached prefix (ending at a state snapshot, at most prompt-1 tokens: the last
 // prompt token must run to give logits) is restored into the slot. Prompt chunks are cut at snapshot points (every
@@ -98,7 +99,7 @@ static void met_finish(srv_sched *s, int kind, const srv_job *j, double now) {
 static void slot_release(srv_sched *s, slot *sl) {
     if (s->pc && sl->roll) {
         if (sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past && !pc_has_snapshot(s->pc, sl->seq, sl->roll_pos))
-            pc_insert(s->pc, &sl->e, sl->seq, sl->roll_pos, sl->roll);
+            pc_insert(s->pc, &sl->e, NULL, sl->seq, sl->roll_pos, sl->roll);
         else
             s->be->free(s->be, sl->roll);
     }
@@ -258,7 +259,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     engine_reset(&sl->e);
     if (s->dr) dflash_reset(&sl->spec);
     seq_push(sl, j->prompt, j->n_prompt);
-    int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
+    fd_dflash *spec = s->dr ? &sl->spec : NULL;
+    int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, spec, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
     pthread_mutex_lock(&j->mu);
     j->n_cached = (int)cached;
     pthread_mutex_unlock(&j->mu);
@@ -364,7 +366,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
     s->met->prefill_chunks++;
     pthread_mutex_unlock(&s->met->mu);
     if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(s->pc, j->prompt, end))
-        pc_insert(s->pc, &sl->e, j->prompt, end, NULL);
+        pc_insert(s->pc, &sl->e, s->dr ? &sl->spec : NULL, j->prompt, end, NULL);
     if (final) {
         sl->st = SLOT_DECODE;
         take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
@@ -533,7 +535,10 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
         sl->scratch = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
         sl->ts = tok_stream_new(tok, 1);
     }
-    if (cfg->prefix_cache && !dr) s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
+    if (cfg->prefix_cache) {
+        s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
+        if (dr) pc_attach_drafter(s->pc, &s->slots[0].spec);
+    }
     s->queue = fd_calloc((size_t)cfg->max_queue, sizeof *s->queue);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

@@ -172,10 +172,8 @@ int srv_main(const srv_config *cfg) {
             "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB), speculative decoding: %s",
             S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
             cfg->prefill_chunk, cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial",
-            cfg->prefix_cache && !has_draft ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20,
+            cfg->prefix_cache ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20,
             has_draft ? cfg->draft_dir : "off");
-    if (has_draft && cfg->prefix_cache)
-        FD_WARN("the prefix cache is off with --draft (it does not hold the drafter's context yet)");
     if (cfg->port_file && write_port_file(cfg->port_file, port)) {
         fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
         rc = 1;
