@@ -1,5 +1,6 @@
-// libFuzzer target for encode/decode: arbitrary bytes as text, through the two committed synthetic tokenizers
-// (synth_a: NFKC, lstrip/rstrip/single_word added tokens, prefix space; synth_b: no normalizer, GPT-2 regex).
+// libFuzzer target for encode/decode: arbitrary bytes as text, through the three committed synthetic tokenizers
+// (synth_a: NFKC, lstrip/rstrip/single_word added tokens, prefix space; synth_b: no normalizer, GPT-2 regex;
+// synth_c: NFD, MergedWithNext/Removed/inverted splits).
 // Invariants: invalid UTF-8 is refused with a message; otherwise ids are in range, decode is valid UTF-8,
 // streaming decode equals decode, and with synth_b decode(encode(x)) == x exactly. Run from the repo root.
 #include <stdint.h>
@@ -55,13 +56,15 @@ static void check(const tok_tokenizer *t, const char *text, size_t size, int exa
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static tok_tokenizer *a, *b;
+    static tok_tokenizer *a, *b, *c;
     if (!a) {
         fd_log_set_level(FD_LOG_QUIET);
         a = load_gz("tests/data/tokenizer/synth_a.json.gz");
         b = load_gz("tests/data/tokenizer/synth_b.json.gz");
+        c = load_gz("tests/data/tokenizer/synth_c.json.gz");
     }
     check(a, (const char *)data, size, 0);
     check(b, (const char *)data, size, 1);
+    check(c, (const char *)data, size, 0);
     return 0;
 }
