@@ -399,7 +399,7 @@ static void admission_body(srv_proc *p) {
         "L='{\"prompt\": \"x\", \"max_tokens\": 4000, \"ignore_eos\": true}'; "
         "curl -s --max-time 60 -o a.json -w '%%{http_code}' -d \"$L\" $U > a.st & "
         "sleep 0.3; curl -s --max-time 60 -o b.json -w '%%{http_code}' -d \"$L\" $U > b.st & "
-        "sleep 0.2; curl -s --max-time 60 -o c.json -w '%%{http_code}' -d \"$L\" $U > c.st; wait; "
+        "sleep 0.3; curl -s --max-time 60 -o c.json -w '%%{http_code}' -d \"$L\" $U > c.st; wait; "
         "cat a.st; echo; cat b.st; echo; cat c.st; echo; cat a.json b.json c.json",
         p->dir, p->port);
     char *out = NULL;
@@ -417,7 +417,8 @@ static void admission_body(srv_proc *p) {
 }
 
 TEST(server_http_admission_429_503_504) {
-    with_server("--ctx 4096 --slots 1 --max-queue 1 --queue-timeout 0.5 --request-timeout 1.5", admission_body);
+    // A runs 0 .. 2.5 s (504); B waits from 0.3 s and expires at 1.3 s (503); C at 0.6 s finds the queue full (429)
+    with_server("--ctx 4096 --slots 1 --max-queue 1 --queue-timeout 1 --request-timeout 2.5", admission_body);
 }
 
 // ---- the openai npm client ----
