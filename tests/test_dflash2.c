@@ -1,0 +1,470 @@
+// DFlash2 on the CPU backend: draft logits, selector scores and greedy selector paths against the NeMo Automodel
+// reference (two rounds; one drafter has a binding sliding window), speculative greedy output identical to plain
+// greedy at block sizes 4/8/16 (also with forced accept counts), T > 0 lossless with the selector's sparse q
+// (chi-square), CLI contracts, bad DFlash2 configs, and the refusal of a backend without the DFlash2 ops.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/dflash2.h"
+#include "fixture.h"
+#include "test.h"
+
+typedef struct {
+    const char *name, *target;
+    int block, commit, windowed;
+} d2_fx;
+
+static const d2_fx k_d2[] = {
+    {"qwen35_dense_tied_d2_b8", "qwen35_dense_tied", 8, 3, 0},
+    {"qwen35_moe_d2_b16", "qwen35_moe", 16, 5, 1},
+};
+#define N_D2 (int)(sizeof k_d2 / sizeof k_d2[0])
+
+static fd_backend *cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+
+typedef struct {
+    fd_model m;
+    fd_drafter d;
+    fd_engine e;
+    fd_dflash s;
+    fixture fx;
+} rig;
+
+static int rig_open(rig *r, const d2_fx *df, int block) {
+    memset(r, 0, sizeof *r);
+    if (fixture_load(df->target, &r->fx) || model_load(r->fx.dir, &r->m)) return -1;
+    model_upload(&r->m, cpu());
+    char *dir = fd_sprintf("tests/data/dflash/%s", df->name);
+    int rc = drafter_load(dir, &r->m, &r->d);
+    free(dir);
+    if (rc) return -1;
+    drafter_upload(&r->d, cpu());
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.capacity = r->fx.n_ids + 64;
+    o.max_batch = 64;
+    FD_TRY(engine_init(&r->e, &r->m, cpu(), &o));
+    return dflash_init(&r->s, &r->e, &r->d, block);
+}
+
+static void rig_close(rig *r) {
+    dflash_free(&r->s);
+    engine_free(&r->e);
+    drafter_free(&r->d);
+    model_free(&r->m);
+    fixture_free(&r->fx);
+}
+
+static float *read_f32(const char *dir, const char *file, size_t n) {
+    char *p = fd_sprintf("tests/data/dflash/%s/%s", dir, file);
+    size_t len;
+    char *raw = fd_read_file(p, &len);
+    free(p);
+    if (raw && len != n * 4) {
+        free(raw);
+        return NULL;
+    }
+    return (float *)raw;
+}
+
+static json_t *read_meta(const char *dir) {
+    char *p = fd_sprintf("tests/data/dflash/%s/draft.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    free(p);
+    return j;
+}
+
+// ids of json array `key` equal to got[0..n)
+static int same_ids(json_t *meta, const char *key, const int32_t *got, int n) {
+    json_t *a = json_object_get(meta, key);
+    if ((int)json_array_size(a) != n) return 0;
+    for (int i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(a, (size_t)i)) != got[i]) return 0;
+    return 1;
+}
+
+TEST(dflash2_draft_logits_and_selector_match_reference) {
+    for (int f = 0; f < N_D2; f++) {
+        const d2_fx *df = &k_d2[f];
+        rig r;
+        ASSERT(rig_open(&r, df, 0) == 0, "%s: %s", df->name, fd_error_msg());
+        ASSERT(r.d.v2 && r.s.v2, "%s: not loaded as DFlash2", df->name);
+        const int B = r.s.B, V = r.m.cfg.vocab_size, K = r.d.v2->top_k, n = B - 1;
+        EXPECT(B == df->block);
+        json_t *meta = read_meta(df->name);
+        float *want1 = read_f32(df->name, "draft_logits.f32", (size_t)n * V);
+        float *want2 = read_f32(df->name, "draft_logits2.f32", (size_t)n * V);
+        float *want_sc = read_f32(df->name, "selector_scores.f32", (size_t)n * K);
+        ASSERT(meta && want1 && want2 && want_sc, "%s: reference files missing", df->name);
+        float *got = malloc(sizeof(float) * n * V), *sc = malloc(sizeof(float) * n * K);
+        int32_t anchor, draft[FD_SPEC_MAX_BLOCK], path[FD_SPEC_MAX_BLOCK], preds[FD_SPEC_MAX_BLOCK];
+        int32_t *cand = malloc(sizeof(int32_t) * n * K);
+        ASSERT(dflash_prefill(&r.s, r.fx.ids, r.fx.n_ids, 64, NULL, &anchor) == 0, "%s", fd_error_msg());
+        EXPECT(anchor == r.fx.greedy[0]);
+        ASSERT(dflash_draft(&r.s, anchor, draft, got) == 0, "%s", fd_error_msg());
+        const double e1 = test_rel_l2(got, want1, (size_t)n * V);
+        dflash2_walk(&r.s, anchor, got, n, NULL, path, NULL);
+        EXPECT(same_ids(meta, "selector_path", path, n), "%s: round 1 selector path differs", df->name);
+        EXPECT(!same_ids(meta, "draft_argmax", path, n), "%s: the selector changed nothing", df->name);
+        // the selector's scores along the reference's greedy path (pred = anchor, then the path)
+        preds[0] = anchor;
+        for (int i = 1; i < n; i++) preds[i] = path[i - 1];
+        dflash2_scores(&r.s, got, preds, n, cand, sc);
+        const double es = test_rel_l2(sc, want_sc, (size_t)n * K);
+        int cand_same = 1;
+        json_t *wc = json_object_get(meta, "candidate_ids");
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < K; k++)
+                cand_same &= json_integer_value(json_array_get(json_array_get(wc, (size_t)i), (size_t)k)) ==
+                             cand[i * K + k];
+        EXPECT(cand_same, "%s: candidate ids differ", df->name);
+        // T > 0: the first step's q (its predecessor is the anchor whatever is sampled) is softmax(scores / T)
+        fd_sampler smp;
+        sampler_init(&smp, 0.7f, 0, 1.0f, 5);
+        float *q = calloc((size_t)n * V, sizeof(float));
+        dflash2_walk(&r.s, anchor, got, n, &smp, path, q);
+        double mx = want_sc[0], sum = 0, err = 0, rowsum = 0;
+        for (int k = 1; k < K; k++) mx = want_sc[k] > mx ? want_sc[k] : mx;
+        for (int k = 0; k < K; k++) sum += exp((want_sc[k] - mx) / 0.7);
+        for (int k = 0; k < K; k++) err += fabs(q[cand[k]] - exp((want_sc[k] - mx) / 0.7) / sum);
+        for (int v = 0; v < V; v++) rowsum += q[v];
+        EXPECT(err < 1e-5 && fabs(rowsum - 1) < 1e-5, "%s: q row 0 off by %.3g (sum %.6f)", df->name, err, rowsum);
+        for (int i = 0; i < n; i++) EXPECT(q[(int64_t)i * V + path[i]] > 0, "%s: draft %d has q = 0", df->name, i);
+        free(q);
+        // a binding window: the same draft with the window ignored is far from the reference
+        double e_nowin = 0;
+        if (df->windowed) {
+            const int w = r.d.v2->window[0];
+            r.d.v2->window[0] = 0;
+            ASSERT(dflash_draft(&r.s, anchor, draft, got) == 0);
+            e_nowin = test_rel_l2(got, want1, (size_t)n * V);
+            r.d.v2->window[0] = w;
+            EXPECT(w > 0 && e_nowin > 1e-3, "%s: the window does not change the draft (%.3g)", df->name, e_nowin);
+        }
+        // round 2: the target consumes HF's greedy g0..g(k-1), whose taps extend the context; anchor g(k)
+        ASSERT(engine_forward(&r.e, r.fx.greedy, df->commit, NULL, 0) == 0, "%s", fd_error_msg());
+        dflash_context_append(&r.s, df->commit);
+        ASSERT(dflash_draft(&r.s, r.fx.greedy[df->commit], draft, got) == 0, "%s", fd_error_msg());
+        const double e2 = test_rel_l2(got, want2, (size_t)n * V);
+        dflash2_walk(&r.s, r.fx.greedy[df->commit], got, n, NULL, path, NULL);
+        EXPECT(same_ids(meta, "selector_path2", path, n), "%s: round 2 selector path differs", df->name);
+        printf("    %-24s draft logits rel-L2 %.2e / %.2e, selector scores %.2e, paths equal%s\n", df->name, e1, e2, es,
+               df->windowed ? " (window binding)" : "");
+        EXPECT(e1 <= 1e-4 && e2 <= 1e-4 && es <= 1e-4, "%s: rel-L2 %.3g / %.3g / %.3g", df->name, e1, e2, es);
+        free(got);
+        free(sc);
+        free(cand);
+        free(want1);
+        free(want2);
+        free(want_sc);
+        json_decref(meta);
+        rig_close(&r);
+    }
+}
+
+TEST(dflash2_greedy_identical_at_block_sizes) {
+    const int blocks[] = {4, 8, 16};
+    for (int f = 0; f < N_D2; f++)
+        for (int b = 0; b < 3; b++) {
+            rig r;
+            ASSERT(rig_open(&r, &k_d2[f], blocks[b]) == 0, "%s", fd_error_msg());
+            int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
+            ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s",
+                   fd_error_msg());
+            EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)r.fx.n_greedy), "%s block %d differs",
+                   k_d2[f].name, blocks[b]);
+            // forced accept counts (every count 0..B-1): the draft context then grows by 1..B per round
+            dflash_reset(&r.s);
+            engine_reset(&r.e);
+            int sched[FD_SPEC_MAX_BLOCK];
+            for (int a = 0; a < blocks[b]; a++) sched[a] = (a * 5 + 3) % blocks[b];
+            fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, blocks[b]};
+            r.s.oracle = &orc;
+            memset(out, 0, sizeof(int32_t) * (size_t)r.fx.n_greedy);
+            ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s",
+                   fd_error_msg());
+            EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)r.fx.n_greedy), "%s block %d oracle differs",
+                   k_d2[f].name, blocks[b]);
+            free(out);
+            rig_close(&r);
+        }
+}
+
+// Upper 0.1% point of chi-square with k degrees of freedom (Wilson-Hilferty), as in test_spec_sampling.c.
+static double chi2_crit(int k) {
+    const double z = 3.09, a = 2.0 / (9.0 * k);
+    return k * pow(1 - a + z * sqrt(a), 3);
+}
+
+// chi-square statistic of counts against probs, bins with expected < 5 merged into one
+static double chi2(const int *counts, const float *probs, int V, int N, int *dof) {
+    double stat = 0, rest_e = 0, rest_o = 0;
+    int bins = 0;
+    for (int v = 0; v < V; v++) {
+        const double e = (double)probs[v] * N;
+        if (e >= 5) {
+            stat += (counts[v] - e) * (counts[v] - e) / e;
+            bins++;
+        } else {
+            rest_e += e;
+            rest_o += counts[v];
+        }
+    }
+    if (rest_e > 0) {
+        stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+        bins++;
+    } else if (rest_o > 0) {
+        stat = INFINITY;
+    }
+    *dof = bins - 1;
+    return stat;
+}
+
+// The rejection sampling with a q supported on a few candidates per position (DFlash2's selector): the first
+// emitted token must follow p0, the second (in rounds that accepted the first draft) p1. Parts of p outside the
+// candidates can only come from the residual, so both paths matter.
+TEST(dflash2_sparse_q_rejection_sampling_is_exact) {
+    enum { V = 12, L = 3, K = 4, N = 200000 };
+    float tl[L * V], q[(L - 1) * V], p0[V], p1[V], scratch[V];
+    uint64_t seed = 2024;
+    test_fill_uniform(tl, L * V, -1.5f, 1.5f, &seed);
+    fd_sampler smp;
+    sampler_init(&smp, 1.0f, 0, 1.0f, 77);
+    sampler_probs(&smp, tl, V, p0);
+    sampler_probs(&smp, tl + V, V, p1);
+    for (int i = 0; i < L - 1; i++) { // q_i: mass on K candidates only (the top of a blurred p), zero elsewhere
+        float z[V];
+        test_fill_uniform(z, V, -1.0f, 1.0f, &seed);
+        for (int v = 0; v < V; v++) z[v] = 0.5f * tl[i * V + v] + z[v];
+        fd_sampler topk;
+        sampler_init(&topk, 1.0f, K, 1.0f, 1);
+        sampler_probs(&topk, z, V, q + i * V);
+    }
+    int first[V] = {0}, second[V] = {0}, n_second = 0, acc_hist[L] = {0};
+    for (int t = 0; t < N; t++) {
+        int32_t block[L] = {0}, next;
+        for (int i = 0; i < L - 1; i++) block[i + 1] = sampler_draw(&smp, q + i * V, V);
+        const int acc = spec_accept_sampled(&smp, block, L, q, tl, V, scratch, &next);
+        acc_hist[acc]++;
+        first[acc >= 1 ? block[1] : next]++;
+        if (acc >= 1) {
+            second[acc >= 2 ? block[2] : next]++;
+            n_second++;
+        }
+    }
+    int d1, d2;
+    const double c1 = chi2(first, p0, V, N, &d1), c2 = chi2(second, p1, V, n_second, &d2);
+    printf("    sparse q (%d of %d): accepted 0/1/2 %d/%d/%d; chi2 first %.1f (dof %d), second %.1f (dof %d)\n", K, V,
+           acc_hist[0], acc_hist[1], acc_hist[2], c1, d1, c2, d2);
+    EXPECT(c1 < chi2_crit(d1) && c2 < chi2_crit(d2));
+    EXPECT(acc_hist[0] > N / 20 && acc_hist[2] > N / 20, "both paths must be exercised");
+}
+
+// End to end: the token after the anchor in a DFlash2 round at T > 0 (drafts sampled by the selector walk, its
+// sparse q verified against the target) follows the target's own sampling distribution.
+static void check_lossless(const d2_fx *df, float T, int top_k, float top_p, int block, int trials) {
+    rig r;
+    ASSERT(rig_open(&r, df, block) == 0, "%s", fd_error_msg());
+    const int n = 48, V = r.m.cfg.vocab_size;
+    fd_engine ref;
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.capacity = 64;
+    o.max_batch = 64;
+    ASSERT(engine_init(&ref, &r.m, cpu(), &o) == 0);
+    fd_sampler smp;
+    sampler_init(&smp, T, top_k, top_p, 4321);
+    int32_t anchor, seq[64];
+    ASSERT(dflash_prefill(&r.s, r.fx.ids, n, 64, NULL, &anchor) == 0);
+    memcpy(seq, r.fx.ids, sizeof(int32_t) * n);
+    seq[n] = anchor;
+    float *logits = malloc(sizeof(float) * V), *p = malloc(sizeof(float) * V);
+    ASSERT(engine_prefill(&ref, seq, n + 1, 64, logits, 0) == 0);
+    sampler_probs(&smp, logits, V, p);
+    int *counts = calloc((size_t)V, sizeof(int)), accepted = 0;
+    for (int t = 0; t < trials; t++) {
+        engine_reset(&r.e);
+        dflash_reset(&r.s);
+        int32_t a, emitted[FD_SPEC_MAX_BLOCK];
+        int got;
+        ASSERT(dflash_prefill(&r.s, r.fx.ids, n, 64, NULL, &a) == 0 && a == anchor);
+        ASSERT(dflash_round(&r.s, anchor, block, &smp, 1, emitted, &got) == 0, "%s", fd_error_msg());
+        counts[emitted[0]]++;
+        accepted += got > 1;
+    }
+    int dof;
+    const double stat = chi2(counts, p, V, trials, &dof);
+    printf("    %s T=%.1f top_k=%d top_p=%.2f block %d: chi2 %.1f (dof %d, 0.1%% crit %.1f), rounds with an accepted "
+           "draft %d of %d\n", df->name, (double)T, top_k, (double)top_p, block, stat, dof, chi2_crit(dof), accepted,
+           trials);
+    EXPECT(dof >= 3, "too few bins for a meaningful test");
+    EXPECT(stat < chi2_crit(dof), "DFlash2 speculative sampling is not distributed like the target: chi2 %.1f", stat);
+    free(counts);
+    free(logits);
+    free(p);
+    engine_free(&ref);
+    rig_close(&r);
+}
+
+TEST(dflash2_sampling_is_lossless) {
+    check_lossless(&k_d2[1], 1.0f, 0, 1.0f, 4, 400);
+    check_lossless(&k_d2[0], 2.0f, 40, 1.0f, 8, 400);
+}
+
+// Writes DIR/config.json = the drafter's config with `edit` applied, and links its weights.
+static char *bad_dir(const char *src, void (*edit)(json_t *root)) {
+    char tmpl[] = "/tmp/fd_d2badXXXXXX";
+    char *dir = mkdtemp(tmpl);
+    if (!dir) return NULL;
+    char *cfg = fd_sprintf("tests/data/dflash/%s/config.json", src), *out = fd_sprintf("%s/config.json", dir);
+    char *st = fd_sprintf("%s/model.safetensors", dir), *abs = realpath("tests/data/dflash", NULL);
+    char *st_src = fd_sprintf("%s/%s/model.safetensors", abs, src);
+    json_t *root = json_load_file(cfg, 0, NULL);
+    edit(root);
+    json_dump_file(root, out, 0);
+    json_decref(root);
+    if (symlink(st_src, st)) dir = NULL;
+    char *ret = dir ? fd_strdup(dir) : NULL;
+    free(cfg);
+    free(out);
+    free(st);
+    free(abs);
+    free(st_src);
+    return ret;
+}
+
+static void rm_dir(char *dir) {
+    char *a = fd_sprintf("%s/config.json", dir), *b = fd_sprintf("%s/model.safetensors", dir);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+    free(a);
+    free(b);
+    free(dir);
+}
+
+#define DC(root) json_object_get(root, "dflash_config")
+static void e_group(json_t *r) { json_object_set_new(DC(r), "conv_group_size", json_integer(7)); }
+static void e_group32(json_t *r) { json_object_set_new(DC(r), "conv_group_size", json_integer(32)); }
+static void e_topk(json_t *r) { json_object_set_new(DC(r), "selector_top_k", json_integer(0)); }
+static void e_rank(json_t *r) { json_object_set_new(DC(r), "selector_rank", json_integer(8)); }
+static void e_proj(json_t *r) { json_object_set_new(DC(r), "projector_type", json_string("domino")); }
+static void e_causal(json_t *r) { json_object_del(r, "is_causal"); }
+static void e_ltype(json_t *r) { json_array_set_new(json_object_get(r, "layer_types"), 1, json_string("chunked")); }
+static void e_kernel(json_t *r) { json_object_set_new(DC(r), "conv_kernel_size", json_integer(0)); }
+
+TEST(dflash2_bad_configs) {
+    fd_model m;
+    ASSERT(model_load("tests/data/fixtures/qwen35_moe", &m) == 0, "%s", fd_error_msg());
+    const struct {
+        void (*edit)(json_t *);
+        const char *want;
+    } cases[] = {
+        {e_group, "conv_group_size 7 must divide hidden_size 64"},
+        {e_group32, "kernel_projection.weight' has the wrong shape"},
+        {e_topk, "selector_top_k 0 must be"},
+        {e_rank, "hidden_projection.weight' has the wrong shape (expected [8, 64])"},
+        {e_proj, "projector_type"},
+        {e_causal, "is_causal"},
+        {e_ltype, "layer 1 is 'chunked'"},
+        {e_kernel, "conv_kernel_size 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *dir = bad_dir("qwen35_moe_d2_b16", cases[i].edit);
+        ASSERT(dir, "temp dir");
+        fd_drafter d;
+        EXPECT(drafter_load(dir, &m, &d) != 0, "case %zu loaded", i);
+        EXPECT(strstr(fd_error_msg(), cases[i].want) != NULL, "case %zu: %s", i, fd_error_msg());
+        rm_dir(dir);
+    }
+    model_free(&m);
+}
+
+TEST(dflash2_backend_without_ops_is_refused) {
+    fd_backend *be = fd_backend_cpu_create(0);
+    be->dyn_conv = NULL; // as on a backend that has not implemented the DFlash2 ops
+    fd_model m;
+    fd_drafter d;
+    fd_engine e;
+    fd_dflash s;
+    ASSERT(model_load("tests/data/fixtures/qwen35_dense_tied", &m) == 0, "%s", fd_error_msg());
+    model_upload(&m, be);
+    ASSERT(drafter_load("tests/data/dflash/qwen35_dense_tied_d2_b8", &m, &d) == 0, "%s", fd_error_msg());
+    drafter_upload(&d, be);
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.capacity = 64;
+    o.max_batch = 16;
+    ASSERT(engine_init(&e, &m, be, &o) == 0);
+    EXPECT(dflash_init(&s, &e, &d, 0) != 0);
+    EXPECT(strstr(fd_error_msg(), "does not implement the DFlash2") != NULL, "%s", fd_error_msg());
+    engine_free(&e);
+    drafter_free(&d);
+    model_free(&m);
+    be->destroy(be);
+}
+
+static char *csv_ids(const int32_t *ids, int n) {
+    char *s = fd_malloc((size_t)n * 12 + 1);
+    size_t used = 0;
+    s[0] = 0;
+    for (int i = 0; i < n; i++) used += (size_t)sprintf(s + used, "%s%d", i ? "," : "", ids[i]);
+    return s;
+}
+
+TEST(dflash2_cli_generate_and_draft_logits) {
+    for (int f = 0; f < N_D2; f++) {
+        const d2_fx *df = &k_d2[f];
+        fixture fx;
+        ASSERT(fixture_load(df->target, &fx) == 0, "%s", fd_error_msg());
+        char *csv = csv_ids(fx.ids, fx.n_ids), *plain = NULL, *cmd;
+        cmd = fd_sprintf("%s generate %s --ids %s -n 40 2>/dev/null", test_bin(), fx.dir, csv);
+        EXPECT(test_run(cmd, &plain) == 0);
+        free(cmd);
+        const int blocks[] = {4, 8, 16};
+        for (int b = 0; b < 3; b++) {
+            char *spec = NULL;
+            cmd = fd_sprintf("%s generate %s --ids %s -n 40 --draft tests/data/dflash/%s --block-size %d 2>/dev/null",
+                             test_bin(), fx.dir, csv, df->name, blocks[b]);
+            EXPECT(test_run(cmd, &spec) == 0);
+            EXPECT(plain && spec && !strcmp(plain, spec), "%s block %d: --draft output differs:\n%s%s", df->name,
+                   blocks[b], plain, spec);
+            free(cmd);
+            free(spec);
+        }
+        char *stats = NULL;
+        cmd = fd_sprintf("%s generate %s --ids %s -n 12 --temperature 0.8 --seed 3 --draft tests/data/dflash/%s "
+                         "--stats 2>&1 >/dev/null", test_bin(), fx.dir, csv, df->name);
+        EXPECT(test_run(cmd, &stats) == 0);
+        EXPECT(stats && strstr(stats, "dflash2 drafter") && strstr(stats, "emitted tokens/round"), "%s",
+               stats ? stats : "");
+        free(cmd);
+        free(stats);
+        char out[] = "/tmp/fd_d2logitsXXXXXX";
+        int fd = mkstemp(out);
+        ASSERT(fd >= 0);
+        close(fd);
+        cmd = fd_sprintf("%s draft-logits %s --draft tests/data/dflash/%s --ids %s --out %s 2>/dev/null", test_bin(),
+                         fx.dir, df->name, csv, out);
+        EXPECT(test_run(cmd, NULL) == 0);
+        size_t len = 0;
+        char *got = fd_read_file(out, &len);
+        float *want = read_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
+        ASSERT(got && want && len == (size_t)(df->block - 1) * fx.vocab * 4, "%s: draft-logits wrote %zu bytes",
+               df->name, len);
+        EXPECT(test_rel_l2((float *)got, want, (size_t)(df->block - 1) * fx.vocab) <= 1e-4);
+        unlink(out);
+        free(got);
+        free(want);
+        free(cmd);
+        free(plain);
+        free(csv);
+        fixture_free(&fx);
+    }
+}
