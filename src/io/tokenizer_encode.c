@@ -1,5 +1,6 @@
 // Encoding, in HF's order: added tokens on the raw text -> normalize the rest -> added tokens that match
 // normalized text -> Split steps -> ByteLevel -> BPE of each piece (with a per-call word cache).
+#include <pthread.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -24,9 +25,8 @@ typedef struct {
 typedef struct {
     const tok_tokenizer *t;
     tok_ids *out;
-    pcre2_match_data *md;
+    pcre2_match_data *md;     // from the thread's re_tls
     pcre2_match_context *mctx;
-    pcre2_jit_stack *jstack;
     int failed; // a regex returned an error: the whole call fails rather than giving wrong ids
     // word cache: piece bytes -> ids
     cache_ent *ce;
@@ -449,6 +449,70 @@ static void raw_gap(enc_ctx *c, const char *s, size_t n) {
     free(d);
 }
 
+// PCRE2 match state and encode scratch, one per thread and reused across calls: creating the JIT stack maps
+// memory, which cost ~40 us per call and dominated short prompts; fresh scratch buffers cost a few more.
+typedef struct {
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+    enc_ctx ctx; // scratch buffers kept between calls (trimmed after big inputs, see ctx_release)
+} re_tls;
+static pthread_key_t g_re_key;
+static pthread_once_t g_re_once = PTHREAD_ONCE_INIT;
+
+static void ctx_free_buffers(enc_ctx *c, int all) {
+    // Small buffers are kept for the next call; big ones (a long input) are given back.
+    if (all || c->ccap > 4096) {
+        free(c->ce);
+        c->ce = NULL;
+        c->ccap = 0;
+    }
+    if (all || c->ckeys_cap > (1 << 16)) {
+        free(c->ckeys);
+        c->ckeys = NULL;
+        c->ckeys_cap = 0;
+    }
+    if (all || c->cids.cap > (1 << 14)) tok_ids_free(&c->cids);
+    if (all || c->scap > 4096) {
+        free(c->sym), free(c->nid), free(c->prev), free(c->next), free(c->rank), free(c->heap);
+        c->sym = c->nid = c->prev = c->next = NULL;
+        c->rank = NULL;
+        c->heap = NULL;
+        c->scap = 0;
+    }
+    if (all || c->pcap > 4096) free(c->pbuf), c->pbuf = NULL, c->pcap = 0;
+    if (all || c->qcap > 4096) free(c->qbuf), c->qbuf = NULL, c->qcap = 0;
+    for (int i = 0; i < TOK_MAX_STEPS; i++)
+        if (all || c->spans[i].cap > 4096) free(c->spans[i].v), c->spans[i] = (span_vec){0};
+}
+
+static void re_tls_free(void *p) {
+    re_tls *r = p;
+    ctx_free_buffers(&r->ctx, 1);
+    pcre2_match_data_free(r->md);
+    pcre2_match_context_free(r->mctx);
+    pcre2_jit_stack_free(r->jstack);
+    free(r);
+}
+static void re_key_make(void) { FD_CHECK(pthread_key_create(&g_re_key, re_tls_free) == 0); }
+
+static re_tls *get_re_tls(void) {
+    pthread_once(&g_re_once, re_key_make);
+    re_tls *r = pthread_getspecific(g_re_key);
+    if (r) return r;
+    r = fd_calloc(1, sizeof *r);
+    r->md = pcre2_match_data_create(1, NULL);
+    r->mctx = pcre2_match_context_create(NULL);
+    r->jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    FD_CHECK(r->md && r->mctx && r->jstack, "out of memory");
+    pcre2_jit_stack_assign(r->mctx, NULL, r->jstack);
+    // A tokenizer.json can hold any regex; a catastrophic one must fail the call, not hang it. Real pre-tokenizer
+    // patterns stay orders of magnitude below this.
+    pcre2_set_match_limit(r->mctx, 20 * 1000 * 1000);
+    FD_CHECK(pthread_setspecific(g_re_key, r) == 0);
+    return r;
+}
+
 size_t tok_utf8_invalid_at(const char *text, size_t len) {
     const uint8_t *s = (const uint8_t *)text;
     size_t i = 0;
@@ -485,36 +549,28 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *ou
     size_t bad = tok_utf8_invalid_at(text, len);
     if (bad < len) return fd_error_set("tokenize: input is not valid UTF-8 at byte %zu", bad);
     size_t n0 = out->n;
-    enc_ctx c = {.t = t, .out = out};
-    c.md = pcre2_match_data_create(1, NULL);
-    c.mctx = pcre2_match_context_create(NULL);
-    c.jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    FD_CHECK(c.md && c.mctx && c.jstack, "out of memory");
-    pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
-    // A tokenizer.json can hold any regex; a catastrophic one must fail the call, not hang it. Real pre-tokenizer
-    // patterns stay orders of magnitude below this.
-    pcre2_set_match_limit(c.mctx, 20 * 1000 * 1000);
-    uint64_t want = len / 8 < 64 ? 64 : len / 8 > (1u << 16) ? (1u << 16) : len / 8;
-    c.ccap = 64;
-    while (c.ccap < want) c.ccap *= 2;
-    c.ce = fd_calloc(c.ccap, sizeof(cache_ent));
-    if (len > 0) added_split(&c, &t->raw_set, text, len, raw_gap);
-    pcre2_match_data_free(c.md);
-    pcre2_match_context_free(c.mctx);
-    pcre2_jit_stack_free(c.jstack);
-    free(c.ce);
-    free(c.ckeys);
-    tok_ids_free(&c.cids);
-    free(c.sym);
-    free(c.nid);
-    free(c.prev);
-    free(c.next);
-    free(c.rank);
-    free(c.heap);
-    free(c.pbuf);
-    free(c.qbuf);
-    for (int i = 0; i < TOK_MAX_STEPS; i++) free(c.spans[i].v);
-    if (c.failed) {
+    re_tls *r = get_re_tls();
+    enc_ctx *c = &r->ctx;
+    c->t = t;
+    c->out = out;
+    c->md = r->md;
+    c->mctx = r->mctx;
+    c->failed = 0;
+    uint32_t want = len / 8 < 64 ? 64 : len / 8 > (1u << 16) ? (1u << 16) : (uint32_t)(len / 8), cap = 64;
+    while (cap < want) cap *= 2;
+    if (cap != c->ccap) {
+        free(c->ce);
+        c->ce = fd_malloc(cap * sizeof(cache_ent));
+        c->ccap = cap;
+    }
+    memset(c->ce, 0, cap * sizeof(cache_ent)); // the cache lives for one call (it is per tokenizer)
+    c->ccount = 0;
+    c->ckeys_n = 0;
+    c->cids.n = 0;
+    if (len > 0) added_split(c, &t->raw_set, text, len, raw_gap);
+    int failed = c->failed;
+    ctx_free_buffers(c, 0);
+    if (failed) {
         out->n = n0;
         return -1;
     }
