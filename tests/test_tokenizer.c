@@ -190,6 +190,14 @@ TEST(tokenizer_golden_synth_c) {
     tok_free(t);
 }
 
+TEST(tokenizer_golden_synth_d_qwen35_shape) {
+    tok_tokenizer *t = test_tok_gz("synth_d");
+    if (!t) return;
+    int bad = golden_compare(t, DATA "synth_d.ids.gz", UTF8PROC_STABLE | UTF8PROC_COMPOSE, 1);
+    EXPECT(bad == 0, "%d documents differ from HF", bad);
+    tok_free(t);
+}
+
 TEST(tokenizer_golden_synth_b) {
     tok_tokenizer *t = test_tok_gz("synth_b");
     if (!t) return;

@@ -40,7 +40,8 @@ def load(spec):
 
 def tokenizers_list(qwen3):
     out = [("qwen3", qwen3), ("synth_a", os.path.join(DATA, "synth_a.json.gz")),
-           ("synth_b", os.path.join(DATA, "synth_b.json.gz")), ("synth_c", os.path.join(DATA, "synth_c.json.gz"))]
+           ("synth_b", os.path.join(DATA, "synth_b.json.gz")), ("synth_c", os.path.join(DATA, "synth_c.json.gz")),
+           ("synth_d", os.path.join(DATA, "synth_d.json.gz"))]
     # The other real tokenizers of `make tokenizer-data`, when present next to Qwen3's.
     third_party = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(qwen3))))
     for name in ("llama3", "gpt4o", "deepseek_v3"):

@@ -12,6 +12,8 @@ and change everything else that HF lets a byte-level BPE change:
            pattern); ignore_merges=true; merges as ["a","b"] pairs; a Contiguous Split of digits.
   synth_c: NFD; the Split behaviours the others lack: MergedWithNext (literal " "), Removed (punctuation), an
            inverted Isolated split, then plain ByteLevel; an rstrip added token.
+  synth_d: shaped like Qwen3.5's tokenizer (whose 248K-vocab file we cannot fetch here): NFC and its pre-tokenizer
+           regex, which adds \\p{M} to the letter runs; Qwen's special tokens, numbered after the vocab.
 """
 import gzip
 import json
@@ -118,10 +120,32 @@ def synth_c(src):
     }
 
 
+QWEN35_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+                "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def synth_d(src):
+    vocab, merges = base(src, 24000)
+    specials = [(a["content"], a["special"], {}) for a in src["added_tokens"]]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": added(vocab, specials),
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN35_REGEX}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         src = json.load(f)
-    for name, fn in (("synth_a", synth_a), ("synth_b", synth_b), ("synth_c", synth_c)):
+    for name, fn in (("synth_a", synth_a), ("synth_b", synth_b), ("synth_c", synth_c), ("synth_d", synth_d)):
         path = os.path.join(sys.argv[2], name + ".json.gz")
         with gzip.GzipFile(path, "wb", mtime=0) as f:
             f.write(json.dumps(fn(src), ensure_ascii=False).encode())
