@@ -444,7 +444,8 @@ int cmd_bench(int argc, char **argv) {
             o.random_cfg ? "random weights from " : "", o.random_cfg ? o.random_cfg : o.model_dir,
             (double)s.model.n_params / 1e9, s.be->name, fd_time_s() - t0);
     if (s.has_draft)
-        fprintf(stderr, "bench: DFlash drafter %s (%s), block %d; rounds use the ORACLE drafter at tau %.2f\n",
+        fprintf(stderr, "bench: DFlash drafter %s (%s), block %d; rounds use the ORACLE drafter with forced acceptance "
+                        "at tau %.2f\n",
                 o.draft_random ? o.draft_random : o.draft_dir, o.draft_random ? "random weights" : "checkpoint",
                 s.spec.B, o.bench.oracle_tau);
     fd_bench_row rows[FD_BENCH_MAX_CTX];
@@ -454,7 +455,7 @@ int cmd_bench(int argc, char **argv) {
     } else {
         printf("flashdelta bench: %s, backend %s, prefill budget %d, %d decode tokens%s\n",
                o.random_cfg ? o.random_cfg : o.model_dir, s.be->name, o.bench.prefill_chunk, o.bench.decode_tokens,
-               s.has_draft ? ", DFlash columns from the ORACLE drafter" : "");
+               s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
         printf("routes: gdn_prefill=%s; gdn chunked %lld calls / %lld tokens, gdn serial %lld calls / %lld tokens\n",
                o.gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", (long long)s.eng.gdn_chunked.calls,

@@ -146,7 +146,7 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         memset(&s->st, 0, sizeof s->st);
         int sched[64];
         oracle_schedule(o->oracle_tau, s->B, sched, 64);
-        fd_spec_oracle orc = {ref, n_ref, sched, 64};
+        fd_spec_oracle orc = {ref, n_ref, sched, 64, 1}; // forced acceptance: tau exact (see dflash.h)
         s->oracle = &orc;
         int64_t produced = 1;
         int32_t tok = anchor, emitted[FD_SPEC_MAX_BLOCK];

@@ -231,6 +231,10 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     int32_t next;
     if (sampled) {
         acc = spec_accept_sampled(smp, block, L, s->h_q, s->h_logits, V, s->h_p, &next);
+    } else if (s->oracle && s->oracle->force) {
+        const int a = s->oracle->accept[s->st.rounds % s->oracle->n_accept];
+        acc = a < L - 1 ? a : L - 1;
+        next = engine_argmax(s->h_logits + (int64_t)acc * V, V);
     } else {
         while (acc < L - 1 && engine_argmax(s->h_logits + (int64_t)acc * V, V) == block[acc + 1]) acc++;
         next = engine_argmax(s->h_logits + (int64_t)acc * V, V);

@@ -14,13 +14,17 @@ typedef struct {
     double draft_s, verify_s, round_s;
 } fd_spec_stats;
 
-// Oracle drafter (tests and the bench): proposes the reference continuation `ref` with a forced number of
+// Oracle drafter (tests and the bench): proposes the reference continuation `ref` with a set number of
 // correct drafts per round (cycled from `accept`), then a wrong token. Label results as oracle runs.
+// With `force`, the round accepts exactly that many drafts whatever the target says (the bench: the round's
+// work is the same, and tau stays exact where a reference made by 1-token decode steps and a B-token verify
+// disagree on near-ties, as random weights and GPU rounding do); the output is then not the target's greedy.
 typedef struct {
     const int32_t *ref;
     int64_t ref_len;
     const int *accept;
     int n_accept;
+    int force;
 } fd_spec_oracle;
 
 typedef struct fd_dflash {
