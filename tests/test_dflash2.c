@@ -184,7 +184,8 @@ TEST(dflash2_greedy_identical_at_block_sizes) {
             engine_reset(&r.e);
             int sched[FD_SPEC_MAX_BLOCK];
             for (int a = 0; a < blocks[b]; a++) sched[a] = (a * 5 + 3) % blocks[b];
-            fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, blocks[b]};
+            fd_spec_oracle orc = {.ref = r.fx.greedy, .ref_len = r.fx.n_greedy, .accept = sched,
+                                  .n_accept = blocks[b]};
             r.s.oracle = &orc;
             memset(out, 0, sizeof(int32_t) * (size_t)r.fx.n_greedy);
             ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s",
@@ -313,8 +314,8 @@ static void check_lossless(const d2_fx *df, float T, int top_k, float top_p, int
 }
 
 TEST(dflash2_sampling_is_lossless) {
-    check_lossless(&k_d2[1], 1.0f, 0, 1.0f, 4, 400);
-    check_lossless(&k_d2[0], 2.0f, 40, 1.0f, 8, 400);
+    check_lossless(&k_d2[1], 1.5f, 0, 1.0f, 4, 400);
+    check_lossless(&k_d2[0], 3.0f, 60, 0.95f, 8, 400);
 }
 
 // Writes DIR/config.json = the drafter's config with `edit` applied, and links its weights.

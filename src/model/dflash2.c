@@ -95,7 +95,9 @@ static int bind_nd(fd_drafter *d, fd_weight *w, const char *name, int nd, const 
     if (!t) return fd_error_set("missing tensor '%s' (expected [%s])", name, want);
     int ok = t->ndim == nd;
     for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == dims[i];
-    if (!ok) return fd_error_set("%s: tensor '%s' has the wrong shape (expected [%s])", d->st.files[t->file].path, name, want);
+    if (!ok)
+        return fd_error_set("%s: tensor '%s' has the wrong shape (expected [%s])", d->st.files[t->file].path, name,
+                            want);
     if (t->dtype != FD_F32 && t->dtype != FD_F16 && t->dtype != FD_BF16)
         return fd_error_set("%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", d->st.files[t->file].path, name,
                             fd_dtype_name(t->dtype));
