@@ -229,3 +229,55 @@ TEST(tokenizer_golden_more) {
         free(ids);
     }
 }
+
+// decode vs HF's decode (tools/tokenizer_decode_golden.js): added tokens break the byte runs, invalid bytes become
+// U+FFFD per run, skip_special. The streaming decoder must give the same text.
+TEST(tokenizer_decode_golden) {
+    json_error_t e;
+    json_t *cases = json_load_file(DATA "decode_cases.json", 0, &e);
+    ASSERT(json_is_array(cases), "decode_cases.json: %s", e.text);
+    static const char *names[] = {"synth_a", "synth_b", "synth_c", "synth_d"};
+    tok_tokenizer *toks[4] = {0};
+    for (int i = 0; i < 4; i++) toks[i] = test_tok_gz(names[i]);
+    int bad = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i), *jids = json_object_get(c, "ids");
+        const char *name = json_string_value(json_object_get(c, "tokenizer"));
+        const tok_tokenizer *t = NULL;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(names[k], name)) t = toks[k];
+        if (!t) continue;
+        size_t n = json_array_size(jids);
+        int32_t *ids = fd_malloc((n + 1) * sizeof(int32_t));
+        for (size_t k = 0; k < n; k++) ids[k] = (int32_t)json_integer_value(json_array_get(jids, k));
+        int skip = json_is_true(json_object_get(c, "skip_special"));
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        char *got = NULL;
+        size_t gn = 0;
+        int ok = tok_decode(t, ids, n, skip, &got, &gn) == 0 && gn == strlen(want) && !memcmp(got, want, gn);
+        // the stream, piece by piece
+        tok_stream *st = tok_stream_new(t, skip);
+        char *acc = fd_calloc(1, 1);
+        size_t an = 0, len;
+        for (size_t k = 0; k < n; k++) {
+            const char *p = tok_stream_push(st, ids[k], &len);
+            acc = fd_realloc(acc, an + len + 1);
+            if (p) memcpy(acc + an, p, len), an += len;
+        }
+        const char *p = tok_stream_flush(st, &len);
+        acc = fd_realloc(acc, an + len + 1);
+        memcpy(acc + an, p, len);
+        an += len;
+        ok = ok && an == strlen(want) && !memcmp(acc, want, an);
+        if (!ok && bad++ < 4)
+            fprintf(stderr, "  decode case %zu (%s, skip=%d): got \"%.*s\" / stream \"%.*s\", want \"%s\"\n", i, name, skip,
+                    (int)gn, got ? got : "", (int)an, acc, want);
+        tok_stream_free(st);
+        free(acc);
+        free(got);
+        free(ids);
+    }
+    EXPECT(bad == 0, "%d of %zu decode cases differ from HF", bad, json_array_size(cases));
+    for (int i = 0; i < 4; i++) tok_free(toks[i]);
+    json_decref(cases);
+}

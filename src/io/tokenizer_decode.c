@@ -1,5 +1,6 @@
-// Decoding: ids -> the ByteLevel decoder's bytes -> UTF-8 with invalid sequences replaced by U+FFFD the way
-// Rust's String::from_utf8_lossy does (one U+FFFD per maximal invalid subpart), which is what HF returns.
+// Decoding as HF's TokenizerImpl::decode does it: runs of model tokens go through the ByteLevel decoder (bytes,
+// then UTF-8 with invalid sequences replaced by U+FFFD the way Rust's String::from_utf8_lossy does: one per
+// maximal invalid subpart); an added token ends the run and is emitted as its content, untouched.
 #include <string.h>
 
 #include "base/base.h"
@@ -80,17 +81,24 @@ static size_t lossy_append(buf_t *out, const uint8_t *s, size_t n, int final) {
 
 int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **out, size_t *out_len) {
     buf_t raw = {0}, res = {0};
+    buf_put(&res, "", 0);
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_ids || !t->id_bytes[id]) {
             free(raw.p);
+            free(res.p);
             return fd_error_set("decode: unknown token id %d (vocab has %d)", id, t->n_ids);
         }
         if (skip_special && t->id_special[id]) continue;
-        buf_put(&raw, t->id_bytes[id], t->id_bytes_len[id]);
+        if (t->id_added[id]) { // ends the current run of model tokens
+            lossy_append(&res, (const uint8_t *)raw.p, raw.n, 1);
+            raw.n = 0;
+            buf_put(&res, t->id_bytes[id], t->id_bytes_len[id]);
+        } else {
+            buf_put(&raw, t->id_bytes[id], t->id_bytes_len[id]);
+        }
     }
-    buf_put(&res, "", 0);
-    if (raw.n) lossy_append(&res, (const uint8_t *)raw.p, raw.n, 1);
+    lossy_append(&res, (const uint8_t *)raw.p, raw.n, 1);
     free(raw.p);
     *out = res.p;
     if (out_len) *out_len = res.n;
@@ -128,6 +136,13 @@ const char *tok_stream_push(tok_stream *s, int32_t id, size_t *len) {
     s->out.n = 0;
     buf_put(&s->out, "", 0);
     if (s->skip_special && t->id_special[id]) return s->out.p;
+    if (t->id_added[id]) { // what is held can no longer be completed: as in tok_decode, it ends here
+        lossy_append(&s->out, s->held, s->n_held, 1);
+        s->n_held = 0;
+        buf_put(&s->out, t->id_bytes[id], t->id_bytes_len[id]);
+        *len = s->out.n;
+        return s->out.p;
+    }
     s->in.n = 0;
     buf_put(&s->in, s->held, s->n_held);
     buf_put(&s->in, t->id_bytes[id], t->id_bytes_len[id]);

@@ -52,6 +52,7 @@ struct tok_tokenizer {
     char **id_bytes; // [n_ids] the bytes the ByteLevel decoder gives for the token
     uint32_t *id_bytes_len;
     uint8_t *id_special; // [n_ids]
+    uint8_t *id_added;   // [n_ids] 1 for added tokens: decoded as their raw content, outside the ByteLevel decoder
 
     tok_str_map vocab;          // model vocab (byte-level strings) -> id
     tok_merge_slot *merges;     // [merge_cap] key and value side by side: one cache miss per lookup

@@ -245,6 +245,7 @@ static int load_vocab(tok_tokenizer *t, json_t *vocab, json_t *added) {
     t->id_text = fd_calloc((size_t)t->n_ids, sizeof(char *));
     t->id_text_len = fd_calloc((size_t)t->n_ids, sizeof(uint32_t));
     t->id_special = fd_calloc((size_t)t->n_ids, 1);
+    t->id_added = fd_calloc((size_t)t->n_ids, 1);
     size_t nv = json_object_size(vocab);
     t->vocab.cap = pow2_at_least(nv * 2);
     t->vocab.hash = fd_calloc(t->vocab.cap, sizeof(uint64_t));
@@ -375,12 +376,15 @@ static int load_added(tok_tokenizer *t, json_t *added) {
         d->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
         d->single_word = (uint8_t)json_flag(a, "single_word", 0);
         d->normalized = (uint8_t)json_flag(a, "normalized", !d->special);
-        set_id_text(t, id, content, len); // decode text of an added token is its content (overrides the vocab's)
         t->id_special[id] = d->special;
+        t->id_added[id] = 1;
         size_t nl = len;
         d->content = (d->normalized && t->norm_options) ? tok_normalize(t, content, len, &nl)
                                                         : fd_strdup(content);
         d->len = (uint32_t)nl;
+        // Its decode text (overriding the vocab's): the content as matched, i.e. normalized when `normalized`
+        // (HF's id_to_token and decode give "fix" for a normalized NFKC token written "\ufb01x").
+        set_id_text(t, id, d->content, nl);
         t->n_added++;
         if (nl == 0) d->len = 0; // normalizes to nothing: kept for decode, never matched
     }
@@ -389,8 +393,9 @@ static int load_added(tok_tokenizer *t, json_t *added) {
     return 0;
 }
 
-// The bytes each token decodes to: through the byte table when every char is in it, else the text itself (that
-// is what HF's ByteLevel decoder does with added tokens such as "<|im_end|>" or CJK added words).
+// The bytes each token decodes to. Added tokens decode to their content as written (HF emits them around the
+// decoder); model tokens go through the byte table when every char is in it, else the text itself (what HF's
+// ByteLevel decoder does).
 static void build_decode_bytes(tok_tokenizer *t) {
     uint32_t b2c[256];
     int16_t c2b[512];
@@ -404,7 +409,7 @@ static void build_decode_bytes(tok_tokenizer *t) {
         if (!s) continue;
         uint32_t n = t->id_text_len[id], o = 0, k = 0;
         char *out = fd_malloc(n + 1);
-        int ok = tok_utf8_invalid_at(s, n) == n;
+        int ok = !t->id_added[id] && tok_utf8_invalid_at(s, n) == n;
         while (ok && k < n) {
             uint32_t cp;
             k += (uint32_t)tok_utf8_decode((const uint8_t *)s + k, &cp);
@@ -515,6 +520,7 @@ void tok_free(tok_tokenizer *t) {
     free(t->id_bytes);
     free(t->id_bytes_len);
     free(t->id_special);
+    free(t->id_added);
     free(t->vocab.hash);
     free(t->vocab.id);
     free(t->merges);
