@@ -387,6 +387,54 @@ TEST(dflash2_bad_configs) {
     model_free(&m);
 }
 
+// The fields of the published DFlash2 config (z-lab tests/fixtures/dflash2-config.json) on the small geometry:
+// every layer sliding_attention (window 2048) with "is_causal": false, block_size only in dflash_config,
+// output_multiplier and final_logit_softcapping, rms_norm_eps 1e-5.
+static void e_published(json_t *r) {
+    json_t *lt = json_array();
+    json_array_append_new(lt, json_string("sliding_attention"));
+    json_array_append_new(lt, json_string("sliding_attention"));
+    json_object_set_new(r, "layer_types", lt);
+    json_object_set_new(r, "sliding_window", json_integer(2048));
+    json_object_set_new(r, "use_sliding_window", json_true());
+    json_object_set_new(r, "rms_norm_eps", json_real(1e-5));
+    json_object_set_new(DC(r), "output_multiplier", json_real(0.19611613513818404));
+    json_object_set_new(DC(r), "final_logit_softcapping", json_real(20.0));
+    json_object_del(r, "block_size");
+}
+
+TEST(dflash2_published_config_fields) {
+    char *dir = bad_dir("qwen35_moe_d2_b16", e_published);
+    ASSERT(dir, "temp dir");
+    fixture fx;
+    fd_model m;
+    ASSERT(fixture_load("qwen35_moe", &fx) == 0 && model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+    model_upload(&m, cpu());
+    fd_drafter d;
+    ASSERT(drafter_load(dir, &m, &d) == 0, "%s", fd_error_msg());
+    EXPECT(d.v2 && d.v2->window[0] == 2048 && d.v2->window[1] == 2048 && d.block_size == 16);
+    EXPECT(fabsf(d.output_multiplier - 0.196116f) < 1e-5f && d.final_logit_softcap == 20.0f);
+    EXPECT(d.v2->conv_kernel == 2 && d.v2->conv_group == 8 && d.v2->rank == 24 && d.v2->top_k == 8);
+    drafter_upload(&d, cpu());
+    fd_engine e;
+    fd_dflash s;
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.capacity = fx.n_ids + 64;
+    o.max_batch = 64;
+    ASSERT(engine_init(&e, &m, cpu(), &o) == 0 && dflash_init(&s, &e, &d, 8) == 0, "%s", fd_error_msg());
+    int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
+    ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
+    EXPECT(!memcmp(out, fx.greedy, sizeof(int32_t) * (size_t)fx.n_greedy), "greedy output differs");
+    free(out);
+    dflash_free(&s);
+    engine_free(&e);
+    drafter_free(&d);
+    model_free(&m);
+    fixture_free(&fx);
+    rm_dir(dir);
+}
+
 TEST(dflash2_backend_without_ops_is_refused) {
     fd_backend *be = fd_backend_cpu_create(0);
     be->dyn_conv = NULL; // as on a backend that has not implemented the DFlash2 ops
