@@ -134,16 +134,21 @@ int dflash2_bind(fd_drafter *d) {
     return 0;
 }
 
-void dflash2_upload(fd_drafter *d, fd_backend *be) {
+void dflash2_for_each_weight(fd_drafter *d, fd_backend *be, void (*fn)(fd_backend *, fd_weight *)) {
     fd_dflash2 *m = d->v2;
+    if (!m || !m->attn_conv) return;
     for (int i = 0; i < d->num_layers; i++) {
-        be->upload_weight(be, &m->attn_conv[i].base);
-        be->upload_weight(be, &m->attn_conv[i].proj);
-        be->upload_weight(be, &m->mlp_conv[i].base);
-        be->upload_weight(be, &m->mlp_conv[i].proj);
+        fn(be, &m->attn_conv[i].base);
+        fn(be, &m->attn_conv[i].proj);
+        fn(be, &m->mlp_conv[i].base);
+        fn(be, &m->mlp_conv[i].proj);
     }
-    be->upload_weight(be, &m->hidden_proj);
+    fn(be, &m->hidden_proj);
 }
+
+static void upload(fd_backend *be, fd_weight *w) { be->upload_weight(be, w); }
+
+void dflash2_upload(fd_drafter *d, fd_backend *be) { dflash2_for_each_weight(d, be, upload); }
 
 void dflash2_free(fd_drafter *d) {
     fd_dflash2 *m = d->v2;

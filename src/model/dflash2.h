@@ -33,5 +33,7 @@ int dflash2_parse_config(json_t *root, json_t *dc, const char *path, fd_drafter 
 // Binds the DFlash2 tensors (from d->st, or synthetic when d->synthetic).
 int dflash2_bind(fd_drafter *d);
 void dflash2_upload(fd_drafter *d, fd_backend *be);
+// Calls fn on every DFlash2 weight that dflash2_upload gives the backend (the codebooks stay on the host).
+void dflash2_for_each_weight(fd_drafter *d, fd_backend *be, void (*fn)(fd_backend *, fd_weight *));
 void dflash2_free(fd_drafter *d);
 #endif
