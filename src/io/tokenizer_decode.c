@@ -16,7 +16,7 @@ static void buf_put(buf_t *b, const void *s, size_t n) {
         b->cap = (b->n + n + 1) * 2;
         b->p = fd_realloc(b->p, b->cap);
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n); // s may be NULL when n is 0
     b->n += n;
     b->p[b->n] = 0;
 }
