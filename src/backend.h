@@ -50,6 +50,7 @@ struct fd_backend {
     void (*to_host)(fd_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(fd_backend *be, void *dst, const void *src, size_t bytes);
     void (*upload_weight)(fd_backend *be, fd_weight *w);
+    void (*release_weight)(fd_backend *be, fd_weight *w); // frees what upload_weight made; w->dev = NULL
     void (*sync)(fd_backend *be);
     void (*destroy)(fd_backend *be);
 

@@ -195,7 +195,7 @@ TEST(dflash_every_accept_count_commits_exact_state) {
         int32_t *ref = calloc((size_t)n_new, sizeof *ref), *out = calloc((size_t)n_new, sizeof *out);
         ASSERT(engine_generate_greedy(&cc.fresh, r.fx.ids, r.fx.n_ids, 64, n_new, ref) == 0, "%s", fd_error_msg());
         cc.ref = ref;
-        fd_spec_oracle orc = {ref, n_new, sched, B};
+        fd_spec_oracle orc = {ref, n_new, sched, B, 0}; // genuine acceptance
         r.s.oracle = &orc;
         r.s.on_commit = on_commit;
         r.s.on_commit_ctx = &cc;
@@ -225,7 +225,7 @@ TEST(dflash_capacity_edge) {
     fixture_free(&fx);
     ASSERT(rig_open(&r, &k_drafts[0], 0, cap) == 0, "%s", fd_error_msg());
     int sched[] = {7, 6, 7};
-    fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, 3};
+    fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, 3, 0};
     r.s.oracle = &orc;
     int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
     ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());

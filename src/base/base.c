@@ -56,6 +56,17 @@ void fd_panic(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+void fd_panic_check(const char *file, int line, const char *cond, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "flashdelta: fatal: %s:%d: check failed: %s", file, line, cond);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
 void *fd_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) FD_PANIC("out of memory allocating %zu bytes", n);

@@ -35,9 +35,11 @@ void fd_error_clear(void);
 
 // ---- invariants ----
 FD_NORETURN void fd_panic(const char *file, int line, const char *fmt, ...) FD_PRINTF(3, 4);
+FD_NORETURN void fd_panic_check(const char *file, int line, const char *cond, const char *fmt, ...) FD_PRINTF(4, 5);
+// The condition text goes in as an argument, never into the format (a '%' in it would be a conversion).
 #define FD_CHECK(cond, ...)                                                                                            \
     do {                                                                                                               \
-        if (!(cond)) fd_panic(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__);                             \
+        if (!(cond)) fd_panic_check(__FILE__, __LINE__, #cond, " " __VA_ARGS__);                                       \
     } while (0)
 #define FD_PANIC(...) fd_panic(__FILE__, __LINE__, __VA_ARGS__)
 

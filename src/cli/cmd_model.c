@@ -291,6 +291,8 @@ static void session_close(session *s) {
     }
     dflash_free(&s->spec);
     engine_free(&s->eng);
+    if (s->be) model_release(&s->model, s->be);
+    if (s->be && s->has_draft) drafter_release(&s->dr, s->be);
     if (s->has_draft) drafter_free(&s->dr);
     if (s->be) s->be->destroy(s->be);
     model_free(&s->model);

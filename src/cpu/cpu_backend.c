@@ -26,6 +26,10 @@ static void cpu_upload_weight(fd_backend *be, fd_weight *w) {
     w->dev = (void *)w->data;
     w->dev_dtype = w->dtype;
 }
+static void cpu_release_weight(fd_backend *be, fd_weight *w) {
+    (void)be;
+    w->dev = NULL; // it was the bound data itself
+}
 static void cpu_sync(fd_backend *be) { (void)be; }
 static void cpu_destroy(fd_backend *be) { free(be); }
 
@@ -41,6 +45,7 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
     be->to_host = cpu_copy;
     be->copy = cpu_copy;
     be->upload_weight = cpu_upload_weight;
+    be->release_weight = cpu_release_weight;
     be->sync = cpu_sync;
     be->destroy = cpu_destroy;
     cpu_install_dense(be);

@@ -159,6 +159,13 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
     w->dev_dtype = want;
 }
 
+static void cu_release_weight(fd_backend *be, fd_weight *w) {
+    cu_impl *c = cu_of(be);
+    FD_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // no kernel may still read it
+    FD_CUDA_CHECK(cudaFree(w->dev));
+    w->dev = NULL;
+}
+
 // ---- embedding: out[n, d] f32 = table[ids[i]] ----
 __global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int n, int d) {
     for (int i = blockIdx.y; i < n; i += gridDim.y) { // grid.y is capped at 65535
@@ -262,6 +269,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->to_host = cu_to_host;
     be->copy = cu_copy;
     be->upload_weight = cu_upload_weight;
+    be->release_weight = cu_release_weight;
     be->sync = cu_sync;
     be->destroy = cu_destroy;
     be->embed = cu_embed;

@@ -39,6 +39,7 @@ static void *tr_alloc(fd_backend *be, size_t b) { return IN(be)->alloc(IN(be), b
 static void tr_free(fd_backend *be, void *p) { IN(be)->free(IN(be), p); }
 static void tr_zero(fd_backend *be, void *p, size_t b) { IN(be)->zero(IN(be), p, b); }
 static void tr_upload(fd_backend *be, fd_weight *w) { IN(be)->upload_weight(IN(be), w); }
+static void tr_release(fd_backend *be, fd_weight *w) { IN(be)->release_weight(IN(be), w); }
 static void tr_sync(fd_backend *be) { IN(be)->sync(IN(be)); }
 static size_t tr_kvb(fd_backend *be, int Hkv, int hd) { return IN(be)->kv_bytes_per_token(IN(be), Hkv, hd); }
 static void tr_destroy(fd_backend *be) {
@@ -138,6 +139,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->to_host = tr_to_host;
     be->copy = tr_copy;
     be->upload_weight = tr_upload;
+    be->release_weight = tr_release;
     be->sync = tr_sync;
     be->destroy = tr_destroy;
     be->embed = tr_embed;

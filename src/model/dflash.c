@@ -212,17 +212,32 @@ int drafter_random(const char *config_path, const fd_model *target, uint64_t see
     return drafter_open(config_path, fd_strdup(config_path), target, d);
 }
 
-void drafter_upload(fd_drafter *d, fd_backend *be) {
-    be->upload_weight(be, &d->fc);
-    be->upload_weight(be, &d->hidden_norm);
-    be->upload_weight(be, &d->norm);
+// Every DFlash (v1) weight of the drafter.
+static void for_each_weight(fd_drafter *d, fd_backend *be, void (*fn)(fd_backend *, fd_weight *)) {
+    fn(be, &d->fc);
+    fn(be, &d->hidden_norm);
+    fn(be, &d->norm);
     for (int i = 0; i < d->num_layers; i++) {
         fd_draft_layer *L = &d->layers[i];
-        fd_weight *ws[] = {&L->input_norm, &L->post_norm, &L->q_proj, &L->k_proj,     &L->v_proj,  &L->o_proj,
+        fd_weight *ws[] = {&L->input_norm, &L->post_norm, &L->q_proj,    &L->k_proj,  &L->v_proj,   &L->o_proj,
                            &L->q_norm,     &L->k_norm,    &L->gate_proj, &L->up_proj, &L->down_proj};
-        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) be->upload_weight(be, ws[j]);
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) fn(be, ws[j]);
     }
+}
+
+static void upload(fd_backend *be, fd_weight *w) { be->upload_weight(be, w); }
+static void release(fd_backend *be, fd_weight *w) {
+    if (w->dev) be->release_weight(be, w);
+}
+
+void drafter_upload(fd_drafter *d, fd_backend *be) {
+    for_each_weight(d, be, upload);
     if (d->v2) dflash2_upload(d, be);
+}
+
+void drafter_release(fd_drafter *d, fd_backend *be) {
+    if (!d->layers) return;
+    for_each_weight(d, be, release); // TODO(dflash2): the DFlash2 conv/selector weights are not released yet
 }
 
 void drafter_free(fd_drafter *d) {

@@ -46,5 +46,7 @@ int drafter_load(const char *dir, const fd_model *target, fd_drafter *d);
 // A drafter of the geometry in config file `config_path` with random bf16 weights.
 int drafter_random(const char *config_path, const fd_model *target, uint64_t seed, fd_drafter *d);
 void drafter_upload(fd_drafter *d, fd_backend *be);
+// Frees the backend's copies (before the backend is destroyed).
+void drafter_release(fd_drafter *d, fd_backend *be);
 void drafter_free(fd_drafter *d);
 #endif

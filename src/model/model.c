@@ -235,15 +235,12 @@ int model_load(const char *dir, fd_model *m) {
     return 0;
 }
 
-static void upload(fd_backend *be, fd_weight *w) {
-    if (w->data) be->upload_weight(be, w);
-}
-
-void model_upload(fd_model *m, fd_backend *be) {
-    upload(be, &m->embed);
-    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed;
-    else upload(be, &m->lm_head);
-    upload(be, &m->final_norm);
+// Every weight of the model except the tied LM head (which is the embedding), in one place for upload and release.
+static void for_each_weight(fd_model *m, fd_backend *be, void (*fn)(fd_backend *, fd_weight *)) {
+    if (!m->layers) return; // not (or no longer) bound
+    fn(be, &m->embed);
+    if (m->lm_head.data != m->embed.data) fn(be, &m->lm_head);
+    fn(be, &m->final_norm);
     for (int i = 0; i < m->cfg.num_layers; i++) {
         fd_layer *L = &m->layers[i];
         fd_weight *ws[] = {&L->input_norm, &L->post_norm, &L->in_qkvz,   &L->in_ba,     &L->in_qkv,    &L->in_z,
@@ -251,14 +248,31 @@ void model_upload(fd_model *m, fd_backend *be) {
                            &L->out_proj,   &L->q_proj,    &L->k_proj,    &L->v_proj,    &L->o_proj,    &L->q_norm,
                            &L->k_norm,     &L->gate_proj, &L->up_proj,   &L->down_proj, &L->router,    &L->sh_gate,
                            &L->sh_up,      &L->sh_down,   &L->sh_gate_w};
-        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) upload(be, ws[j]);
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) fn(be, ws[j]);
         if (L->is_moe)
             for (int e = 0; e < m->cfg.num_experts; e++) {
-                upload(be, &L->ex_gate[e]);
-                upload(be, &L->ex_up[e]);
-                upload(be, &L->ex_down[e]);
+                fn(be, &L->ex_gate[e]);
+                fn(be, &L->ex_up[e]);
+                fn(be, &L->ex_down[e]);
             }
     }
+}
+
+static void upload(fd_backend *be, fd_weight *w) {
+    if (w->data) be->upload_weight(be, w);
+}
+static void release(fd_backend *be, fd_weight *w) {
+    if (w->dev) be->release_weight(be, w);
+}
+
+void model_upload(fd_model *m, fd_backend *be) {
+    for_each_weight(m, be, upload);
+    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed; // tied: share the device copy too
+}
+
+void model_release(fd_model *m, fd_backend *be) {
+    for_each_weight(m, be, release);
+    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed;
 }
 
 void model_free(fd_model *m) {

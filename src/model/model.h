@@ -53,6 +53,8 @@ int model_load(const char *dir, fd_model *m);
 int model_random(const char *config_path, uint64_t seed, fd_model *m);
 // Gives the backend its copy of every weight.
 void model_upload(fd_model *m, fd_backend *be);
+// Frees the backend's copies (before the backend is destroyed).
+void model_release(fd_model *m, fd_backend *be);
 void model_free(fd_model *m);
 // One-line-per-fact summary (for `flashdelta info`).
 void model_print_info(const fd_model *m, FILE *f);
