@@ -204,6 +204,15 @@ static int parse_opts(int argc, char **argv, cli_opts *o, int need_model) {
     return rc;
 }
 
+// Writes n little-endian fp32 values (the host is little-endian x86-64 / arm64); 1 with a message on failure.
+static int write_f32(const char *path, const float *x, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(x, sizeof(float), n, f) != n;
+    if (f && fclose(f)) bad = 1;
+    if (bad) fprintf(stderr, "flashdelta: error: cannot write %s: %s\n", path, strerror(errno));
+    return bad;
+}
+
 static fd_backend *make_backend(const cli_opts *o) {
     if (!strcmp(o->backend, "cuda")) {
 #ifdef FD_HAVE_CUDA
@@ -334,12 +343,7 @@ int cmd_logits(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
     } else {
-        FILE *f = fopen(o.out, "wb");
-        if (!f || fwrite(logits, sizeof(float), (size_t)o.n_ids * V, f) != (size_t)o.n_ids * V) {
-            fprintf(stderr, "flashdelta: error: cannot write %s: %s\n", o.out, strerror(errno));
-            rc = 1;
-        }
-        if (f && fclose(f)) rc = 1;
+        rc = write_f32(o.out, logits, (size_t)o.n_ids * V);
         if (!rc)
             FD_INFO("wrote %lld x %d logits to %s (prefill %.1f tok/s)", (long long)o.n_ids, V, o.out,
                     (double)o.n_ids / dt);
@@ -406,11 +410,8 @@ int cmd_draft_logits(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
     } else {
-        FILE *f = fopen(o.out, "wb");
-        if (!f || fwrite(logits, sizeof(float), (size_t)(B - 1) * V, f) != (size_t)(B - 1) * V) rc = 1;
-        if (f && fclose(f)) rc = 1;
-        if (rc) fprintf(stderr, "flashdelta: error: cannot write %s: %s\n", o.out, strerror(errno));
-        else FD_INFO("anchor %d; wrote %d x %d draft logits to %s", anchor, B - 1, V, o.out);
+        rc = write_f32(o.out, logits, (size_t)(B - 1) * V);
+        if (!rc) FD_INFO("anchor %d; wrote %d x %d draft logits to %s", anchor, B - 1, V, o.out);
     }
     free(logits);
     free(o.ids);
