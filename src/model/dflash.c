@@ -237,7 +237,8 @@ void drafter_upload(fd_drafter *d, fd_backend *be) {
 
 void drafter_release(fd_drafter *d, fd_backend *be) {
     if (!d->layers) return;
-    for_each_weight(d, be, release); // TODO(dflash2): the DFlash2 conv/selector weights are not released yet
+    for_each_weight(d, be, release);
+    dflash2_for_each_weight(d, be, release); // no-op for a DFlash drafter
 }
 
 void drafter_free(fd_drafter *d) {
