@@ -27,6 +27,20 @@ typedef struct {
 
 typedef struct fd_backend fd_backend;
 
+// A named execution route: an op with more than one implementation. The choice is explicit (default, flag
+// `--route NAME=VALUE`, env FD_ROUTE_<NAME>), printed at start, and every call is counted under the value that
+// actually ran, so a run can prove it took the route it was asked for (routes_verify in engine/routes.h).
+#define FD_ROUTE_MAX_VALUES 4
+typedef struct {
+    const char *name;
+    const char *values[FD_ROUTE_MAX_VALUES + 1]; // NULL-terminated
+    int *sel;                                    // index of the chosen value; the implementation reads it
+    int64_t calls[FD_ROUTE_MAX_VALUES];          // calls and tokens per value actually run
+    int64_t tokens[FD_ROUTE_MAX_VALUES];
+    const char *by_shape; // non-NULL: some calls take another value by design; says which (e.g. "< 64 rows")
+    const char *help;
+} fd_route;
+
 // GDN prefill route: the chunked (UT/WY, chunk 64) form or the token-serial recurrence.
 typedef enum { FD_GDN_CHUNKED = 0, FD_GDN_SERIAL = 1 } fd_gdn_route;
 
@@ -41,6 +55,10 @@ struct fd_backend {
     const char *name;
     int act_bytes;
     void *impl;
+    fd_route *routes; // this backend's own routes (may be none)
+    int n_routes;
+    // Refuses impossible combinations of the selected routes (NULL: all combinations work).
+    int (*check_routes)(fd_backend *be);
 
     // ---- memory ----
     void *(*alloc)(fd_backend *be, size_t bytes); // zero-filled

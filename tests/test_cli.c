@@ -305,3 +305,37 @@ TEST(cli_trace_writes_chrome_json) {
     free(csv);
     fixture_free(&fx);
 }
+
+TEST(cli_routes_select_print_and_refuse) {
+    const char *m = "tests/data/fixtures/qwen35_moe";
+    char *out = NULL, *cmd;
+    cmd = fd_sprintf("%s generate %s --ids 1,2,3,4,5,6,7,8,9 -n 4 --route gdn_prefill=serial --stats 2>&1", test_bin(), m);
+    EXPECT(test_run(cmd, &out) == 0);
+    EXPECT(out && strstr(out, "routes: gdn_prefill=serial [chunked | serial]") &&
+               strstr(out, "gdn_prefill    selected serial    chunked 0 / 0  serial 1 / 9"),
+           "%s", out ? out : "");
+    free(out);
+    free(cmd);
+    cmd = fd_sprintf("FD_ROUTE_GDN_PREFILL=serial %s generate %s --ids 1,2,3 -n 2 2>&1", test_bin(), m);
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "gdn_prefill=serial"), "%s", out ? out : "");
+    free(out);
+    free(cmd);
+    expect_error("generate tests/data/fixtures/qwen35_moe --ids 1,2 --route bogus=1", "no route 'bogus'",
+                 "gdn_prefill");
+    expect_error("generate tests/data/fixtures/qwen35_moe --ids 1,2 --route gdn_prefill=fast", "no value 'fast'",
+                 "chunked | serial");
+    expect_error("generate tests/data/fixtures/qwen35_moe --ids 1,2 --route gdn_prefill", "NAME=VALUE", NULL);
+    cmd = fd_sprintf("FD_ROUTE_GDN_DECODE=chunked %s generate %s --ids 1,2 -n 1 2>&1", test_bin(), m);
+    EXPECT(test_run(cmd, &out) == 2 && out && strstr(out, "FD_ROUTE_GDN_DECODE"), "%s", out ? out : "");
+    free(out);
+    free(cmd);
+    // the bench proves its routes: every counted call ran the selected value
+    cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --contexts 80 --decode 4 --route "
+                     "gdn_prefill=serial 2>/dev/null",
+                     test_bin());
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "route check: every counted call ran its selected route") &&
+               strstr(out, "selected serial"),
+           "%s", out ? out : "");
+    free(out);
+    free(cmd);
+}

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/routes.h"
 #include "fixture.h"
 #include "test.h"
 
@@ -117,4 +118,22 @@ TEST(models_routes_and_budgets_agree_on_logits) {
         free(b);
         fixture_free(&fx);
     }
+}
+
+// The route table catches a forward that ran something other than the selected route.
+TEST(models_route_verify_catches_a_switch) {
+    fixture fx;
+    ASSERT(fixture_load("qwen3_next_moe", &fx) == 0, "%s", fd_error_msg());
+    loaded L;
+    ASSERT(open_model(&L, fx.dir, 64, FD_GDN_CHUNKED, fx.n_ids + 4) == 0, "%s", fd_error_msg());
+    ASSERT(engine_prefill(&L.e, fx.ids, 64, 32, NULL, 0) == 0);
+    EXPECT(routes_verify(&L.e) == 0, "%s", fd_error_msg());
+    fd_route *r = routes_find(&L.e, "gdn_prefill");
+    ASSERT(r && r->calls[0] == 2 && r->tokens[0] == 64 && r->calls[1] == 0, "chunked calls %lld",
+           r ? (long long)r->calls[0] : -1LL);
+    ASSERT(routes_set(&L.e, "gdn_prefill=serial") == 0);
+    ASSERT(engine_prefill(&L.e, fx.ids + 64, 32, 32, NULL, 0) == 0); // ran serial: now both values have hits
+    EXPECT(routes_verify(&L.e) != 0 && strstr(fd_error_msg(), "gdn_prefill"), "%s", fd_error_msg());
+    close_model(&L);
+    fixture_free(&fx);
 }

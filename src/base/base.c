@@ -112,6 +112,8 @@ static int log_level(void) {
     }
     return g_log_level;
 }
+int fd_log_level_enabled(int level) { return level >= log_level(); }
+
 void fd_log(int level, const char *fmt, ...) {
     if (level < log_level()) return;
     va_list ap;

@@ -57,6 +57,7 @@ void fd_log(int level, const char *fmt, ...) FD_PRINTF(2, 3);
 #define FD_WARN(...) fd_log(FD_LOG_WARN, __VA_ARGS__)
 #define FD_DEBUG(...) fd_log(FD_LOG_DEBUG, __VA_ARGS__)
 void fd_log_set_level(int level);
+int fd_log_level_enabled(int level);
 
 // ---- time ----
 double fd_time_s(void); // monotonic seconds

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "engine/bench.h"
 #include "engine/dflash.h"
+#include "engine/routes.h"
 #include "engine/trace.h"
 
 typedef struct {
@@ -21,7 +22,8 @@ typedef struct {
     int prefill_chunk; // 0 = default budget
     int threads;
     int64_t ctx; // 0 = what the request needs
-    fd_gdn_route gdn_prefill;
+    const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment
+    int n_routes;
     const char *backend;
     float temperature, top_p; // sampling (temperature 0 = greedy)
     int top_k;
@@ -87,10 +89,7 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
     o->bench = (fd_bench_opts){.ctx = {1024, 32768, 65536, 131072}, .n_ctx = 4, .decode_tokens = 32,
                                .prefill_chunk = 4096, .oracle_tau = 4.74, .gemm_ceiling = -1, .copy_ceiling = -1,
                                .seed = 1};
-    o->gdn_prefill = FD_GDN_CHUNKED;
     o->backend = "cpu";
-    const char *env = getenv("FD_GDN_PREFILL");
-    if (env && !strcmp(env, "serial")) o->gdn_prefill = FD_GDN_SERIAL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -120,13 +119,11 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
         } else if (!strcmp(a, "--ctx")) {
             if (parse_int(v, 1, 1 << 24, &x)) return cli_error("--ctx: '%s' is not in 1..16777216", v);
             o->ctx = x;
-        } else if (!strcmp(a, "--gdn-prefill")) {
-            if (!strcmp(v, "chunked"))
-                o->gdn_prefill = FD_GDN_CHUNKED;
-            else if (!strcmp(v, "serial"))
-                o->gdn_prefill = FD_GDN_SERIAL;
-            else
-                return cli_error("--gdn-prefill: '%s' is not a route (chunked | serial)", v);
+        } else if (!strcmp(a, "--route") || !strcmp(a, "--gdn-prefill")) { // --gdn-prefill X = --route gdn_prefill=X
+            if (o->n_routes == 8) return cli_error("%s", "at most 8 --route options");
+            o->route_specs[o->n_routes++] = a[2] == 'r' ? v : (!strcmp(v, "chunked") ? "gdn_prefill=chunked"
+                                                             : !strcmp(v, "serial")  ? "gdn_prefill=serial"
+                                                                                     : "gdn_prefill=?");
         } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
             char *end;
             errno = 0;
@@ -263,7 +260,6 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     model_upload(&s->model, s->be);
     fd_engine_opts eo;
     engine_default_opts(&eo);
-    eo.gdn_prefill = o->gdn_prefill;
     eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);
     if (o->prefill_chunk) eo.max_batch = o->prefill_chunk;
     if (eo.max_batch > eo.capacity) eo.max_batch = (int)eo.capacity;
@@ -286,9 +282,16 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }
-    FD_INFO("backend %s, %d threads, routes: gdn_prefill=%s, capacity %lld tokens, prefill budget %d", s->be->name,
-            fd_threads_count(), o->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", (long long)eo.capacity,
-            eo.max_batch);
+    // Routes: defaults, then the environment (FD_ROUTE_<NAME>), then --route; impossible combinations refused.
+    int bad = routes_from_env(&s->eng);
+    for (int i = 0; !bad && i < o->n_routes; i++) bad = routes_set(&s->eng, o->route_specs[i]);
+    if (bad || routes_check(&s->eng)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 2;
+    }
+    FD_INFO("backend %s, %d threads, capacity %lld tokens, prefill budget %d", s->be->name, fd_threads_count(),
+            (long long)eo.capacity, eo.max_batch);
+    if (fd_log_level_enabled(FD_LOG_INFO)) routes_print(&s->eng, stderr);
     return 0;
 }
 
@@ -379,6 +382,7 @@ int cmd_generate(int argc, char **argv) {
         printf("\n");
         FD_INFO("%lld prompt + %d new tokens in %.3f s", (long long)o.n_ids, o.n_new, dt);
         if (s.has_draft && o.stats) dflash_print_stats(&s.spec, stderr);
+        if (o.stats) routes_print_hits(&s.eng, stderr);
     }
     free(out);
     free(o.ids);
@@ -460,10 +464,13 @@ int cmd_bench(int argc, char **argv) {
                o.random_cfg ? o.random_cfg : o.model_dir, s.be->name, o.bench.prefill_chunk, o.bench.decode_tokens,
                s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
-        printf("routes: gdn_prefill=%s; gdn chunked %lld calls / %lld tokens, gdn serial %lld calls / %lld tokens\n",
-               o.gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", (long long)s.eng.gdn_chunked.calls,
-               (long long)s.eng.gdn_chunked.tokens, (long long)s.eng.gdn_serial.calls,
-               (long long)s.eng.gdn_serial.tokens);
+        routes_print_hits(&s.eng, stdout);
+        if (routes_verify(&s.eng)) { // the bench must have measured the routes it names
+            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+            rc = 1;
+        } else {
+            printf("route check: every counted call ran its selected route\n");
+        }
         if (o.json_out && bench_write_json(o.json_out, o.random_cfg ? o.random_cfg : o.model_dir, &o.bench, rows,
                                            o.bench.n_ctx)) {
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

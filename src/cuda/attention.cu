@@ -201,9 +201,15 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     cu_impl *c = cu_of(be);
     const __nv_bfloat16 *kc = (const __nv_bfloat16 *)cache;
     const __nv_bfloat16 *vc = kc + capacity * Hkv * hd;
+    fd_route *route = &c->routes[CU_ROUTE_ATTN_KERNEL];
     if (c->attn_kernel == CU_ATTN_MMA &&
-        cu_attention_mma(be, (float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd, scale, causal))
+        cu_attention_mma(be, (float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd, scale, causal)) {
+        route->calls[CU_ATTN_MMA]++;
+        route->tokens[CU_ATTN_MMA] += n;
         return;
+    }
+    route->calls[CU_ATTN_SIMT]++;
+    route->tokens[CU_ATTN_SIMT] += n;
     size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, blocks = tiles * Hkv;

@@ -291,6 +291,21 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->attention = cu_attention;
     be->moe = cu_moe;
 
+    // The route table (engine/routes.h selects, prints and verifies these by name).
+    fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];
+    rg->name = "gemm_act";
+    rg->values[0] = "bf16";
+    rg->values[1] = "bf16x2";
+    rg->sel = &c->gemm_act;
+    rg->help = "fp32 activations into bf16-weight GEMMs: rounded to bf16, or split into two bf16 terms";
+    ra->name = "attn_kernel";
+    ra->values[0] = "simt";
+    ra->values[1] = "mma";
+    ra->sel = &c->attn_kernel;
+    ra->by_shape = "calls with < 64 query rows or head_dim not 64/128/256 always run simt";
+    ra->help = "attention: CUDA-core flash kernel or tensor-core mma kernel";
+    be->routes = c->routes;
+    be->n_routes = 2;
     const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN");
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());

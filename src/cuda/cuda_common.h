@@ -69,7 +69,9 @@ typedef struct {
     size_t scratch_bytes[CU_SCR_COUNT];
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
+    fd_route routes[2]; // gemm_act, attn_kernel (be->routes); calls counted where each op dispatches
 } cu_impl;
+enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1 };
 
 static inline cu_impl *cu_of(fd_backend *be) {
     return (cu_impl *)be->impl;

@@ -104,6 +104,8 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
     if (W->dev_dtype == FD_BF16) {
         int64_t cnt = (int64_t)n * k;
         int split = cu_of(be)->gemm_act == CU_GEMM_BF16X2;
+        cu_of(be)->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
+        cu_of(be)->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
         int64_t lo_off = (cnt + 127) / 128 * 128; // keep the second operand 256-byte aligned like the first
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)(split ? lo_off + cnt : cnt) * 2);
         __nv_bfloat16 *lo = split ? xb + lo_off : NULL;

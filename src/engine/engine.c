@@ -1,6 +1,7 @@
 // Engine: the decoder forward pass over the backend interface, and prefill / greedy generation on top of it.
 #include "engine/engine.h"
 
+#include "engine/routes.h"
 #include "engine/sampling.h"
 
 #include <math.h>
@@ -48,6 +49,15 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
     e->t5 = be->alloc(be, (size_t)(B * mid * ab));
     e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * c->vocab_size * sizeof(float));
     for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
+    e->gdn_prefill_sel = opt->gdn_prefill == FD_GDN_SERIAL ? 1 : 0;
+    e->routes[FD_ROUTE_GDN_PREFILL] = (fd_route){.name = "gdn_prefill",
+                                                 .values = {"chunked", "serial"},
+                                                 .sel = &e->gdn_prefill_sel,
+                                                 .help = "GDN over a prompt chunk: UT/WY chunk-64 form or recurrence"};
+    e->routes[FD_ROUTE_GDN_DECODE] = (fd_route){.name = "gdn_decode",
+                                                .values = {"serial"},
+                                                .sel = &e->gdn_decode_sel,
+                                                .help = "GDN for decode steps and verify blocks (per-token states)"};
     e->kv = fd_calloc((size_t)c->num_layers, sizeof(void *));
     e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
@@ -100,6 +110,13 @@ void engine_free(fd_engine *e) {
 
 static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)base + r * width * ab; }
 
+// Route hits count forwards, not layers: the first GDN layer stands for the forward.
+static int first_gdn_layer(const fd_config *c) {
+    for (int i = 0; i < c->num_layers; i++)
+        if (c->layer_kind[i] == FD_LAYER_GDN) return i;
+    return -1;
+}
+
 static void gdn_mixer(fd_engine *e, int li, int n) {
     const fd_config *c = &e->m->cfg;
     fd_layer *L = &e->m->layers[li];
@@ -118,8 +135,13 @@ static void gdn_mixer(fd_engine *e, int li, int n) {
     }
     be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel,
                     e->use_slots ? e->conv_slots[li] : NULL);
-    // Decode steps and verify blocks (which record per-token states) take the recurrence.
-    const fd_gdn_route route = n == 1 || e->use_slots ? FD_GDN_SERIAL : e->opt.gdn_prefill;
+    // Decode steps and verify blocks (which record per-token states) take the recurrence (route gdn_decode);
+    // prompt chunks take the gdn_prefill route.
+    const int decode = n == 1 || e->use_slots;
+    const fd_gdn_route route = decode ? FD_GDN_SERIAL : (e->gdn_prefill_sel == 1 ? FD_GDN_SERIAL : FD_GDN_CHUNKED);
+    if (li == first_gdn_layer(c))
+        routes_count(&e->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL],
+                     decode ? 0 : e->gdn_prefill_sel, n);
     fd_route_count *rc = route == FD_GDN_CHUNKED ? &e->gdn_chunked : &e->gdn_serial;
     rc->calls++;
     rc->tokens += n;

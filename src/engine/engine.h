@@ -10,6 +10,9 @@ typedef struct {
     int64_t calls, tokens;
 } fd_route_count;
 
+// The engine's own routes (the backend adds its own).
+enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ENGINE_ROUTES };
+
 typedef struct {
     int max_batch;        // scratch rows: the largest n one forward call takes (the prefill token budget)
     int64_t capacity;     // KV positions per sequence
@@ -28,7 +31,11 @@ typedef struct {
     // scratch (backend memory), sized for max_batch tokens
     void *x, *h, *y, *t0, *t1, *t2, *t3, *t4, *t5;
     float *logits_dev;  // [max_batch, V] f32
-    // route counters
+    // routes: gdn_prefill (chunked | serial) for prompt forwards, gdn_decode (serial) for 1-token steps and
+    // verify blocks; see engine/routes.h
+    fd_route routes[FD_ENGINE_ROUTES];
+    int gdn_prefill_sel, gdn_decode_sel;
+    // GDN core calls by the form that ran (all forwards), for /metrics
     fd_route_count gdn_chunked, gdn_serial;
     int64_t tokens_computed; // tokens through the whole forward (prefill + decode + verify), never reset
     // speculative decoding (DFlash): hidden-state taps and per-token state slots for verify

@@ -1,0 +1,122 @@
+// Route table (see routes.h).
+#include "engine/routes.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+int routes_list(fd_engine *e, fd_route **out) {
+    int n = 0;
+    for (int i = 0; i < FD_ENGINE_ROUTES && n < FD_MAX_ROUTES; i++) out[n++] = &e->routes[i];
+    for (int i = 0; i < e->be->n_routes && n < FD_MAX_ROUTES; i++) out[n++] = &e->be->routes[i];
+    return n;
+}
+
+fd_route *routes_find(fd_engine *e, const char *name) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i]->name, name)) return r[i];
+    return NULL;
+}
+
+static void names(fd_engine *e, char *buf, size_t cap) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", r[i]->name);
+}
+
+static void values(const fd_route *r, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int v = 0; r->values[v] && used < cap; v++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", v ? " | " : "", r->values[v]);
+}
+
+static int select_value(fd_route *r, const char *value, const char *from) {
+    for (int v = 0; r->values[v]; v++)
+        if (!strcmp(r->values[v], value)) {
+            *r->sel = v;
+            return 0;
+        }
+    char buf[256];
+    values(r, buf, sizeof buf);
+    return fd_error_set("%s: route %s has no value '%s' (values: %s)", from, r->name, value, buf);
+}
+
+int routes_set(fd_engine *e, const char *spec) {
+    const char *eq = strchr(spec, '=');
+    char name[64], buf[512];
+    if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof name)
+        return fd_error_set("--route: '%s' is not NAME=VALUE", spec);
+    memcpy(name, spec, (size_t)(eq - spec));
+    name[eq - spec] = 0;
+    fd_route *r = routes_find(e, name);
+    if (!r) {
+        names(e, buf, sizeof buf);
+        return fd_error_set("--route: no route '%s' on this backend (routes: %s)", name, buf);
+    }
+    return select_value(r, eq + 1, "--route");
+}
+
+int routes_from_env(fd_engine *e) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    for (int i = 0; i < n; i++) {
+        char var[80] = "FD_ROUTE_";
+        size_t k = strlen(var);
+        for (const char *p = r[i]->name; *p && k + 1 < sizeof var; p++) var[k++] = (char)toupper((unsigned char)*p);
+        var[k] = 0;
+        const char *v = getenv(var);
+        if (v && select_value(r[i], v, var)) return -1;
+    }
+    return 0;
+}
+
+int routes_check(fd_engine *e) { return e->be->check_routes ? e->be->check_routes(e->be) : 0; }
+
+void routes_print(fd_engine *e, FILE *f) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    fprintf(f, "flashdelta: routes:");
+    for (int i = 0; i < n; i++) {
+        char buf[256];
+        values(r[i], buf, sizeof buf);
+        fprintf(f, " %s=%s [%s]", r[i]->name, r[i]->values[*r[i]->sel], buf);
+    }
+    fputc('\n', f);
+}
+
+void routes_print_hits(fd_engine *e, FILE *f) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    fprintf(f, "route hits (calls / tokens per implementation run):\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "  %-14s selected %-8s", r[i]->name, r[i]->values[*r[i]->sel]);
+        for (int v = 0; r[i]->values[v]; v++)
+            fprintf(f, "  %s %lld / %lld", r[i]->values[v], (long long)r[i]->calls[v], (long long)r[i]->tokens[v]);
+        if (r[i]->by_shape) fprintf(f, "  (%s)", r[i]->by_shape);
+        fputc('\n', f);
+    }
+}
+
+int routes_verify(fd_engine *e) {
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = routes_list(e, r);
+    for (int i = 0; i < n; i++) {
+        if (r[i]->by_shape) continue;
+        for (int v = 0; r[i]->values[v]; v++)
+            if (v != *r[i]->sel && r[i]->calls[v])
+                return fd_error_set("route %s: %lld calls ran '%s' although '%s' was selected", r[i]->name,
+                                    (long long)r[i]->calls[v], r[i]->values[v], r[i]->values[*r[i]->sel]);
+    }
+    return 0;
+}
+
+void routes_count(fd_route *r, int value, int64_t tokens) {
+    r->calls[value]++;
+    r->tokens[value] += tokens;
+}
