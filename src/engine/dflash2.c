@@ -116,6 +116,10 @@ static void top_k(const float *row, int V, int K, int32_t *cand, float *unary) {
         unary[j] = x;
         cand[j] = v;
     }
+    for (; n < K; n++) { // only when NaNs fill the row: keep every candidate a valid token id
+        unary[n] = -INFINITY;
+        cand[n] = n;
+    }
 }
 
 // W_h h for the first n draft rows (s->h holds the final-normed hidden of the B-1 draft positions).
