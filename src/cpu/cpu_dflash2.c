@@ -72,8 +72,11 @@ static void win_rows(void *p, int64_t b, int64_t e) {
 
 static void cpu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n,
                                  int H, int Hkv, int hd, int64_t capacity, float scale, int window) {
-    (void)be;
     FD_CHECK(window >= 1, "attention_window: window %d", window);
+    // This reads the f32 cache layout of cpu_attn.c; a cache of another layout (a quantized kv route) would be
+    // misread, so stop rather than attend to garbage.
+    FD_CHECK(be->kv_bytes_per_token(be, Hkv, hd) == (size_t)2 * Hkv * hd * sizeof(float),
+             "attention_window supports only the f32 KV cache layout");
     const float *K = cache, *V = K + capacity * Hkv * hd; // the cpu KV layout (cpu_attn.c): K rows, then V rows
     win_ctx c = {out, q, K, V, pos0, n, H, Hkv, hd, window, scale};
     fd_parallel_for((int64_t)n * H, 1, win_rows, &c);
