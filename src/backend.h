@@ -39,6 +39,7 @@ typedef struct {
     int64_t tokens[FD_ROUTE_MAX_VALUES];
     const char *by_shape; // non-NULL: some calls take another value by design; says which (e.g. "< 64 rows")
     const char *help;
+    int locked;           // set by the backend once the choice is baked into memory (the kv cache layout)
 } fd_route;
 
 // GDN prefill route: the chunked (UT/WY, chunk 64) form or the token-serial recurrence.
@@ -121,6 +122,10 @@ struct fd_backend {
     // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache
     void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                      int64_t capacity);
+    // copy positions [src_pos, src_pos+n) of cache `src` (capacity src_cap) to [dst_pos, ...) of `dst` (dst_cap),
+    // in the backend's layout (prefix-cache snapshots are caches of capacity n)
+    void (*kv_copy)(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
+                    int64_t src_cap, int64_t n, int Hkv, int hd);
     // attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]. causal: query i
     // sees keys 0..pos0+i; otherwise (the DFlash drafter's block) every query sees all pos0+n keys.
     void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,

@@ -46,3 +46,27 @@ TEST(base_parallel_for_covers_range) {
     EXPECT(ok);
     free(v);
 }
+
+// Every e4m3 code decodes to a value that encodes back to the same code; values between two codes round to the
+// nearer one (ties to even); out-of-range saturates.
+TEST(base_e4m3_roundtrip_and_rounding) {
+    for (int b = 0; b < 256; b++) {
+        if ((b & 0x7f) == 0x7f) continue; // NaN
+        float v = fd_e4m3_to_f32((uint8_t)b);
+        uint8_t back = fd_f32_to_e4m3(v);
+        EXPECT(back == b || (v == 0 && (back & 0x7f) == 0), "code 0x%02x -> %g -> 0x%02x", b, v, back);
+    }
+    EXPECT(fd_e4m3_to_f32(0x7e) == 448.0f && fd_e4m3_to_f32(0x01) == ldexpf(1, -9) && fd_e4m3_to_f32(0x08) == ldexpf(1, -6));
+    EXPECT(fd_f32_to_e4m3(1000.0f) == 0x7e && fd_f32_to_e4m3(-1000.0f) == 0xfe);
+    EXPECT(fd_f32_to_e4m3(1.0625f) == fd_f32_to_e4m3(1.0f), "1 + 1/16 is a tie: to the even mantissa 1.0");
+    EXPECT(fd_f32_to_e4m3(1.1875f) == fd_f32_to_e4m3(1.25f), "1 + 3/16 is a tie: to the even mantissa 1.25");
+    EXPECT(fd_e4m3_to_f32(fd_f32_to_e4m3(1.07f)) == 1.125f);
+    EXPECT(isnan(fd_e4m3_to_f32(fd_f32_to_e4m3(NAN))));
+    // relative error of any in-range value is at most half a mantissa step: 2^-4
+    uint64_t seed = 3;
+    float x[2000];
+    test_fill_uniform(x, 2000, -400, 400, &seed);
+    for (int i = 0; i < 2000; i++)
+        if (fabsf(x[i]) > ldexpf(1, -6))
+            EXPECT(fabsf(fd_e4m3_to_f32(fd_f32_to_e4m3(x[i])) - x[i]) <= fabsf(x[i]) / 16 + 1e-7f, "%g", x[i]);
+}

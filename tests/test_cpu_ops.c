@@ -224,3 +224,44 @@ TEST(cpu_qwen3_next_split_is_grouped) {
     EXPECT(b[6 + 1 * r] == ba[12 + 2 * r]); // per group [b (r) | a (r)]
     EXPECT(a[6 + 1 * r] == ba[12 + 2 * r + r]);
 }
+
+// kv_copy moves positions between caches of different capacities in both layouts, so a snapshot (a cache of
+// capacity n) restores exactly what attention reads.
+TEST(cpu_kv_copy_both_layouts) {
+    for (int layout = 0; layout < 2; layout++) {
+        fd_backend *be = fd_backend_cpu_create(0);
+        be->routes[0].sel[0] = layout; // kv = f32 | e4m3, before any cache exists
+        const int Hkv = 2, hd = 16, H = 4, n = 20;
+        const int64_t cap = 40, snap_cap = 12;
+        uint64_t seed = 21 + (uint64_t)layout;
+        float k[20 * 2 * 16], v[20 * 2 * 16], q[20 * 4 * 16], o1[20 * 4 * 16], o2[20 * 4 * 16];
+        test_fill_uniform(k, sizeof k / 4, -2, 2, &seed);
+        test_fill_uniform(v, sizeof v / 4, -2, 2, &seed);
+        test_fill_uniform(q, sizeof q / 4, -1, 1, &seed);
+        const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
+        void *a = be->alloc(be, tb * cap), *b = be->alloc(be, tb * cap), *snap = be->alloc(be, tb * snap_cap);
+        be->kv_store(be, a, k, v, 0, n, Hkv, hd, cap);
+        be->attention(be, o1, q, a, 0, n, H, Hkv, hd, cap, 0.25f, 1);
+        // b gets positions 0..7 directly and 8..19 through a 12-token snapshot
+        be->kv_copy(be, b, 0, cap, a, 0, cap, 8, Hkv, hd);
+        be->kv_copy(be, snap, 0, snap_cap, a, 8, cap, 12, Hkv, hd);
+        be->kv_copy(be, b, 8, cap, snap, 0, snap_cap, 12, Hkv, hd);
+        be->attention(be, o2, q, b, 0, n, H, Hkv, hd, cap, 0.25f, 1);
+        EXPECT(test_rel_l2(o2, o1, sizeof o1 / 4) == 0.0, "layout %d: copied cache differs", layout);
+        if (layout == 1) { // and e4m3 attention stays close to the exact fp32 one
+            fd_backend *ref = fd_backend_cpu_create(0);
+            void *c = ref->alloc(ref, ref->kv_bytes_per_token(ref, Hkv, hd) * cap);
+            float o3[20 * 4 * 16];
+            ref->kv_store(ref, c, k, v, 0, n, Hkv, hd, cap);
+            ref->attention(ref, o3, q, c, 0, n, H, Hkv, hd, cap, 0.25f, 1);
+            const double e = test_rel_l2(o1, o3, sizeof o1 / 4);
+            EXPECT(e > 0 && e < 3e-2, "e4m3 attention rel-L2 vs fp32 %.3g", e);
+            ref->free(ref, c);
+            ref->destroy(ref);
+        }
+        be->free(be, a);
+        be->free(be, b);
+        be->free(be, snap);
+        be->destroy(be);
+    }
+}

@@ -137,3 +137,44 @@ TEST(models_route_verify_catches_a_switch) {
     close_model(&L);
     fixture_free(&fx);
 }
+
+// FP8 E4M3 KV cache (route kv=e4m3): greedy ids must not change on any fixture; the logit error against HF
+// is reported and bounded (e4m3 keeps 3 mantissa bits, every (token, head) row scaled to its own max).
+TEST(models_kv_e4m3_keeps_greedy) {
+    fd_backend *be = fd_backend_cpu_create(0);
+    const char *spec = "kv=e4m3";
+    ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        fd_model m;
+        ASSERT(model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+        model_upload(&m, be);
+        fd_engine_opts o;
+        engine_default_opts(&o);
+        o.capacity = fx.n_ids + fx.n_greedy;
+        o.max_batch = 64;
+        fd_engine e;
+        ASSERT(engine_init(&e, &m, be, &o) == 0);
+        float *lg = malloc(sizeof(float) * fx.n_ids * fx.vocab);
+        ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 64, lg, 1) == 0);
+        const double err = test_rel_l2(lg, fx.logits, (size_t)fx.n_ids * fx.vocab);
+        engine_reset(&e);
+        int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
+        ASSERT(engine_generate_greedy(&e, fx.ids, fx.n_ids, 64, fx.n_greedy, out) == 0);
+        int same = 0;
+        while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
+        printf("    %-20s kv=e4m3: logits rel-L2 vs HF %.2e, greedy %d/%d identical\n", k_fixture_names[f], err, same,
+               fx.n_greedy);
+        EXPECT(err < 5e-2, "%s: e4m3 KV logits rel-L2 %.3g", k_fixture_names[f], err);
+        EXPECT(same == fx.n_greedy, "%s: e4m3 KV changes greedy at token %d", k_fixture_names[f], same);
+        free(out);
+        free(lg);
+        engine_free(&e);
+        model_free(&m);
+        fixture_free(&fx);
+    }
+    const char *back = "kv=f32"; // the layout is fixed once caches exist
+    EXPECT(routes_backend_preset(be, &back, 1) != 0 && strstr(fd_error_msg(), "fixed"), "%s", fd_error_msg());
+    be->destroy(be);
+}

@@ -192,6 +192,40 @@ uint16_t fd_f32_to_f16(float f) {
     return (uint16_t)h;
 }
 
+float fd_e4m3_to_f32(uint8_t b) {
+    const int sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
+    float v;
+    if (exp == 0xf && man == 7) return NAN;
+    if (exp == 0) v = ldexpf((float)man, -9); // subnormal: man/8 * 2^-6
+    else v = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    return sign ? -v : v;
+}
+
+// Same result as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3): exact rounding of the float to the
+// nearest representable e4m3 value (ties to even mantissa), saturated at 448.
+uint8_t fd_f32_to_e4m3(float f) {
+    if (isnan(f)) return 0x7f;
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a >= 448.0f) return sign | 0x7e; // saturate (464 would round to 480, which does not exist)
+    if (a < ldexpf(1.0f, -10)) return sign; // below half the smallest subnormal (2^-9): zero
+    int e;
+    frexpf(a, &e);                     // a = m * 2^e, m in [0.5, 1)
+    int exp = e - 1 + 7;               // biased exponent of a = 1.x * 2^(e-1)
+    if (exp < 1) exp = 1;              // subnormal range shares the exponent of the smallest normal
+    const float step = ldexpf(1.0f, exp - 7 - 3); // spacing of representable values at this exponent
+    float q = a / step;                // in [8, 16) for normals, [0, 8) for subnormals: exact in float
+    float r = nearbyintf(q);           // ties to even under the default rounding mode
+    int mant = (int)r;
+    if (mant >= 16) { // rounded up into the next binade
+        mant = 8;
+        exp++;
+    }
+    if (mant < 8) return sign | (uint8_t)mant; // subnormal (exp field 0)
+    if (exp > 15 || (exp == 15 && mant - 8 == 7)) return sign | 0x7e;
+    return sign | (uint8_t)(exp << 3) | (uint8_t)(mant - 8);
+}
+
 char *fd_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {

@@ -70,6 +70,9 @@ float fd_bf16_to_f32(uint16_t h);
 uint16_t fd_f32_to_bf16(float f); // round to nearest even
 float fd_f16_to_f32(uint16_t h);
 uint16_t fd_f32_to_f16(float f);
+// FP8 E4M3 (OCP "e4m3fn": no infinities, max 448): round to nearest even, saturating to +-448, NaN kept.
+uint8_t fd_f32_to_e4m3(float f);
+float fd_e4m3_to_f32(uint8_t b);
 
 // ---- files ----
 // Reads a whole file (NUL-terminated; *len excludes the NUL). NULL + fd_error on failure.

@@ -121,9 +121,10 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
             o->ctx = x;
         } else if (!strcmp(a, "--route") || !strcmp(a, "--gdn-prefill")) { // --gdn-prefill X = --route gdn_prefill=X
             if (o->n_routes == 8) return cli_error("%s", "at most 8 --route options");
-            o->route_specs[o->n_routes++] = a[2] == 'r' ? v : (!strcmp(v, "chunked") ? "gdn_prefill=chunked"
-                                                             : !strcmp(v, "serial")  ? "gdn_prefill=serial"
-                                                                                     : "gdn_prefill=?");
+            if (a[2] == 'g' && strcmp(v, "chunked") && strcmp(v, "serial"))
+                return cli_error("--gdn-prefill: '%s' is not a route value (chunked | serial)", v);
+            o->route_specs[o->n_routes++] =
+                a[2] == 'r' ? v : (!strcmp(v, "chunked") ? "gdn_prefill=chunked" : "gdn_prefill=serial");
         } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
             char *end;
             errno = 0;
@@ -258,6 +259,10 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
         s->trace = o->trace;
     }
     model_upload(&s->model, s->be);
+    if (routes_backend_preset(s->be, o->route_specs, o->n_routes)) { // before any cache is sized
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 2;
+    }
     fd_engine_opts eo;
     engine_default_opts(&eo);
     eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);

@@ -22,6 +22,14 @@ void cpu_matmul_f32(float *out, const float *x, const fd_weight *W, int n);
 static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// CPU backend state: its routes.
+enum { CPU_KV_F32 = 0, CPU_KV_E4M3 = 1 };
+typedef struct {
+    int kv;             // route kv: CPU_KV_*
+    fd_route routes[1]; // kv
+} cpu_impl;
+static inline cpu_impl *cpu_of(fd_backend *be) { return (cpu_impl *)be->impl; }
+
 void cpu_install_dense(fd_backend *be);
 void cpu_install_gdn(fd_backend *be);
 void cpu_install_attn(fd_backend *be);

@@ -38,36 +38,100 @@ static void cpu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim,
     }
 }
 
+// KV cache layouts (capacity C tokens), chosen by route kv:
+//   f32:  K [C, Hkv, hd] f32, V [C, Hkv, hd] f32
+//   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32. Each (token, head)
+//         row is scaled by amax/448 before rounding, so every row uses the full e4m3 range.
 static size_t cpu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
-    (void)be;
-    return (size_t)2 * Hkv * hd * sizeof(float);
+    cpu_impl *c = cpu_of(be);
+    c->routes[0].locked = 1; // a cache is being sized: its layout is fixed from here on
+    return c->kv == CPU_KV_E4M3 ? (size_t)2 * Hkv * hd + (size_t)2 * Hkv * sizeof(float)
+                                : (size_t)2 * Hkv * hd * sizeof(float);
+}
+
+typedef struct {
+    uint8_t *k, *v;
+    float *ks, *vs;
+} kv8;
+
+static kv8 kv8_planes(const void *cache, int64_t cap, int Hkv, int hd) {
+    uint8_t *base = (uint8_t *)cache;
+    const int64_t plane = cap * Hkv * hd;
+    kv8 p = {base, base + plane, (float *)(base + 2 * plane), (float *)(base + 2 * plane) + cap * Hkv};
+    return p;
+}
+
+static void quantize_row(uint8_t *dst, float *scale, const float *x, int hd) {
+    float amax = 0;
+    for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float s = amax > 0 ? amax / 448.0f : 1.0f;
+    for (int i = 0; i < hd; i++) dst[i] = fd_f32_to_e4m3(x[i] / s);
+    *scale = s;
 }
 
 static void cpu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv,
                          int hd, int64_t capacity) {
-    (void)be;
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store [%lld, %lld) beyond capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
     const size_t row = (size_t)Hkv * hd;
+    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+        kv8 p = kv8_planes(cache, capacity, Hkv, hd);
+        for (int64_t r = 0; r < (int64_t)n * Hkv; r++) {
+            const int64_t at = pos0 * Hkv + r; // (token, head) row
+            quantize_row(p.k + at * hd, p.ks + at, (const float *)k + r * hd, hd);
+            quantize_row(p.v + at * hd, p.vs + at, (const float *)v + r * hd, hd);
+        }
+        return;
+    }
     float *K = cache, *V = K + capacity * row;
     memcpy(K + pos0 * row, k, (size_t)n * row * 4);
     memcpy(V + pos0 * row, v, (size_t)n * row * 4);
 }
 
+static void cpu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
+                        int64_t src_cap, int64_t n, int Hkv, int hd) {
+    const int64_t rows = n * Hkv;
+    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+        kv8 d = kv8_planes(dst, dst_cap, Hkv, hd), s = kv8_planes(src, src_cap, Hkv, hd);
+        memmove(d.k + dst_pos * Hkv * hd, s.k + src_pos * Hkv * hd, (size_t)(rows * hd));
+        memmove(d.v + dst_pos * Hkv * hd, s.v + src_pos * Hkv * hd, (size_t)(rows * hd));
+        memmove(d.ks + dst_pos * Hkv, s.ks + src_pos * Hkv, (size_t)rows * sizeof(float));
+        memmove(d.vs + dst_pos * Hkv, s.vs + src_pos * Hkv, (size_t)rows * sizeof(float));
+        return;
+    }
+    const int64_t row = (int64_t)Hkv * hd;
+    float *D = dst;
+    const float *S = src;
+    memmove(D + dst_pos * row, S + src_pos * row, (size_t)(n * row) * sizeof(float));
+    memmove(D + dst_cap * row + dst_pos * row, S + src_cap * row + src_pos * row, (size_t)(n * row) * sizeof(float));
+}
+
 typedef struct {
     float *out;
-    const float *q, *K, *V;
+    const float *q, *K, *V; // f32 layout
+    kv8 p8;                 // e4m3 layout (when K is NULL)
+    float lut[256];         // e4m3 code -> value
     int64_t pos0;
     int n, H, Hkv, hd;
     float scale;
     int causal;
 } attn_ctx;
 
+// Key or value row (token j, kv head h) as fp32 into tmp (e4m3) or in place (f32).
+static const float *kv_row(const attn_ctx *c, int is_v, int64_t j, int h, float *tmp) {
+    const int64_t at = j * c->Hkv + h;
+    if (c->K) return (is_v ? c->V : c->K) + at * c->hd;
+    const uint8_t *b = (is_v ? c->p8.v : c->p8.k) + at * c->hd;
+    const float s = (is_v ? c->p8.vs : c->p8.ks)[at];
+    for (int x = 0; x < c->hd; x++) tmp[x] = c->lut[b[x]] * s;
+    return tmp;
+}
+
 static void attn_rows(void *p, int64_t b, int64_t e) {
     attn_ctx *c = p;
     const int hd = c->hd, group = c->H / c->Hkv;
     const int64_t span = c->pos0 + c->n;
-    float *sc = fd_malloc((size_t)span * 4);
+    float *sc = fd_malloc((size_t)span * 4), *tmp = fd_malloc((size_t)hd * 4);
     for (int64_t idx = b; idx < e; idx++) {
         const int64_t t = idx / c->H;
         const int h = (int)(idx % c->H), kvh = h / group;
@@ -75,7 +139,7 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
         const float *q = c->q + idx * hd;
         float mx = -INFINITY;
         for (int64_t j = 0; j <= last; j++) {
-            const float *kr = c->K + (j * c->Hkv + kvh) * hd;
+            const float *kr = kv_row(c, 0, j, kvh, tmp);
             float d = 0;
             for (int x = 0; x < hd; x++) d += q[x] * kr[x];
             sc[j] = d * c->scale;
@@ -87,19 +151,28 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
         float *o = c->out + (t * c->H + h) * hd;
         for (int x = 0; x < hd; x++) o[x] = 0;
         for (int64_t j = 0; j <= last; j++) {
-            const float *vr = c->V + (j * c->Hkv + kvh) * hd, w = sc[j] * inv;
+            const float *vr = kv_row(c, 1, j, kvh, tmp), w = sc[j] * inv;
             for (int x = 0; x < hd; x++) o[x] += w * vr[x];
         }
     }
     free(sc);
+    free(tmp);
 }
 
 static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
                           int Hkv, int hd, int64_t capacity, float scale, int causal) {
-    (void)be;
-    const float *K = cache, *V = K + capacity * Hkv * hd;
-    attn_ctx c = {out, q, K, V, pos0, n, H, Hkv, hd, scale, causal};
-    fd_parallel_for((int64_t)n * H, 1, attn_rows, &c);
+    attn_ctx *c = fd_calloc(1, sizeof *c);
+    *c = (attn_ctx){.out = out, .q = q, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd, .scale = scale,
+                    .causal = causal};
+    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+        c->p8 = kv8_planes(cache, capacity, Hkv, hd);
+        for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
+    } else {
+        c->K = cache;
+        c->V = c->K + capacity * Hkv * hd;
+    }
+    fd_parallel_for((int64_t)n * H, 1, attn_rows, c);
+    free(c);
 }
 
 void cpu_install_attn(fd_backend *be) {
@@ -107,5 +180,6 @@ void cpu_install_attn(fd_backend *be) {
     be->rope = cpu_rope;
     be->kv_bytes_per_token = cpu_kv_bytes_per_token;
     be->kv_store = cpu_kv_store;
+    be->kv_copy = cpu_kv_copy;
     be->attention = cpu_attention;
 }

@@ -31,13 +31,24 @@ static void cpu_release_weight(fd_backend *be, fd_weight *w) {
     w->dev = NULL; // it was the bound data itself
 }
 static void cpu_sync(fd_backend *be) { (void)be; }
-static void cpu_destroy(fd_backend *be) { free(be); }
+static void cpu_destroy(fd_backend *be) {
+    free(be->impl);
+    free(be);
+}
 
 fd_backend *fd_backend_cpu_create(int n_threads) {
     fd_threads_init(n_threads);
     fd_backend *be = fd_calloc(1, sizeof *be);
     be->name = "cpu";
     be->act_bytes = 4;
+    cpu_impl *c = fd_calloc(1, sizeof *c);
+    be->impl = c;
+    c->routes[0] = (fd_route){.name = "kv",
+                              .values = {"f32", "e4m3"},
+                              .sel = &c->kv,
+                              .help = "attention KV cache: fp32, or FP8 E4M3 with one fp32 scale per token and head"};
+    be->routes = c->routes;
+    be->n_routes = 1;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->zero = cpu_zero;

@@ -1,9 +1,7 @@
 // Engine state snapshots (see engine_state.h).
 //
-// KV layout: backend.h keeps the cache layout private to the backend. Both backends today store a layer's cache as
-// a K plane [capacity, Hkv, hd] followed by a V plane of the same shape, in an element type of
-// kv_bytes_per_token / (2 Hkv hd) bytes. es_cache_rows() below is the one place that relies on it; a backend with another
-// layout needs a kv_copy entry point in backend.h (asked for in the server's report, issue 6).
+// KV layout: private to the backend. A snapshot buffer of n tokens is itself a cache of capacity n, filled and
+// read back with the backend's kv_copy, so any layout (fp32, bf16, e4m3 with scales) snapshots the same way.
 #include "engine/engine_state.h"
 
 #include <string.h>
@@ -22,10 +20,12 @@ void es_geom_init(es_geom *g, const fd_engine *e) {
     g->conv_bytes = (size_t)conv_dim(c) * (size_t)(c->gdn_conv_kernel - 1) * sizeof(float);
     g->gdn_bytes = (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
     g->state_bytes = (size_t)g->n_gdn * (g->conv_bytes + g->gdn_bytes);
-    g->kv_plane_row = e->be->kv_bytes_per_token(e->be, c->num_kv_heads, c->head_dim) / 2;
+    g->Hkv = c->num_kv_heads;
+    g->hd = c->head_dim;
+    g->kv_token_bytes = e->be->kv_bytes_per_token(e->be, c->num_kv_heads, c->head_dim);
 }
 
-size_t es_kv_bytes(const es_geom *g, int64_t n) { return (size_t)g->n_attn * 2 * g->kv_plane_row * (size_t)n; }
+size_t es_kv_bytes(const es_geom *g, int64_t n) { return (size_t)g->n_attn * g->kv_token_bytes * (size_t)n; }
 
 void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
     const fd_config *c = &e->m->cfg;
@@ -51,25 +51,20 @@ void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
     }
 }
 
-size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, size_t plane_row, void *buf, int64_t pos0,
+size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, int Hkv, int hd, void *buf, int64_t pos0,
                      int64_t n, int save) {
     FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= capacity, "KV range [%lld, %lld) beyond capacity %lld",
              (long long)pos0, (long long)(pos0 + n), (long long)capacity);
-    const size_t bytes = plane_row * (size_t)n;
-    for (int plane = 0; plane < 2; plane++) { // row `pos` of plane p: (p * capacity + pos) * plane_row
-        char *rows = (char *)cache + ((size_t)plane * (size_t)capacity + (size_t)pos0) * plane_row;
-        char *b = (char *)buf + (size_t)plane * bytes;
-        if (save) be->copy(be, b, rows, bytes);
-        else be->copy(be, rows, b, bytes);
-    }
-    return 2 * bytes;
+    if (save) be->kv_copy(be, buf, 0, n, cache, pos0, capacity, n, Hkv, hd);
+    else be->kv_copy(be, cache, pos0, capacity, buf, 0, n, n, Hkv, hd);
+    return be->kv_bytes_per_token(be, Hkv, hd) * (size_t)n;
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
     const fd_config *c = &e->m->cfg;
     for (int i = 0; i < c->num_layers; i++)
         if (c->layer_kind[i] == FD_LAYER_ATTN)
-            buf += es_cache_rows(e->be, e->kv[i], e->opt.capacity, g->kv_plane_row, buf, pos0, n, save);
+            buf += es_cache_rows(e->be, e->kv[i], e->opt.capacity, g->Hkv, g->hd, buf, pos0, n, save);
 }
 
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n) { kv_move(e, g, dst, pos0, n, 1); }

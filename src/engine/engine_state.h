@@ -16,7 +16,8 @@ typedef struct {
     size_t conv_bytes;    // per GDN layer: f32 [conv_dim, K-1]
     size_t gdn_bytes;     // per GDN layer: f32 [Hv, dk, dv]
     size_t state_bytes;   // a whole snapshot: every GDN layer's conv window then GDN state
-    size_t kv_plane_row;  // bytes of K (or of V) for one token of one attention layer
+    size_t kv_token_bytes; // bytes of one token of one attention layer's cache (K, V and any scales)
+    int Hkv, hd;
 } es_geom;
 
 void es_geom_init(es_geom *g, const fd_engine *e);
@@ -27,14 +28,14 @@ size_t es_kv_bytes(const es_geom *g, int64_t n);
 void es_state_save(fd_engine *e, const es_geom *g, void *dst);
 void es_state_load(fd_engine *e, const es_geom *g, const void *src);
 
-// KV of positions [pos0, pos0+n) of every attention layer <-> a buffer of es_kv_bytes(g, n) laid out as
-// [attention layer][K rows n | V rows n]. Positions must lie below e->opt.capacity.
+// KV of positions [pos0, pos0+n) of every attention layer <-> a buffer of es_kv_bytes(g, n): one cache of capacity
+// n per attention layer, in the backend's layout. Positions must lie below e->opt.capacity.
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n);
 void es_kv_load(fd_engine *e, const es_geom *g, const void *src, int64_t pos0, int64_t n);
 
-// Rows [pos0, pos0+n) of one attention-style cache of `capacity` positions (plane_row bytes per position in each
-// of its K and V planes) to (save) or from buf, laid out [K rows n | V rows n]. Returns the bytes of buf used.
-// The DFlash drafter's context caches have the same layout as the target's (both come from be->kv_store).
-size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, size_t plane_row, void *buf, int64_t pos0,
+// Positions [pos0, pos0+n) of one attention-style cache of `capacity` positions (Hkv heads of hd) to (save) or
+// from buf, which holds them as a cache of capacity n (be->kv_copy). Returns the bytes of buf used. The DFlash
+// drafter's context caches are caches of the same kind (both come from be->kv_store).
+size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, int Hkv, int hd, void *buf, int64_t pos0,
                      int64_t n, int save);
 #endif

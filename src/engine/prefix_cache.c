@@ -21,7 +21,7 @@ struct pc_cache {
     size_t budget, bytes, node_bytes; // node_bytes: KV of one block (+ its tokens)
     size_t kv_bytes;                  // the node's KV buffer
     int n_draft;                      // drafter layers cached with each block (0: none)
-    size_t draft_row;                 // their plane row bytes
+    int draft_Hkv, draft_hd;          // their geometry
     pc_node **buckets;
     size_t n_buckets;
     pc_node *lru_head, *lru_tail;
@@ -60,8 +60,10 @@ void pc_attach_drafter(pc_cache *pc, const fd_dflash *s) {
     FD_CHECK(pc->nodes == 0, "attach the drafter before caching anything");
     const fd_drafter *d = s->dr;
     pc->n_draft = d->num_layers;
-    pc->draft_row = pc->be->kv_bytes_per_token(pc->be, d->num_kv_heads, d->head_dim) / 2;
-    pc->kv_bytes += (size_t)pc->n_draft * 2 * pc->draft_row * (size_t)pc->block;
+    pc->draft_Hkv = d->num_kv_heads;
+    pc->draft_hd = d->head_dim;
+    pc->kv_bytes += (size_t)pc->n_draft * pc->be->kv_bytes_per_token(pc->be, d->num_kv_heads, d->head_dim) *
+                    (size_t)pc->block;
     pc->node_bytes = pc->kv_bytes + (size_t)pc->block * sizeof(int32_t);
 }
 
@@ -71,7 +73,8 @@ static void block_kv(pc_cache *pc, fd_engine *e, fd_dflash *spec, void *buf, int
     else es_kv_load(e, &pc->g, buf, pos0, pc->block);
     char *p = (char *)buf + es_kv_bytes(&pc->g, pc->block);
     for (int l = 0; l < pc->n_draft; l++)
-        p += es_cache_rows(pc->be, spec->kv[l], spec->capacity, pc->draft_row, p, pos0, pc->block, save);
+        p += es_cache_rows(pc->be, spec->kv[l], spec->capacity, pc->draft_Hkv, pc->draft_hd, p, pos0, pc->block,
+                           save);
 }
 
 int pc_block(const pc_cache *pc) { return pc->block; }

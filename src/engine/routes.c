@@ -39,6 +39,9 @@ static void values(const fd_route *r, char *buf, size_t cap) {
 static int select_value(fd_route *r, const char *value, const char *from) {
     for (int v = 0; r->values[v]; v++)
         if (!strcmp(r->values[v], value)) {
+            if (r->locked && v != *r->sel)
+                return fd_error_set("%s: route %s is fixed at '%s' once caches exist (choose it before they are made)",
+                                    from, r->name, r->values[*r->sel]);
             *r->sel = v;
             return 0;
         }
@@ -62,9 +65,7 @@ int routes_set(fd_engine *e, const char *spec) {
     return select_value(r, eq + 1, "--route");
 }
 
-int routes_from_env(fd_engine *e) {
-    fd_route *r[FD_MAX_ROUTES];
-    const int n = routes_list(e, r);
+static int from_env(fd_route **r, int n) {
     for (int i = 0; i < n; i++) {
         char var[80] = "FD_ROUTE_";
         size_t k = strlen(var);
@@ -72,6 +73,26 @@ int routes_from_env(fd_engine *e) {
         var[k] = 0;
         const char *v = getenv(var);
         if (v && select_value(r[i], v, var)) return -1;
+    }
+    return 0;
+}
+
+int routes_from_env(fd_engine *e) {
+    fd_route *r[FD_MAX_ROUTES];
+    return from_env(r, routes_list(e, r));
+}
+
+int routes_backend_preset(fd_backend *be, const char *const *specs, int n_specs) {
+    fd_route *r[FD_MAX_ROUTES];
+    int n = 0;
+    for (int i = 0; i < be->n_routes && n < FD_MAX_ROUTES; i++) r[n++] = &be->routes[i];
+    if (from_env(r, n)) return -1;
+    for (int k = 0; k < n_specs; k++) {
+        const char *eq = strchr(specs[k], '=');
+        if (!eq) continue; // malformed: routes_set reports it later
+        for (int i = 0; i < n; i++)
+            if (strlen(r[i]->name) == (size_t)(eq - specs[k]) && !strncmp(r[i]->name, specs[k], (size_t)(eq - specs[k])))
+                FD_TRY(select_value(r[i], eq + 1, "--route"));
     }
     return 0;
 }

@@ -16,6 +16,9 @@ fd_route *routes_find(fd_engine *e, const char *name);
 int routes_set(fd_engine *e, const char *spec);
 // FD_ROUTE_<NAME> (upper case) for every route that has one set.
 int routes_from_env(fd_engine *e);
+// Applies the environment and the NAME=VALUE specs that name backend routes, before any cache exists (the kv
+// layout is fixed once a cache is sized). The engine's routes are set later with routes_set.
+int routes_backend_preset(fd_backend *be, const char *const *specs, int n_specs);
 // Impossible combinations (the backend's check).
 int routes_check(fd_engine *e);
 void routes_print(fd_engine *e, FILE *f);      // one line: name=value [alternatives]

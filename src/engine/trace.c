@@ -116,6 +116,10 @@ static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, i
                         int64_t cap) {
     TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, n, Hkv, hd, cap));
 }
+static void tr_kv_copy(fd_backend *be, void *d, int64_t dp, int64_t dc, const void *s, int64_t sp, int64_t sc,
+                       int64_t n, int Hkv, int hd) {
+    TRACED("kv_copy", n, IN(be)->kv_copy(IN(be), d, dp, dc, s, sp, sc, n, Hkv, hd));
+}
 static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, int n, int H, int Hkv,
                          int hd, int64_t cap, float scale, int causal) {
     TRACED(causal ? "attention" : "attention[noncausal]", pos0 + n,
@@ -158,6 +162,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->rope = tr_rope;
     be->kv_bytes_per_token = tr_kvb;
     be->kv_store = tr_kv_store;
+    be->kv_copy = tr_kv_copy;
     be->attention = tr_attention;
     be->moe = tr_moe;
     return be;
