@@ -1,7 +1,11 @@
-// Gated attention's cache and core: bf16 KV cache, causal flash-style attention (online softmax, no n x n
+// Gated attention's cache and core: KV cache (route kv), causal flash-style attention (online softmax, no n x n
 // matrix), GQA, head_dim up to 256.
 //
-// Cache layout per layer (capacity C tokens): K [C, Hkv, hd] bf16, then V [C, Hkv, hd] bf16.
+// Cache layout per layer (capacity C tokens), route kv:
+//   bf16: K [C, Hkv, hd] bf16, then V [C, Hkv, hd] bf16.
+//   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32; each (token, head)
+//         row is divided by amax/448 before rounding (the same arithmetic as the CPU backend, bit for bit).
+//         Tiles are dequantised to bf16 as they enter shared memory, so the math after that is the bf16 path's.
 //
 // Attention kernel (CUDA cores, fp32 math). The query rows of one KV head's group, (token t, head g of G = H/Hkv)
 // flattened as r = t*G + g, are tiled 16 per block (4 warps x 4 rows), so one K/V tile read from memory serves
@@ -20,8 +24,25 @@
 #define ATT_MAXP 4  // bf16 pairs per lane per query: hd <= 256
 
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
-    (void)be;
-    return (size_t)2 * Hkv * hd * sizeof(__nv_bfloat16);
+    cu_impl *c = cu_of(be);
+    c->routes[CU_ROUTE_KV].locked = 1; // a cache is being sized: its layout is fixed from here on
+    return c->kv == CU_KV_E4M3 ? (size_t)2 * Hkv * hd + (size_t)2 * Hkv * sizeof(float)
+                               : (size_t)2 * Hkv * hd * sizeof(__nv_bfloat16);
+}
+
+cu_kv cu_kv_view(fd_backend *be, const void *cache, int64_t capacity, int Hkv, int hd) {
+    cu_kv v = {};
+    const int64_t plane = capacity * Hkv * hd;
+    if (cu_of(be)->kv == CU_KV_E4M3) {
+        v.k8 = (const uint8_t *)cache;
+        v.v8 = v.k8 + plane;
+        v.ks = (const float *)(v.k8 + 2 * plane);
+        v.vs = v.ks + capacity * Hkv;
+    } else {
+        v.k = (const __nv_bfloat16 *)cache;
+        v.v = v.k + plane;
+    }
+    return v;
 }
 
 __global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k, const float *v, int64_t count) {
@@ -31,17 +52,68 @@ __global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k,
     }
 }
 
+// One warp per (token, head) row of K or V: amax, scale = amax / 448, e4m3(x / scale) with saturation.
+__global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, const float *src, int64_t rows, int hd) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / 32) {
+        const float *x = src + r * hd;
+        float amax = 0.f;
+        for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(x[i]));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float s = amax > 0.f ? amax / 448.0f : 1.0f;
+        for (int i = lane; i < hd; i += 32) dst[r * hd + i] = __nv_cvt_float_to_fp8(x[i] / s, __NV_SATFINITE, __NV_E4M3);
+        if (lane == 0) scales[r] = s;
+    }
+}
+
 void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                  int64_t capacity) {
     if (n <= 0) return;
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
+    if (cu_of(be)->kv == CU_KV_E4M3) {
+        const int64_t plane = capacity * Hkv * hd, rows = (int64_t)n * Hkv;
+        uint8_t *k8 = (uint8_t *)cache, *v8 = k8 + plane;
+        float *ks = (float *)(k8 + 2 * plane), *vs = ks + capacity * Hkv;
+        unsigned grid = (unsigned)((rows * 32 + 255) / 256 < 8192 ? (rows * 32 + 255) / 256 : 8192);
+        k_kv_store_e4m3<<<grid, 256, 0, cu_of(be)->stream>>>(k8 + pos0 * Hkv * hd, ks + pos0 * Hkv, (const float *)k,
+                                                             rows, hd);
+        FD_CUDA_LAUNCH_CHECK();
+        k_kv_store_e4m3<<<grid, 256, 0, cu_of(be)->stream>>>(v8 + pos0 * Hkv * hd, vs + pos0 * Hkv, (const float *)v,
+                                                             rows, hd);
+        FD_CUDA_LAUNCH_CHECK();
+        return;
+    }
     __nv_bfloat16 *kc = (__nv_bfloat16 *)cache + pos0 * Hkv * hd;
     __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd + pos0 * Hkv * hd;
     int64_t count = (int64_t)n * Hkv * hd;
     unsigned grid = cu_blocks(count, 256) > 8192 ? 8192 : cu_blocks(count, 256);
     k_kv_store<<<grid, 256, 0, cu_of(be)->stream>>>(kc, vc, (const float *)k, (const float *)v, count);
     FD_CUDA_LAUNCH_CHECK();
+}
+
+// Positions between two caches of (possibly) different capacities: each plane is one strided-free copy.
+void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
+                int64_t src_cap, int64_t n, int Hkv, int hd) {
+    if (n <= 0) return;
+    cudaStream_t st = cu_of(be)->stream;
+    const int e4 = cu_of(be)->kv == CU_KV_E4M3;
+    const size_t el = e4 ? 1 : sizeof(__nv_bfloat16), row = (size_t)Hkv * hd * el;
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    for (int plane = 0; plane < 2; plane++) // K then V
+        FD_CUDA_CHECK(cudaMemcpyAsync(d + ((size_t)plane * dst_cap + dst_pos) * row,
+                                      s + ((size_t)plane * src_cap + src_pos) * row, (size_t)n * row,
+                                      cudaMemcpyDeviceToDevice, st));
+    if (!e4) return;
+    const size_t srow = (size_t)Hkv * sizeof(float);
+    char *ds = d + 2 * dst_cap * row;
+    const char *ss = s + 2 * src_cap * row;
+    for (int plane = 0; plane < 2; plane++) // Kscale then Vscale
+        FD_CUDA_CHECK(cudaMemcpyAsync(ds + ((size_t)plane * dst_cap + dst_pos) * srow,
+                                      ss + ((size_t)plane * src_cap + src_pos) * srow, (size_t)n * srow,
+                                      cudaMemcpyDeviceToDevice, st));
 }
 
 static __device__ __forceinline__ float warp_max(float v) {
@@ -58,8 +130,8 @@ static __device__ __forceinline__ float warp_sum(float v) {
 // ml [S, n, H, 2] = (max, sum)). Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes
 // read 32 different rows of one column), Vt [32][hd/2] bf16x2.
 __global__ void __launch_bounds__(128)
-    k_attention(float *out, float *opart, float *ml, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
-                int64_t pos0, int n, int H, int Hkv, int hd, float scale, int64_t chunk, int causal) {
+    k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
+                int hd, float scale, int64_t chunk, int causal) {
     extern __shared__ float sm[];
     int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
@@ -86,7 +158,6 @@ __global__ void __launch_bounds__(128)
     int64_t kbeg = (int64_t)z * chunk;                 // chunk is a multiple of ATT_BK
     int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
     int64_t kend = min(klast + 1, kbeg + chunk);       // keys past kbeg + chunk belong to the next split
-    const __nv_bfloat162 *kc2 = (const __nv_bfloat162 *)kc, *vc2 = (const __nv_bfloat162 *)vc;
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
         for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
@@ -94,9 +165,9 @@ __global__ void __launch_bounds__(128)
             int64_t kp = kt0 + j;
             __nv_bfloat162 z2 = __floats2bfloat162_rn(0.f, 0.f);
             bool ok = kp < kend;
-            int64_t off = (kp * Hkv + kvh) * hd2 + d2;
-            Kt[j * ldk + d2] = ok ? kc2[off] : z2;
-            Vt[j * hd2 + d2] = ok ? vc2[off] : z2;
+            int64_t row = kp * Hkv + kvh;
+            Kt[j * ldk + d2] = ok ? cu_kv_pair(kv.k, kv.k8, kv.ks, row, hd, 2 * d2) : z2;
+            Vt[j * hd2 + d2] = ok ? cu_kv_pair(kv.v, kv.v8, kv.vs, row, hd, 2 * d2) : z2;
         }
         __syncthreads();
         // scores of key (kt0 + lane) for this warp's rows
@@ -199,11 +270,10 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
     FD_CHECK(pos0 + n <= capacity, "attention beyond cache capacity");
     cu_impl *c = cu_of(be);
-    const __nv_bfloat16 *kc = (const __nv_bfloat16 *)cache;
-    const __nv_bfloat16 *vc = kc + capacity * Hkv * hd;
+    const cu_kv kv = cu_kv_view(be, cache, capacity, Hkv, hd);
     fd_route *route = &c->routes[CU_ROUTE_ATTN_KERNEL];
     if (c->attn_kernel == CU_ATTN_MMA &&
-        cu_attention_mma(be, (float *)out, (const float *)q, kc, vc, pos0, n, H, Hkv, hd, scale, causal)) {
+        cu_attention_mma(be, (float *)out, (const float *)q, kv, pos0, n, H, Hkv, hd, scale, causal)) {
         route->calls[CU_ATTN_MMA]++;
         route->tokens[CU_ATTN_MMA] += n;
         return;
@@ -234,7 +304,7 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kc, vc, pos0, n, H, Hkv, hd,
+    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, n, H, Hkv, hd,
                                                 scale, chunk, causal);
     FD_CUDA_LAUNCH_CHECK();
     cu_prof_mark(be, &pr, S > 1 ? "splits" : "main");

@@ -44,8 +44,8 @@ static __device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p) {
 // (8 bf16 of padding: the fragment loads of 8 rows x 4 columns then hit 32 different banks).
 template <int HD>
 __global__ void __launch_bounds__(128, 1)
-    k_attn_mma(float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, int64_t pos0, int n, int H,
-               int Hkv, float scale_log2, int causal) {
+    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2,
+               int causal) {
     constexpr int LD = HD + 8, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm_u4, *Ks = Qs + MMA_BM * LD, *Vs = Ks + MMA_BN * LD;
@@ -75,14 +75,14 @@ __global__ void __launch_bounds__(128, 1)
         for (int e = threadIdx.x; e < MMA_BN * (HD / 8); e += blockDim.x) {
             int j = e / (HD / 8), c8 = (e - j * (HD / 8)) * 8;
             int64_t kp = kt0 + j;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            uint4 kq = make_uint4(0, 0, 0, 0), vq = kq;
             if (kp < kend) {
-                int64_t off = (kp * Hkv + kvh) * HD + c8;
-                kv = *(const uint4 *)(kc + off);
-                vv = *(const uint4 *)(vc + off);
+                const int64_t row = kp * Hkv + kvh;
+                kq = cu_kv_oct(kv.k, kv.k8, kv.ks, row, HD, c8);
+                vq = cu_kv_oct(kv.v, kv.v8, kv.vs, row, HD, c8);
             }
-            *(uint4 *)(Ks + j * LD + c8) = kv;
-            *(uint4 *)(Vs + j * LD + c8) = vv;
+            *(uint4 *)(Ks + j * LD + c8) = kq;
+            *(uint4 *)(Vs + j * LD + c8) = vq;
         }
         __syncthreads();
 
@@ -166,29 +166,29 @@ __global__ void __launch_bounds__(128, 1)
 }
 
 template <int HD>
-static void launch(fd_backend *be, float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
-                   int64_t pos0, int n, int H, int Hkv, float scale, int causal) {
+static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
+                   float scale, int causal) {
     size_t smem = (size_t)3 * MMA_BM * (HD + 8) * sizeof(__nv_bfloat16);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + MMA_BM - 1) / MMA_BM), (unsigned)Hkv);
     k_attn_mma<HD>
-        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kc, vc, pos0, n, H, Hkv, scale * 1.4426950408889634f, causal);
+        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kv, pos0, n, H, Hkv, scale * 1.4426950408889634f, causal);
     FD_CUDA_LAUNCH_CHECK();
 }
 
-int cu_attention_mma(fd_backend *be, float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
                      int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal) {
     if ((int64_t)n * (H / Hkv) < MMA_BM) return 0; // too few rows to fill one block: the split-K kernel does better
     switch (hd) {
     case 64:
-        launch<64>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        launch<64>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
         return 1;
     case 128:
-        launch<128>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        launch<128>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
         return 1;
     case 256:
-        launch<256>(be, out, q, kc, vc, pos0, n, H, Hkv, scale, causal);
+        launch<256>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
         return 1;
     default:
         return 0;

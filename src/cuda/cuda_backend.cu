@@ -288,6 +288,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->rope = cu_rope;
     be->kv_bytes_per_token = cu_kv_bytes_per_token;
     be->kv_store = cu_kv_store;
+    be->kv_copy = cu_kv_copy;
     be->attention = cu_attention;
     be->moe = cu_moe;
 
@@ -304,8 +305,14 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     ra->sel = &c->attn_kernel;
     ra->by_shape = "calls with < 64 query rows or head_dim not 64/128/256 always run simt";
     ra->help = "attention: CUDA-core flash kernel or tensor-core mma kernel";
+    fd_route *rk = &c->routes[CU_ROUTE_KV];
+    rk->name = "kv";
+    rk->values[0] = "bf16";
+    rk->values[1] = "e4m3";
+    rk->sel = &c->kv;
+    rk->help = "attention KV cache: bf16, or FP8 E4M3 with one fp32 scale per token and head";
     be->routes = c->routes;
-    be->n_routes = 2;
+    be->n_routes = 3;
     const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN");
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());

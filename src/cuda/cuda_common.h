@@ -11,6 +11,7 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -69,9 +70,42 @@ typedef struct {
     size_t scratch_bytes[CU_SCR_COUNT];
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
-    fd_route routes[2]; // gemm_act, attn_kernel (be->routes); calls counted where each op dispatches
+    int kv;             // CU_KV_*
+    fd_route routes[3]; // gemm_act, attn_kernel, kv (be->routes); calls counted where each op dispatches
 } cu_impl;
-enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1 };
+enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2 };
+// Route kv: the cache layout (attention.cu).
+enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
+
+// A layer's KV cache as the attention kernels read it: bf16 planes, or e4m3 planes with one fp32 scale per
+// (token, kv head) row. Row r = token * Hkv + head.
+typedef struct {
+    const __nv_bfloat16 *k, *v; // bf16 layout (NULL for e4m3)
+    const uint8_t *k8, *v8;     // e4m3 layout
+    const float *ks, *vs;
+} cu_kv;
+
+// Elements [c, c+2) of row r as bf16x2 (dequantised for e4m3).
+static __device__ __forceinline__ __nv_bfloat162 cu_kv_pair(const __nv_bfloat16 *b, const uint8_t *b8, const float *sc,
+                                                            int64_t r, int hd, int c) {
+    if (b) return *(const __nv_bfloat162 *)(b + r * hd + c);
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(*(const __nv_fp8x2_storage_t *)(b8 + r * hd + c), __NV_E4M3);
+    float2 f = __half22float2(*(const __half2 *)&h);
+    const float s = sc[r];
+    return __floats2bfloat162_rn(f.x * s, f.y * s);
+}
+
+// Elements [c, c+8) of row r as 8 bf16 in a uint4.
+static __device__ __forceinline__ uint4 cu_kv_oct(const __nv_bfloat16 *b, const uint8_t *b8, const float *sc, int64_t r,
+                                                  int hd, int c) {
+    if (b) return *(const uint4 *)(b + r * hd + c);
+    uint4 out;
+    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&out;
+#pragma unroll
+    for (int i = 0; i < 4; i++) o2[i] = cu_kv_pair(NULL, b8, sc, r, hd, c + 2 * i);
+    return out;
+}
+cu_kv cu_kv_view(fd_backend *be, const void *cache, int64_t capacity, int Hkv, int hd);
 
 static inline cu_impl *cu_of(fd_backend *be) {
     return (cu_impl *)be->impl;
@@ -135,12 +169,14 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
 void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
                  int64_t capacity);
+void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
+                int64_t src_cap, int64_t n, int Hkv, int hd);
 void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
                   int hd, int64_t capacity, float scale, int causal);
 
 // ---- attention_mma.cu ----
 // Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.
-int cu_attention_mma(fd_backend *be, float *out, const float *q, const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
                      int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal);
 
 // ---- moe.cu ----
