@@ -74,7 +74,10 @@ static void cpu_kv_store(fd_backend *be, void *cache, const void *k, const void 
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store [%lld, %lld) beyond capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
     const size_t row = (size_t)Hkv * hd;
-    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+    cpu_impl *c = cpu_of(be);
+    c->routes[0].calls[c->kv]++;
+    c->routes[0].tokens[c->kv] += n;
+    if (c->kv == CPU_KV_E4M3) {
         kv8 p = kv8_planes(cache, capacity, Hkv, hd);
         for (int64_t r = 0; r < (int64_t)n * Hkv; r++) {
             const int64_t at = pos0 * Hkv + r; // (token, head) row

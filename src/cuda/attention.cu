@@ -72,7 +72,10 @@ void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int6
     if (n <= 0) return;
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
-    if (cu_of(be)->kv == CU_KV_E4M3) {
+    cu_impl *c = cu_of(be);
+    c->routes[CU_ROUTE_KV].calls[c->kv]++;
+    c->routes[CU_ROUTE_KV].tokens[c->kv] += n;
+    if (c->kv == CU_KV_E4M3) {
         const int64_t plane = capacity * Hkv * hd, rows = (int64_t)n * Hkv;
         uint8_t *k8 = (uint8_t *)cache, *v8 = k8 + plane;
         float *ks = (float *)(k8 + 2 * plane), *vs = ks + capacity * Hkv;
