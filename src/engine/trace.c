@@ -125,6 +125,15 @@ static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, 
     TRACED(causal ? "attention" : "attention[noncausal]", pos0 + n,
            IN(be)->attention(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, causal));
 }
+static void tr_dyn_conv(fd_backend *be, void *o, const void *x, const float *dyn, int ds, const fd_weight *bw, int half,
+                        int n, int d, int group, int K) {
+    TRACED("dyn_conv", n, IN(be)->dyn_conv(IN(be), o, x, dyn, ds, bw, half, n, d, group, K));
+}
+static void tr_attention_window(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, int n, int H,
+                                int Hkv, int hd, int64_t cap, float scale, int window) {
+    TRACED("attention[window]", pos0 + n,
+           IN(be)->attention_window(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, window));
+}
 static void tr_moe(fd_backend *be, void *o, const void *x, const fd_moe_weights *mw, int n, int d) {
     TRACED("moe", n, IN(be)->moe(IN(be), o, x, mw, n, d));
 }
@@ -165,6 +174,9 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->kv_copy = tr_kv_copy;
     be->attention = tr_attention;
     be->moe = tr_moe;
+    // optional ops stay NULL where the wrapped backend lacks them (the engine checks for NULL)
+    be->dyn_conv = inner->dyn_conv ? tr_dyn_conv : NULL;
+    be->attention_window = inner->attention_window ? tr_attention_window : NULL;
     return be;
 }
 
