@@ -110,16 +110,14 @@ char *srv_metrics_render(srv_metrics *m, const char *model) {
         (long long)m->rejected_queue_full);
     put(&b, "flashdelta:requests_rejected_total{model_name=\"%s\",reason=\"queue_timeout\"} %lld\n", model,
         (long long)m->rejected_timeout);
-    meta(&b, "route_calls_total", "counter", "Calls of each named execution route, summed over sequences.");
-    put(&b, "flashdelta:route_calls_total{model_name=\"%s\",op=\"gdn_prefill\",route=\"chunked\"} %lld\n", model,
-        (long long)m->gdn_chunked_calls);
-    put(&b, "flashdelta:route_calls_total{model_name=\"%s\",op=\"gdn_prefill\",route=\"serial\"} %lld\n", model,
-        (long long)m->gdn_serial_calls);
-    meta(&b, "route_tokens_total", "counter", "Tokens through each named execution route.");
-    put(&b, "flashdelta:route_tokens_total{model_name=\"%s\",op=\"gdn_prefill\",route=\"chunked\"} %lld\n", model,
-        (long long)m->gdn_chunked_tokens);
-    put(&b, "flashdelta:route_tokens_total{model_name=\"%s\",op=\"gdn_prefill\",route=\"serial\"} %lld\n", model,
-        (long long)m->gdn_serial_tokens);
+    meta(&b, "route_calls_total", "counter", "Calls that ran each value of each named execution route.");
+    for (int i = 0; i < m->n_route_hits; i++)
+        put(&b, "flashdelta:route_calls_total{model_name=\"%s\",op=\"%s\",route=\"%s\"} %lld\n", model,
+            m->route_hits[i].route, m->route_hits[i].value, (long long)m->route_hits[i].calls);
+    meta(&b, "route_tokens_total", "counter", "Tokens (rows) through each value of each named execution route.");
+    for (int i = 0; i < m->n_route_hits; i++)
+        put(&b, "flashdelta:route_tokens_total{model_name=\"%s\",op=\"%s\",route=\"%s\"} %lld\n", model,
+            m->route_hits[i].route, m->route_hits[i].value, (long long)m->route_hits[i].tokens);
     counter(&b, model, "scheduler_decode_steps_total", "Single-token decode forwards.", m->decode_steps);
     counter(&b, model, "scheduler_prefill_chunks_total", "Prefill forwards (chunks).", m->prefill_chunks);
     counter(&b, model, "spec_decode_num_drafts_total", "Speculative rounds (no drafter loaded: 0).", m->spec_drafts);

@@ -32,8 +32,13 @@ typedef struct {
     // prefix cache state (copied by the scheduler)
     int64_t pc_nodes, pc_snapshots, pc_evictions;
     double pc_bytes, pc_budget;
-    // routes (summed over the engines)
-    int64_t gdn_chunked_calls, gdn_chunked_tokens, gdn_serial_calls, gdn_serial_tokens;
+    // routes: every value of every route of the route table (engine routes summed over the slots' engines,
+    // backend routes once), copied by the scheduler
+    struct {
+        const char *route, *value;
+        int64_t calls, tokens;
+    } route_hits[64];
+    int n_route_hits;
     int64_t decode_steps, prefill_chunks;
     // speculative decoding (no drafter yet: stay 0, exported so dashboards have the series)
     int64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_accepted_pos[SRV_SPEC_POS];

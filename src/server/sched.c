@@ -25,6 +25,7 @@
 #include "engine/dflash.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
+#include "engine/routes.h"
 #include "server/server_internal.h"
 
 typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE } slot_state;
@@ -375,20 +376,37 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
 }
 
 static void sync_route_metrics(srv_sched *s) {
-    int64_t cc = 0, ct = 0, sc = 0, st = 0;
-    for (int i = 0; i < s->n_slots; i++) {
-        cc += s->slots[i].e.gdn_chunked.calls;
-        ct += s->slots[i].e.gdn_chunked.tokens;
-        sc += s->slots[i].e.gdn_serial.calls;
-        st += s->slots[i].e.gdn_serial.tokens;
-    }
+    // The route table of slot 0 names every route; engine routes are summed over all slots' engines, backend
+    // routes (shared) are counted once.
+    fd_route *r[FD_MAX_ROUTES];
+    const int n = s->n_slots ? routes_list(&s->slots[0].e, r) : 0;
+    int k = 0;
+    int64_t calls[64] = {0}, tokens[64] = {0};
+    const char *rn[64], *rv[64];
+    for (int i = 0; i < n; i++)
+        for (int v = 0; r[i]->values[v] && k < 64; v++, k++) {
+            rn[k] = r[i]->name;
+            rv[k] = r[i]->values[v];
+            if (i >= FD_ENGINE_ROUTES) {
+                calls[k] = r[i]->calls[v];
+                tokens[k] = r[i]->tokens[v];
+            } else {
+                for (int j = 0; j < s->n_slots; j++) {
+                    calls[k] += s->slots[j].e.routes[i].calls[v];
+                    tokens[k] += s->slots[j].e.routes[i].tokens[v];
+                }
+            }
+        }
     pc_stats ps = {0};
     if (s->pc) pc_get_stats(s->pc, &ps);
     pthread_mutex_lock(&s->met->mu);
-    s->met->gdn_chunked_calls = cc;
-    s->met->gdn_chunked_tokens = ct;
-    s->met->gdn_serial_calls = sc;
-    s->met->gdn_serial_tokens = st;
+    for (int i = 0; i < k; i++) {
+        s->met->route_hits[i].route = rn[i];
+        s->met->route_hits[i].value = rv[i];
+        s->met->route_hits[i].calls = calls[i];
+        s->met->route_hits[i].tokens = tokens[i];
+    }
+    s->met->n_route_hits = k;
     s->met->pc_nodes = ps.nodes;
     s->met->pc_snapshots = ps.snapshots;
     s->met->pc_evictions = ps.evictions;
@@ -517,9 +535,12 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     eo.capacity = cfg->ctx;
     eo.max_batch = cfg->prefill_chunk;
     eo.gdn_prefill = cfg->gdn_prefill;
+    // Routes from the environment (FD_ROUTE_<NAME>): the backend's before any cache exists, the engines' after.
+    int route_err = routes_backend_preset(be, NULL, 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (engine_init(&sl->e, m, be, &eo) || (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
+        if (route_err || engine_init(&sl->e, m, be, &eo) || routes_from_env(&sl->e) || routes_check(&sl->e) ||
+            (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
             for (int k = 0; k <= i; k++) {
                 if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);
                 engine_free(&s->slots[k].e);
@@ -543,6 +564,8 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->cv_reset, NULL);
+    routes_print(&s->slots[0].e, stderr);
+    sync_route_metrics(s); // /metrics lists every route from the start
     FD_CHECK(pthread_create(&s->th, NULL, sched_main, s) == 0);
     s->running_thread = 1;
     return s;
