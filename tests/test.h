@@ -34,6 +34,11 @@ extern jmp_buf test_abort_jmp;
 double test_rel_l2(const float *a, const float *b, size_t n);
 // Fills x with uniform values in [lo, hi) from a xorshift stream seeded by *seed.
 void test_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *seed);
+// Chi-square statistic of observed counts [V] against probabilities [V] for N draws; bins expected to hold < 5
+// are merged into one (observations where p has no mass give INFINITY). *dof = bins - 1.
+double test_chi2(const int *counts, const float *probs, int V, int N, int *dof);
+// Upper 0.1 % point of chi-square with k degrees of freedom (Wilson-Hilferty approximation).
+double test_chi2_crit(int k);
 // Path of the flashdelta binary under test (env FD_BIN, default build/flashdelta).
 const char *test_bin(void);
 // Runs a shell command, captures stdout (malloc'ed, may be NULL) and returns the exit status (-1 on error).

@@ -197,35 +197,6 @@ TEST(dflash2_greedy_identical_at_block_sizes) {
         }
 }
 
-// Upper 0.1% point of chi-square with k degrees of freedom (Wilson-Hilferty), as in test_spec_sampling.c.
-static double chi2_crit(int k) {
-    const double z = 3.09, a = 2.0 / (9.0 * k);
-    return k * pow(1 - a + z * sqrt(a), 3);
-}
-
-// chi-square statistic of counts against probs, bins with expected < 5 merged into one
-static double chi2(const int *counts, const float *probs, int V, int N, int *dof) {
-    double stat = 0, rest_e = 0, rest_o = 0;
-    int bins = 0;
-    for (int v = 0; v < V; v++) {
-        const double e = (double)probs[v] * N;
-        if (e >= 5) {
-            stat += (counts[v] - e) * (counts[v] - e) / e;
-            bins++;
-        } else {
-            rest_e += e;
-            rest_o += counts[v];
-        }
-    }
-    if (rest_e > 0) {
-        stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
-        bins++;
-    } else if (rest_o > 0) {
-        stat = INFINITY;
-    }
-    *dof = bins - 1;
-    return stat;
-}
 
 // The rejection sampling with a q supported on a few candidates per position (DFlash2's selector): the first
 // emitted token must follow p0, the second (in rounds that accepted the first draft) p1. Parts of p outside the
@@ -260,10 +231,10 @@ TEST(dflash2_sparse_q_rejection_sampling_is_exact) {
         }
     }
     int d1, d2;
-    const double c1 = chi2(first, p0, V, N, &d1), c2 = chi2(second, p1, V, n_second, &d2);
+    const double c1 = test_chi2(first, p0, V, N, &d1), c2 = test_chi2(second, p1, V, n_second, &d2);
     printf("    sparse q (%d of %d): accepted 0/1/2 %d/%d/%d; chi2 first %.1f (dof %d), second %.1f (dof %d)\n", K, V,
            acc_hist[0], acc_hist[1], acc_hist[2], c1, d1, c2, d2);
-    EXPECT(c1 < chi2_crit(d1) && c2 < chi2_crit(d2));
+    EXPECT(c1 < test_chi2_crit(d1) && c2 < test_chi2_crit(d2));
     EXPECT(acc_hist[0] > N / 20 && acc_hist[2] > N / 20, "both paths must be exercised");
 }
 
@@ -300,12 +271,12 @@ static void check_lossless(const d2_fx *df, float T, int top_k, float top_p, int
         accepted += got > 1;
     }
     int dof;
-    const double stat = chi2(counts, p, V, trials, &dof);
+    const double stat = test_chi2(counts, p, V, trials, &dof);
     printf("    %s T=%.1f top_k=%d top_p=%.2f block %d: chi2 %.1f (dof %d, 0.1%% crit %.1f), rounds with an accepted "
-           "draft %d of %d\n", df->name, (double)T, top_k, (double)top_p, block, stat, dof, chi2_crit(dof), accepted,
+           "draft %d of %d\n", df->name, (double)T, top_k, (double)top_p, block, stat, dof, test_chi2_crit(dof), accepted,
            trials);
     EXPECT(dof >= 3, "too few bins for a meaningful test");
-    EXPECT(stat < chi2_crit(dof), "DFlash2 speculative sampling is not distributed like the target: chi2 %.1f", stat);
+    EXPECT(stat < test_chi2_crit(dof), "DFlash2 speculative sampling is not distributed like the target: chi2 %.1f", stat);
     free(counts);
     free(logits);
     free(p);

@@ -54,6 +54,34 @@ void test_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *seed) {
     }
 }
 
+double test_chi2(const int *counts, const float *probs, int V, int N, int *dof) {
+    double stat = 0, rest_e = 0, rest_o = 0;
+    int bins = 0;
+    for (int v = 0; v < V; v++) {
+        const double e = (double)probs[v] * N;
+        if (e >= 5) {
+            stat += (counts[v] - e) * (counts[v] - e) / e;
+            bins++;
+        } else {
+            rest_e += e;
+            rest_o += counts[v];
+        }
+    }
+    if (rest_e > 0) {
+        stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+        bins++;
+    } else if (rest_o > 0) {
+        stat = INFINITY;
+    }
+    *dof = bins - 1;
+    return stat;
+}
+
+double test_chi2_crit(int k) {
+    const double z = 3.09, a = 2.0 / (9.0 * k);
+    return k * pow(1 - a + z * sqrt(a), 3);
+}
+
 const char *test_bin(void) {
     const char *b = getenv("FD_BIN");
     return b ? b : "build/flashdelta";

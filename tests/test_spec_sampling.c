@@ -9,35 +9,6 @@
 #include "fixture.h"
 #include "test.h"
 
-// Upper 0.1% point of chi-square with k degrees of freedom (Wilson-Hilferty).
-static double chi2_crit(int k) {
-    const double z = 3.09, a = 2.0 / (9.0 * k);
-    return k * pow(1 - a + z * sqrt(a), 3);
-}
-
-// chi-square statistic of counts against probs, bins with expected < 5 merged into one
-static double chi2(const int *counts, const float *probs, int V, int N, int *dof) {
-    double stat = 0, rest_e = 0, rest_o = 0;
-    int bins = 0;
-    for (int v = 0; v < V; v++) {
-        const double e = (double)probs[v] * N;
-        if (e >= 5) {
-            stat += (counts[v] - e) * (counts[v] - e) / e;
-            bins++;
-        } else {
-            rest_e += e;
-            rest_o += counts[v];
-        }
-    }
-    if (rest_e > 0) {
-        stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
-        bins++;
-    } else if (rest_o > 0) {
-        stat = INFINITY; // mass where p has none
-    }
-    *dof = bins - 1;
-    return stat;
-}
 
 static void check_lossless(float T, int top_k, float top_p, int block, int trials) {
     fixture fx;
@@ -81,12 +52,12 @@ static void check_lossless(float T, int top_k, float top_p, int block, int trial
         accepted_rounds += got > 1;
     }
     int dof;
-    double stat = chi2(counts, p, V, trials, &dof);
+    double stat = test_chi2(counts, p, V, trials, &dof);
     printf("    T=%.1f top_k=%d top_p=%.2f block %d: chi2 %.1f (dof %d, 0.1%% crit %.1f), rounds with an accepted "
            "draft %d of %d\n",
-           (double)T, top_k, (double)top_p, block, stat, dof, chi2_crit(dof), accepted_rounds, trials);
+           (double)T, top_k, (double)top_p, block, stat, dof, test_chi2_crit(dof), accepted_rounds, trials);
     EXPECT(dof >= 3, "too few bins for a meaningful test");
-    EXPECT(stat < chi2_crit(dof), "speculative sampling is not distributed like the target: chi2 %.1f", stat);
+    EXPECT(stat < test_chi2_crit(dof), "speculative sampling is not distributed like the target: chi2 %.1f", stat);
     // This random drafter almost never agrees with the target (it favours the mask token), so this end-to-end
     // run mostly covers the resample path; spec_sampling_accept_math covers acceptance.
     (void)accepted_rounds;
@@ -138,10 +109,10 @@ TEST(spec_sampling_accept_math) {
         }
     }
     int d1, d2;
-    double c1 = chi2(first, p0, V, N, &d1), c2 = chi2(second, p1, V, n_second, &d2);
+    double c1 = test_chi2(first, p0, V, N, &d1), c2 = test_chi2(second, p1, V, n_second, &d2);
     printf("    accepted 0/1/2: %d/%d/%d; first token chi2 %.1f (dof %d), second %.1f (dof %d)\n", acc_hist[0],
            acc_hist[1], acc_hist[2], c1, d1, c2, d2);
-    EXPECT(c1 < chi2_crit(d1) && c2 < chi2_crit(d2));
+    EXPECT(c1 < test_chi2_crit(d1) && c2 < test_chi2_crit(d2));
     EXPECT(acc_hist[0] > N / 20 && acc_hist[2] > N / 20, "both paths must be exercised");
 }
 
@@ -164,5 +135,5 @@ TEST(sampler_filters_and_draws) {
     sampler_probs(&s, logits, V, q);
     for (int i = 0; i < 60000; i++) counts[sampler_draw(&s, q, V)]++;
     int dof;
-    EXPECT(chi2(counts, q, V, 60000, &dof) < chi2_crit(dof));
+    EXPECT(test_chi2(counts, q, V, 60000, &dof) < test_chi2_crit(dof));
 }
