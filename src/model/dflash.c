@@ -3,7 +3,6 @@
 #include "model/dflash.h"
 
 #include "model/dflash2.h"
-#include "model/synth.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -121,34 +120,10 @@ static int check_fits(const fd_drafter *d, const fd_model *t, const char *dir) {
     return 0;
 }
 
+// A matrix [rows, cols], or a vector [rows] when cols == 1.
 static int bind(fd_drafter *d, fd_weight *w, const char *name, int64_t rows, int64_t cols) {
-    if (d->synthetic) {
-        d->owned_names = fd_realloc(d->owned_names, sizeof(char *) * (size_t)(d->n_owned + 1));
-        d->owned = fd_realloc(d->owned, sizeof(void *) * (size_t)(d->n_owned + 1));
-        char *nm = d->owned_names[d->n_owned] = fd_strdup(name);
-        synth_weight(w, nm, rows, cols, d->seed);
-        d->owned[d->n_owned++] = (void *)w->data;
-        d->n_params += rows * cols;
-        return 0;
-    }
-    const st_tensor *t = st_find(&d->st, name);
-    if (!t) return fd_error_set("missing tensor '%s' (expected [%lld, %lld])", name, (long long)rows, (long long)cols);
-    int64_t want_n = cols == 1 ? 1 : 2, got_cols = 1;
-    for (int i = 1; i < t->ndim; i++) got_cols *= t->shape[i];
-    if (t->ndim != want_n || t->shape[0] != rows || (want_n == 2 && got_cols != cols))
-        return fd_error_set("%s: tensor '%s' has the wrong shape (expected [%lld%s%lld])", d->st.files[t->file].path,
-                            name, (long long)rows, cols == 1 ? "" : ", ", cols == 1 ? 0LL : (long long)cols);
-    if (t->dtype != FD_F32 && t->dtype != FD_F16 && t->dtype != FD_BF16)
-        return fd_error_set("%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", d->st.files[t->file].path, name,
-                            fd_dtype_name(t->dtype));
-    memset(w, 0, sizeof *w);
-    w->name = t->name;
-    w->dtype = t->dtype;
-    w->data = t->data;
-    w->rows = rows;
-    w->cols = cols;
-    d->n_params += rows * cols;
-    return 0;
+    const int64_t dims[2] = {rows, cols};
+    return bind_tensor(&d->binder, w, name, cols == 1 ? 1 : 2, dims);
 }
 
 #define NM(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
@@ -194,7 +169,8 @@ static int drafter_open(const char *dir, char *path, const fd_model *target, fd_
     json_decref(root);
     free(path);
     if (!rc) rc = check_fits(d, target, dir);
-    if (!rc && !d->synthetic) rc = st_open_dir(dir, &d->st);
+    if (!rc && !d->binder.synthetic) rc = st_open_dir(dir, &d->st);
+    d->binder.st = &d->st;
     if (!rc && bind_all(d)) rc = fd_error_prefix("%s", dir);
     if (rc) drafter_free(d);
     return rc;
@@ -207,8 +183,8 @@ int drafter_load(const char *dir, const fd_model *target, fd_drafter *d) {
 
 int drafter_random(const char *config_path, const fd_model *target, uint64_t seed, fd_drafter *d) {
     memset(d, 0, sizeof *d);
-    d->synthetic = 1;
-    d->seed = seed;
+    d->binder.synthetic = 1;
+    d->binder.seed = seed;
     return drafter_open(config_path, fd_strdup(config_path), target, d);
 }
 
@@ -245,14 +221,6 @@ void drafter_free(fd_drafter *d) {
     dflash2_free(d);
     free(d->layers);
     d->layers = NULL;
-    for (int i = 0; i < d->n_owned; i++) {
-        free(d->owned[i]);
-        free(d->owned_names[i]);
-    }
-    free(d->owned);
-    free(d->owned_names);
-    d->owned = NULL;
-    d->owned_names = NULL;
-    d->n_owned = 0;
+    binder_free(&d->binder);
     st_close(&d->st);
 }

@@ -31,13 +31,8 @@ typedef struct {
     fd_weight fc;                // [d, n_taps d]
     fd_weight hidden_norm, norm; // [d]
     fd_draft_layer *layers;
-    int64_t n_params;
     struct fd_dflash2 *v2; // DFlash2DraftModel extras (model/dflash2.h); NULL for a DFlash drafter
-    int synthetic; // random weights (bench): tensors are created, not read
-    uint64_t seed;
-    char **owned_names;
-    void **owned;
-    int n_owned;
+    fd_binder binder; // checkpoint tensors, or synthetic ones (bench --draft-random)
 } fd_drafter;
 
 // Loads DIR (config.json + safetensors) and checks it fits `target` (hidden size, vocabulary, tap layers,

@@ -2,7 +2,6 @@
 // published DFlash2 drafters (z-lab / Inco AI) and the public NeMo Automodel implementation.
 #include "model/dflash2.h"
 
-#include "model/synth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,39 +75,7 @@ int dflash2_parse_config(json_t *root, json_t *dc, const char *path, fd_drafter 
 
 // Binds `name` with exactly the shape dims[0..nd) (viewed as rows x cols for the backend).
 static int bind_nd(fd_drafter *d, fd_weight *w, const char *name, int nd, const int64_t *dims) {
-    int64_t rows = dims[0], cols = 1;
-    for (int i = 1; i < nd; i++) cols *= dims[i];
-    if (d->synthetic) {
-        d->owned_names = fd_realloc(d->owned_names, sizeof(char *) * (size_t)(d->n_owned + 1));
-        d->owned = fd_realloc(d->owned, sizeof(void *) * (size_t)(d->n_owned + 1));
-        char *nm = d->owned_names[d->n_owned] = fd_strdup(name);
-        synth_weight(w, nm, rows, cols, d->seed);
-        d->owned[d->n_owned++] = (void *)w->data;
-        d->n_params += rows * cols;
-        return 0;
-    }
-    const st_tensor *t = st_find(&d->st, name);
-    char want[96];
-    int used = 0;
-    for (int i = 0; i < nd; i++) used += snprintf(want + used, sizeof want - (size_t)used, "%s%lld", i ? ", " : "",
-                                                  (long long)dims[i]);
-    if (!t) return fd_error_set("missing tensor '%s' (expected [%s])", name, want);
-    int ok = t->ndim == nd;
-    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == dims[i];
-    if (!ok)
-        return fd_error_set("%s: tensor '%s' has the wrong shape (expected [%s])", d->st.files[t->file].path, name,
-                            want);
-    if (t->dtype != FD_F32 && t->dtype != FD_F16 && t->dtype != FD_BF16)
-        return fd_error_set("%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", d->st.files[t->file].path, name,
-                            fd_dtype_name(t->dtype));
-    memset(w, 0, sizeof *w);
-    w->name = t->name;
-    w->dtype = t->dtype;
-    w->data = t->data;
-    w->rows = rows;
-    w->cols = cols;
-    d->n_params += rows * cols;
-    return 0;
+    return bind_tensor(&d->binder, w, name, nd, dims);
 }
 
 int dflash2_bind(fd_drafter *d) {

@@ -4,62 +4,20 @@
 // decoder; they differ in the GDN projection layout and the FFN.
 #include "model/model.h"
 
-#include "model/synth.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *file_of(const fd_model *m, const st_tensor *t) { return m->st.files[t->file].path; }
 
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-    size_t used = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (used < n) snprintf(buf + used, n - used, "]");
-}
-
-// Binds `name` with the expected shape (ndim dims given as varargs). rows/cols of the weight are the first
-// dim and the product of the rest.
+// Binds `name` with the expected shape (ndim dims given as varargs).
 static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
     int64_t want[ST_MAX_DIMS];
     va_list ap;
     va_start(ap, ndim);
     for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
     va_end(ap);
-    if (m->synthetic) {
-        int64_t cols = 1;
-        for (int i = 1; i < ndim; i++) cols *= want[i];
-        m->owned_names = fd_realloc(m->owned_names, sizeof(char *) * (size_t)(m->n_owned + 1));
-        m->owned = fd_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
-        char *nm = m->owned_names[m->n_owned] = fd_strdup(name);
-        synth_weight(w, nm, ndim ? want[0] : 1, cols, m->seed);
-        m->owned[m->n_owned++] = (void *)w->data;
-        m->n_params += w->rows * w->cols;
-        return 0;
-    }
-    const st_tensor *t = st_find(&m->st, name);
-    char ws[128], gs[128];
-    shape_str(ws, sizeof ws, ndim, want);
-    if (!t) return fd_error_set("missing tensor '%s' (expected shape %s)", name, ws);
-    if (t->dtype != FD_F32 && t->dtype != FD_F16 && t->dtype != FD_BF16)
-        return fd_error_set("%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(m, t), name,
-                            fd_dtype_name(t->dtype));
-    int ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
-    if (!ok) {
-        shape_str(gs, sizeof gs, t->ndim, t->shape);
-        return fd_error_set("%s: tensor '%s' has shape %s, expected %s", file_of(m, t), name, gs, ws);
-    }
-    memset(w, 0, sizeof *w);
-    w->name = t->name;
-    w->dtype = t->dtype;
-    w->data = t->data;
-    w->rows = ndim ? want[0] : 1;
-    w->cols = 1;
-    for (int i = 1; i < ndim; i++) w->cols *= want[i];
-    m->n_params += w->rows * w->cols;
-    return 0;
+    return bind_tensor(&m->binder, w, name, ndim, want);
 }
 
 // A view of `rows` rows starting at row `row0` of a bound 2-D weight (for fused expert tensors).
@@ -168,6 +126,7 @@ static void moe_wire(const fd_config *c, fd_layer *L) {
 }
 
 static int bind_all(fd_model *m) {
+    m->binder.st = &m->st;
     const fd_config *c = &m->cfg;
     char nm[256];
     const int64_t d = c->hidden_size, V = c->vocab_size;
@@ -175,7 +134,7 @@ static int bind_all(fd_model *m) {
     snprintf(m->weight_prefix, sizeof m->weight_prefix, "%s", p);
     FD_TRY(bind(m, &m->embed, NAME("%sembed_tokens.weight", p), 2, V, d));
     FD_TRY(bind(m, &m->final_norm, NAME("%snorm.weight", p), 1, d));
-    if (m->synthetic ? !c->tie_word_embeddings : st_find(&m->st, "lm_head.weight") != NULL) {
+    if (m->binder.synthetic ? !c->tie_word_embeddings : st_find(&m->st, "lm_head.weight") != NULL) {
         FD_TRY(bind(m, &m->lm_head, "lm_head.weight", 2, V, d));
     } else if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
@@ -213,13 +172,14 @@ int model_random(const char *config_path, uint64_t seed, fd_model *m) {
     int rc = cfg_parse(text, config_path, &m->cfg);
     free(text);
     if (rc) return -1;
-    m->synthetic = 1;
-    m->seed = seed;
+    m->binder.synthetic = 1;
+    m->binder.seed = seed;
     if (bind_all(m)) {
         fd_error_prefix("%s", config_path);
         model_free(m);
         return -1;
     }
+    m->n_params = m->binder.n_params;
     return 0;
 }
 
@@ -232,6 +192,7 @@ int model_load(const char *dir, fd_model *m) {
         model_free(m);
         return -1;
     }
+    m->n_params = m->binder.n_params;
     return 0;
 }
 
@@ -284,15 +245,7 @@ void model_free(fd_model *m) {
         }
     free(m->layers);
     m->layers = NULL;
-    for (int64_t i = 0; i < m->n_owned; i++) {
-        free(m->owned[i]);
-        free(m->owned_names[i]);
-    }
-    free(m->owned);
-    free(m->owned_names);
-    m->owned = NULL;
-    m->owned_names = NULL;
-    m->n_owned = 0;
+    binder_free(&m->binder);
     st_close(&m->st);
 }
 

@@ -4,6 +4,7 @@
 #define FD_MODEL_H
 #include "backend.h"
 #include "io/safetensors.h"
+#include "model/bind.h"
 #include "model/config.h"
 
 typedef struct {
@@ -39,12 +40,7 @@ typedef struct {
     fd_layer *layers;
     int64_t n_params;
     char weight_prefix[64]; // "model." or "model.language_model."
-    // synthetic weights (bench): every bound tensor is created randomly instead of read from a checkpoint
-    int synthetic;
-    uint64_t seed;
-    char **owned_names; // names and data of synthetic tensors, freed by model_free
-    void **owned;
-    int64_t n_owned;
+    fd_binder binder;       // checkpoint tensors, or synthetic ones (bench --random-weights)
 } fd_model;
 
 // Loads config.json and binds every tensor. Returns 0 or -1 with fd_error set (message names file/tensor).
