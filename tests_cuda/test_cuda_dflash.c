@@ -64,3 +64,61 @@ TEST(cuda_dflash_greedy_identical_at_block_sizes) {
             fixture_free(&fx);
         }
 }
+
+// Draft logits on the GPU against the z-lab reference (issue 5: rel-L2 <= 2e-2 on the GPU), both rounds, with the
+// default GEMM route.
+TEST(cuda_dflash_draft_logits_match_reference) {
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "bf16") == 0, "%s", fd_error_msg());
+    static const int commits[] = {3, 2, 5};
+    for (size_t i = 0; i < sizeof k_drafts / sizeof k_drafts[0]; i++) {
+        fixture fx;
+        fd_model m;
+        fd_drafter d;
+        fd_engine e;
+        fd_dflash s;
+        memset(&m, 0, sizeof m), memset(&d, 0, sizeof d), memset(&e, 0, sizeof e), memset(&s, 0, sizeof s);
+        ASSERT(fixture_load(k_drafts[i].target, &fx) == 0, "%s", fd_error_msg());
+        ASSERT(model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+        model_upload(&m, gpu());
+        char *dir = fd_sprintf("tests/data/dflash/%s", k_drafts[i].name);
+        ASSERT(drafter_load(dir, &m, &d) == 0, "%s", fd_error_msg());
+        drafter_upload(&d, gpu());
+        fd_engine_opts o;
+        engine_default_opts(&o);
+        o.capacity = fx.n_ids + 64;
+        o.max_batch = 64;
+        ASSERT(engine_init(&e, &m, gpu(), &o) == 0 && dflash_init(&s, &e, &d, 0) == 0, "%s", fd_error_msg());
+        const int B = s.B, V = m.cfg.vocab_size;
+        float *got = malloc(sizeof(float) * (B - 1) * V);
+        int32_t anchor, draft[FD_SPEC_MAX_BLOCK];
+        for (int round = 0; round < 2; round++) {
+            if (round == 0) {
+                ASSERT(dflash_prefill(&s, fx.ids, fx.n_ids, 64, NULL, &anchor) == 0, "%s", fd_error_msg());
+            } else { // the target consumes HF's greedy g0..g(k-1); their taps extend the context; anchor g(k)
+                ASSERT(engine_forward(&e, fx.greedy, commits[i], NULL, 0) == 0, "%s", fd_error_msg());
+                dflash_context_append(&s, commits[i]);
+                anchor = fx.greedy[commits[i]];
+            }
+            ASSERT(dflash_draft(&s, anchor, draft, got) == 0, "%s", fd_error_msg());
+            char *path = fd_sprintf("%s/%s", dir, round ? "draft_logits2.f32" : "draft_logits.f32");
+            size_t len = 0;
+            float *want = (float *)fd_read_file(path, &len);
+            ASSERT(want && len == sizeof(float) * (B - 1) * V, "%s", path);
+            const double err = test_rel_l2(got, want, (size_t)(B - 1) * V);
+            printf("    %-22s round %d: draft logits rel-L2 vs the z-lab reference %.2e\n", k_drafts[i].name, round + 1,
+                   err);
+            EXPECT(err <= 2e-2, "%s round %d: %.3g", k_drafts[i].name, round + 1, err);
+            free(want);
+            free(path);
+        }
+        free(got);
+        free(dir);
+        dflash_free(&s);
+        engine_free(&e);
+        drafter_release(&d, gpu());
+        drafter_free(&d);
+        model_release(&m, gpu());
+        model_free(&m);
+        fixture_free(&fx);
+    }
+}
