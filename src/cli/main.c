@@ -10,7 +10,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } k_cmds[] = {
-    {"run", cmd_run, "run [MODEL_DIR] [--prompt TEXT]   demo generation (bundled tiny model when no dir)"},
+    {"run", cmd_run, "run [MODEL_DIR --ids 1,2,3]       demo generation (bundled tiny model when no dir)"},
     {"info", cmd_info, "info MODEL_DIR                     architecture, layer plan, parameters, dtypes"},
     {"logits", cmd_logits, "logits MODEL_DIR --ids 1,2,3 --out FILE   float32 logits [n_ids x vocab]"},
     {"generate", cmd_generate,
@@ -27,6 +27,8 @@ static const struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: flashdelta COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %s\n", k_cmds[i].help);
+    fprintf(f, "\ncommon options: --backend cpu|cuda  --route NAME=VALUE (docs/routes.md)  --ctx N  --prefill-chunk K\n"
+               "                --threads N  --trace FILE (Chrome-trace JSON of per-op timings)\n");
 }
 
 int main(int argc, char **argv) {
