@@ -80,9 +80,19 @@ TEST(cli_info_and_run) {
         free(out);
         free(cmd);
     }
-    char *cmd = fd_sprintf("%s run 2>/dev/null", test_bin()), *out = NULL;
+    // without models/ (FD_DEMO_MODELS names an empty place) run falls back to the random-weight fixture
+    char *cmd = fd_sprintf("FD_DEMO_MODELS=/nonexistent %s run 2>/dev/null", test_bin()), *out = NULL;
     EXPECT(test_run(cmd, &out) == 0);
     EXPECT(out && strstr(out, "RANDOM weights") && strstr(out, "greedy output: yes"), "%s", out ? out : "");
+    free(out);
+    free(cmd);
+    // with the trained models: HF's greedy ids, and DFlash with the trained drafter gives the same ids
+    cmd = fd_sprintf("%s run 2>/dev/null", test_bin());
+    out = NULL;
+    EXPECT(test_run(cmd, &out) == 0);
+    EXPECT(out && strstr(out, "TRAINED") && strstr(out, "greedy output: yes") &&
+               strstr(out, "same ids as plain decoding: yes") && strstr(out, "emitted tokens/round"),
+           "%s", out ? out : "");
     free(out);
     free(cmd);
 }

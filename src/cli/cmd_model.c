@@ -12,6 +12,7 @@
 #include "engine/dflash.h"
 #include "engine/routes.h"
 #include "engine/trace.h"
+#include "io/tokenizer.h"
 
 typedef struct {
     const char *model_dir;
@@ -540,12 +541,154 @@ static int demo_dflash(const cli_opts *plain, const int32_t *want, double plain_
     return rc;
 }
 
+// The trained demo (models/, made by tools/train_tiny.py; env FD_DEMO_MODELS names another folder): a held-out
+// code prompt (tests/data/trained/val_prompts.json) through our tokenizer, greedy text streamed, then the same
+// prompt through DFlash with the trained drafter: ids must not change; tokens/s of both and emitted tokens/round.
+static char *trained_root(void) {
+    const char *env = getenv("FD_DEMO_MODELS");
+    char *root = fd_strdup(env ? env : FD_SOURCE_DIR "/models");
+    char *cfg = fd_sprintf("%s/tiny-qwen35/config.json", root), *dcfg = fd_sprintf("%s/tiny-qwen35-dflash/config.json", root);
+    FILE *f1 = fopen(cfg, "r"), *f2 = fopen(dcfg, "r");
+    const int ok = f1 && f2;
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+    free(cfg);
+    free(dcfg);
+    if (!ok) {
+        free(root);
+        return NULL;
+    }
+    return root;
+}
+
+// Prompt text and, where shipped, the ids and HF greedy continuation tools/train_tiny.py computed for it.
+static const char *k_trained_default_prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n";
+static char *trained_prompt(json_t **ref_ids, json_t **ref_greedy, json_t **roots) {
+    json_error_t err;
+    roots[0] = json_load_file(FD_SOURCE_DIR "/tests/data/trained/val_prompts.json", 0, &err);
+    roots[1] = json_load_file(FD_SOURCE_DIR "/tests/data/trained/expected.json", 0, &err);
+    json_t *p0 = json_array_get(roots[0], 0);
+    const char *text = json_string_value(json_object_get(p0, "text"));
+    *ref_ids = json_object_get(p0, "ids");
+    *ref_greedy = json_object_get(roots[1], "greedy");
+    return fd_strdup(text ? text : k_trained_default_prompt);
+}
+
+static int demo_trained(const cli_opts *po, const char *root, int n_given) {
+    cli_opts o = *po;
+    char *tdir = fd_sprintf("%s/tiny-qwen35", root), *ddir = fd_sprintf("%s/tiny-qwen35-dflash", root);
+    char *tpath = fd_sprintf("%s/tokenizer.json", tdir);
+    json_t *roots[2] = {NULL, NULL}, *ref_ids = NULL, *ref_greedy = NULL;
+    char *text = trained_prompt(&ref_ids, &ref_greedy, roots);
+    tok_tokenizer *tok = tok_load(tpath);
+    tok_ids ids = {0};
+    int rc = !tok || tok_encode(tok, text, strlen(text), &ids) || !ids.n;
+    if (rc) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    o.model_dir = tdir;
+    o.ids = ids.ids;
+    o.n_ids = (int64_t)ids.n;
+    if (!n_given) o.n_new = 64;
+    // HF's greedy ids apply when our tokenizer gave the ids they were computed for
+    int n_ref = 0;
+    if (!rc && json_array_size(ref_ids) == ids.n) {
+        n_ref = (int)json_array_size(ref_greedy);
+        for (size_t i = 0; i < ids.n; i++)
+            if (json_integer_value(json_array_get(ref_ids, i)) != ids.ids[i]) n_ref = 0;
+    }
+    session s;
+    memset(&s, 0, sizeof s);
+    int32_t *out = fd_malloc(sizeof(int32_t) * (size_t)(o.n_new + 1)), *spec = NULL;
+    double t0 = 0, t1 = 0, t2 = 0;
+    if (!rc && !(rc = session_open(&s, &o, o.n_ids + o.n_new))) {
+        printf("flashdelta demo: a small TRAINED qwen3_5 model (models/tiny-qwen35: %.1f M parameters, %d layers, "
+               "trained\non Python source by tools/train_tiny.py; see models/README.md) and its DFlash drafter "
+               "(models/tiny-qwen35-dflash).\n\nprompt (held-out code, %lld tokens):\n%s\n---- greedy continuation "
+               "(%d tokens, streamed):\n",
+               (double)s.model.n_params / 1e6, s.model.cfg.num_layers, (long long)o.n_ids, text, o.n_new);
+        fflush(stdout);
+        const int V = s.model.cfg.vocab_size;
+        float *logits = fd_malloc((size_t)V * sizeof(float));
+        tok_stream *ts = tok_stream_new(tok, 1);
+        size_t len = 0;
+        const char *piece;
+        t0 = fd_time_s();
+        rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 0);
+        t1 = fd_time_s();
+        for (int i = 0; !rc && i < o.n_new; i++) {
+            out[i] = engine_argmax(logits, V);
+            if ((piece = tok_stream_push(ts, out[i], &len)) && len) fwrite(piece, 1, len, stdout), fflush(stdout);
+            if (i + 1 < o.n_new) rc = engine_forward(&s.eng, &out[i], 1, logits, 0);
+        }
+        t2 = fd_time_s();
+        if ((piece = tok_stream_flush(ts, &len)) && len) fwrite(piece, 1, len, stdout);
+        tok_stream_free(ts);
+        free(logits);
+        if (rc) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    }
+    session_close(&s);
+    if (!rc) {
+        printf("\n----\n\nplain decoding: prefill %lld tokens in %.3f s (%.0f tok/s); decode %d tokens in %.3f s "
+               "(%.1f tok/s); backend %s\n",
+               (long long)o.n_ids, t1 - t0, (double)o.n_ids / (t1 - t0), o.n_new, t2 - t1,
+               o.n_new > 1 ? (o.n_new - 1) / (t2 - t1) : 0.0, o.backend);
+        int same = 0, n_cmp = n_ref < o.n_new ? n_ref : o.n_new;
+        while (same < n_cmp && out[same] == (int32_t)json_integer_value(json_array_get(ref_greedy, (size_t)same)))
+            same++;
+        if (n_cmp) {
+            printf("matches Hugging Face transformers' greedy output: %s (%d of %d reference tokens identical)\n",
+                   same == n_cmp ? "yes" : "NO", same, n_cmp);
+            if (same != n_cmp) rc = 1;
+        }
+    }
+    if (!rc) {
+        o.draft_dir = ddir;
+        spec = fd_malloc(sizeof(int32_t) * (size_t)(o.n_new + 1));
+        if (!(rc = session_open(&s, &o, o.n_ids + o.n_new))) {
+            rc = dflash_generate(&s.spec, o.ids, o.n_ids, o.prefill_chunk, o.n_new, NULL, spec);
+            if (rc) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        }
+        if (!rc) {
+            const fd_spec_stats *st = &s.spec.st;
+            const int same = !memcmp(out, spec, sizeof(int32_t) * (size_t)o.n_new);
+            const double plain_tps = o.n_new > 1 ? (o.n_new - 1) / (t2 - t1) : 0.0;
+            const double spec_tps = st->round_s > 0 ? (double)st->emitted / st->round_s : 0.0;
+            printf("DFlash with the trained drafter (block %d): same ids as plain decoding: %s; decode %.1f tok/s vs "
+                   "%.1f tok/s plain (%.2fx); %lld rounds, emitted tokens/round %.2f\n",
+                   s.spec.B, same ? "yes" : "NO", spec_tps, plain_tps, plain_tps > 0 ? spec_tps / plain_tps : 0.0,
+                   (long long)st->rounds, st->rounds ? (double)st->emitted / (double)st->rounds : 0.0);
+            if (!same) rc = 1;
+        }
+        session_close(&s);
+    }
+    free(spec);
+    free(out);
+    tok_ids_free(&ids);
+    tok_free(tok);
+    json_decref(roots[0]);
+    json_decref(roots[1]);
+    free(text);
+    free(tpath);
+    free(tdir);
+    free(ddir);
+    return rc ? 1 : 0;
+}
+
 int cmd_run(int argc, char **argv) {
     cli_opts o;
     int rc = parse_opts(argc, argv, &o, 0);
     if (rc) return rc;
     int32_t *ref = NULL;
     int n_ref = 0, demo = !o.model_dir;
+    if (demo && !o.ids) { // the trained models when models/ has them, else the random-weight fixture below
+        char *root = trained_root();
+        if (root) {
+            int n_given = 0;
+            for (int i = 1; i < argc; i++) n_given |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-new");
+            rc = demo_trained(&o, root, n_given);
+            free(root);
+            return rc;
+        }
+    }
     if (demo) {
         o.model_dir = demo_dir();
         if (!o.ids && load_demo_prompt(o.model_dir, &o.ids, &o.n_ids, &ref, &n_ref)) {
