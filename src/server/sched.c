@@ -472,8 +472,14 @@ static void *sched_main(void *arg) {
             break;
         }
         if (s->reset_asked != s->reset_done) {
+            // The cache belongs to this thread; the metrics are refreshed before the caller is released, so the
+            // /metrics it reads next already shows the empty cache.
+            const int64_t asked = s->reset_asked;
+            pthread_mutex_unlock(&s->mu);
             if (s->pc) pc_reset(s->pc);
-            s->reset_done = s->reset_asked;
+            sync_route_metrics(s);
+            pthread_mutex_lock(&s->mu);
+            s->reset_done = asked;
             pthread_cond_broadcast(&s->cv_reset);
         }
         // admit into free slots; drop requests that waited too long (their clients get 503)
