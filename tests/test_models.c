@@ -178,3 +178,58 @@ TEST(models_kv_e4m3_keeps_greedy) {
     EXPECT(routes_backend_preset(be, &back, 1) != 0 && strstr(fd_error_msg(), "fixed"), "%s", fd_error_msg());
     be->destroy(be);
 }
+
+// A batched decode step over several sequences gives each sequence exactly the logits of its own decode step
+// (the GEMM rows are independent; state, cache and position stay per sequence).
+TEST(models_decode_batch_equals_single) {
+    for (int f = 0; k_fixture_names[f]; f++) {
+        fixture fx;
+        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        enum { S = 3, STEPS = 6 };
+        const int lens[S] = {50, 97, 130};
+        fd_model m; // one model shared by every sequence, as in the server
+        ASSERT(model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+        model_upload(&m, cpu());
+        fd_engine_opts o;
+        engine_default_opts(&o);
+        o.max_batch = 64;
+        o.capacity = 256;
+        fd_engine one[S], many[S], *batch[S];
+        const int V = fx.vocab;
+        float *la = malloc(sizeof(float) * S * V), *lb = malloc(sizeof(float) * S * V);
+        int32_t tok[S];
+        for (int i = 0; i < S; i++) {
+            ASSERT(engine_init(&one[i], &m, cpu(), &o) == 0 && engine_init(&many[i], &m, cpu(), &o) == 0);
+            const int32_t *p = fx.ids + i * 20; // different prompts
+            ASSERT(engine_prefill(&one[i], p, lens[i], 64, la + i * V, 0) == 0);
+            ASSERT(engine_prefill(&many[i], p, lens[i], 64, NULL, 0) == 0);
+            tok[i] = engine_argmax(la + i * V, V);
+            batch[i] = &many[i];
+        }
+        double worst = 0;
+        for (int step = 0; step < STEPS; step++) {
+            for (int i = 0; i < S; i++) ASSERT(engine_forward(&one[i], &tok[i], 1, la + i * V, 0) == 0);
+            ASSERT(engine_decode_batch(batch, tok, S, lb) == 0, "%s", fd_error_msg());
+            for (int i = 0; i < S; i++) {
+                const double e = test_rel_l2(lb + i * V, la + i * V, (size_t)V);
+                worst = e > worst ? e : worst;
+                tok[i] = engine_argmax(la + i * V, V);
+            }
+        }
+        printf("    %-20s batched decode of %d sequences x %d steps: worst logits rel-L2 %.2e\n", k_fixture_names[f], S,
+               STEPS, worst);
+        EXPECT(worst <= 1e-6, "%s: batched decode differs (%.3g)", k_fixture_names[f], worst);
+        for (int i = 0; i < S; i++) EXPECT(many[i].n_past == lens[i] + STEPS);
+        fd_engine *dup[2] = {batch[0], batch[0]}; // the same sequence twice is refused
+        int32_t two[2] = {tok[0], tok[0]};
+        EXPECT(engine_decode_batch(dup, two, 2, lb) != 0 && strstr(fd_error_msg(), "distinct"), "%s", fd_error_msg());
+        for (int i = 0; i < S; i++) {
+            engine_free(&one[i]);
+            engine_free(&many[i]);
+        }
+        model_free(&m);
+        free(la);
+        free(lb);
+        fixture_free(&fx);
+    }
+}

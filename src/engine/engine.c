@@ -117,11 +117,20 @@ static int first_gdn_layer(const fd_config *c) {
     return -1;
 }
 
-static void gdn_mixer(fd_engine *e, int li, int n) {
+// A forward runs its GEMMs over all n rows in the scratch of one engine and its per-sequence work (conv and GDN
+// state, RoPE positions, KV cache, attention) segment by segment: one segment for an ordinary forward, one per
+// sequence for a batched decode step (engine_decode_batch).
+typedef struct {
+    fd_engine *seq; // whose state, cache and position
+    int row0, n;    // its rows in the scratch
+} fwd_seg;
+
+static void gdn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_segs) {
     const fd_config *c = &e->m->cfg;
     fd_layer *L = &e->m->layers[li];
     fd_backend *be = e->be;
     const int Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim, dv = c->gdn_v_dim;
+    const int C = conv_dim(c), ab = be->act_bytes;
     // t1 = qkv [n, conv_dim], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out
     if (c->arch == FD_ARCH_QWEN3_NEXT) {
         be->matmul(be, e->t0, e->h, &L->in_qkvz, n, 0);
@@ -133,29 +142,34 @@ static void gdn_mixer(fd_engine *e, int li, int n) {
         be->matmul(be, e->t3, e->h, &L->in_b, n, 0);
         be->matmul(be, e->t4, e->h, &L->in_a, n, 0);
     }
-    be->conv1d_silu(be, e->t0, e->t1, &L->conv_w, e->conv_state[li], n, conv_dim(c), c->gdn_conv_kernel,
-                    e->use_slots ? e->conv_slots[li] : NULL);
-    // Decode steps and verify blocks (which record per-token states) take the recurrence (route gdn_decode);
-    // prompt chunks take the gdn_prefill route.
-    const int decode = n == 1 || e->use_slots;
-    const fd_gdn_route route = decode ? FD_GDN_SERIAL : (e->gdn_prefill_sel == 1 ? FD_GDN_SERIAL : FD_GDN_CHUNKED);
-    if (li == first_gdn_layer(c))
-        routes_count(&e->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL],
-                     decode ? 0 : e->gdn_prefill_sel, n);
-    fd_route_count *rc = route == FD_GDN_CHUNKED ? &e->gdn_chunked : &e->gdn_serial;
-    rc->calls++;
-    rc->tokens += n;
-    be->gdn_core(be, route, e->t5, e->t0, e->t3, e->t4, &L->A_log, &L->dt_bias, e->gdn_state[li], n, Hk, Hv, dk, dv,
-                 e->use_slots ? e->gdn_slots[li] : NULL);
+    for (int k = 0; k < n_segs; k++) {
+        fd_engine *q = segs[k].seq;
+        const int r0 = segs[k].row0, m = segs[k].n;
+        be->conv1d_silu(be, row(e->t0, r0, C, ab), row(e->t1, r0, C, ab), &L->conv_w, q->conv_state[li], m, C,
+                        c->gdn_conv_kernel, q->use_slots ? q->conv_slots[li] : NULL);
+        // Decode steps and verify blocks (which record per-token states) take the recurrence (route gdn_decode);
+        // prompt chunks take the gdn_prefill route.
+        const int decode = m == 1 || q->use_slots;
+        const fd_gdn_route route = decode || q->gdn_prefill_sel == 1 ? FD_GDN_SERIAL : FD_GDN_CHUNKED;
+        if (li == first_gdn_layer(c))
+            routes_count(&q->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL],
+                         decode ? 0 : q->gdn_prefill_sel, m);
+        fd_route_count *rc = route == FD_GDN_CHUNKED ? &q->gdn_chunked : &q->gdn_serial;
+        rc->calls++;
+        rc->tokens += m;
+        be->gdn_core(be, route, row(e->t5, r0, (int64_t)Hv * dv, ab), row(e->t0, r0, C, ab), row(e->t3, r0, Hv, ab),
+                     row(e->t4, r0, Hv, ab), &L->A_log, &L->dt_bias, q->gdn_state[li], m, Hk, Hv, dk, dv,
+                     q->use_slots ? q->gdn_slots[li] : NULL);
+    }
     be->gated_rmsnorm(be, e->t5, e->t5, e->t2, &L->gdn_norm, (int64_t)n * Hv, dv, c->rms_norm_eps);
     be->matmul(be, e->y, e->t5, &L->out_proj, n, 0);
 }
 
-static void attn_mixer(fd_engine *e, int li, int n) {
+static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_segs) {
     const fd_config *c = &e->m->cfg;
     fd_layer *L = &e->m->layers[li];
     fd_backend *be = e->be;
-    const int H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim;
+    const int H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim, ab = be->act_bytes;
     // t0 = q|gate, t2 = q, t3 = gate, t4 = k, t5 = v, t1 = attention out
     be->matmul(be, e->t0, e->h, &L->q_proj, n, 0);
     be->split_q_gate(be, e->t2, e->t3, e->t0, n, H, hd);
@@ -163,10 +177,17 @@ static void attn_mixer(fd_engine *e, int li, int n) {
     be->matmul(be, e->t5, e->h, &L->v_proj, n, 0);
     be->rmsnorm(be, e->t2, e->t2, &L->q_norm, (int64_t)n * H, hd, c->rms_norm_eps, 1);
     be->rmsnorm(be, e->t4, e->t4, &L->k_norm, (int64_t)n * Hkv, hd, c->rms_norm_eps, 1);
-    be->rope(be, e->t2, n, H, hd, c->rotary_dim, c->rope_theta, e->n_past);
-    be->rope(be, e->t4, n, Hkv, hd, c->rotary_dim, c->rope_theta, e->n_past);
-    be->kv_store(be, e->kv[li], e->t4, e->t5, e->n_past, n, Hkv, hd, e->opt.capacity);
-    be->attention(be, e->t1, e->t2, e->kv[li], e->n_past, n, H, Hkv, hd, e->opt.capacity, 1.0f / sqrtf((float)hd), 1);
+    for (int k = 0; k < n_segs; k++) {
+        fd_engine *q = segs[k].seq;
+        const int r0 = segs[k].row0, m = segs[k].n;
+        void *qr = row(e->t2, r0, (int64_t)H * hd, ab), *kr = row(e->t4, r0, (int64_t)Hkv * hd, ab);
+        be->rope(be, qr, m, H, hd, c->rotary_dim, c->rope_theta, q->n_past);
+        be->rope(be, kr, m, Hkv, hd, c->rotary_dim, c->rope_theta, q->n_past);
+        be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, m, Hkv, hd,
+                     q->opt.capacity);
+        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, m, H, Hkv, hd,
+                      q->opt.capacity, 1.0f / sqrtf((float)hd), 1);
+    }
     be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
     be->matmul(be, e->y, e->t1, &L->o_proj, n, 0);
 }
@@ -185,38 +206,40 @@ static void ffn(fd_engine *e, int li, int n) {
     be->matmul(be, e->y, e->t0, &L->down_proj, n, 0);
 }
 
-int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
-    const fd_config *c = &e->m->cfg;
-    fd_backend *be = e->be;
-    if (n < 1 || n > e->opt.max_batch)
-        return fd_error_set("forward of %d tokens: must be 1..%d (the prefill token budget)", n, e->opt.max_batch);
-    if (e->n_past + n > e->opt.capacity)
-        return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
-                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+static int check_ids(const fd_config *c, const int32_t *ids, int n) {
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab_size)
             return fd_error_set("token id %d at position %d is outside the vocabulary [0, %d)", ids[i], i,
                                 c->vocab_size);
+    return 0;
+}
+
+// The decoder over n rows in e's scratch (segments as in gdn_mixer), then the logits of rows [first, n) to host.
+static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg *segs, int n_segs, float *logits,
+                         int first) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
     const int64_t d = c->hidden_size;
     be->embed(be, e->x, &e->m->embed, ids, n);
     for (int li = 0; li < c->num_layers; li++) {
         fd_layer *L = &e->m->layers[li];
         be->rmsnorm(be, e->h, e->x, &L->input_norm, n, (int)d, c->rms_norm_eps, 1);
-        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n);
-        else attn_mixer(e, li, n);
+        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n, segs, n_segs);
+        else attn_mixer(e, li, n, segs, n_segs);
         be->add(be, e->x, e->y, (int64_t)n * d);
         be->rmsnorm(be, e->h, e->x, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
         ffn(e, li, n);
         be->add(be, e->x, e->y, (int64_t)n * d);
-        if (e->tap_col[li] >= 0) {
+        if (e->tap_col[li] >= 0) { // taps exist only on engines that drive a drafter (never batched)
             const size_t rb = (size_t)d * be->act_bytes;
             be->copy_rows(be, (char *)e->taps + (size_t)e->tap_col[li] * rb, rb * (size_t)e->n_taps, e->x, rb, n, rb);
         }
     }
-    e->n_past += n;
-    e->tokens_computed += n;
-    if (!logits) return 0;
-    const int first = all_logits ? 0 : n - 1;
+    for (int k = 0; k < n_segs; k++) {
+        segs[k].seq->n_past += segs[k].n;
+        segs[k].seq->tokens_computed += segs[k].n;
+    }
+    if (!logits) return;
     be->rmsnorm(be, e->h, row(e->x, first, d, be->act_bytes), &e->m->final_norm, n - first, (int)d,
                 c->rms_norm_eps, 1);
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
@@ -225,6 +248,43 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
         be->to_host(be, logits + (int64_t)(r0 - first) * c->vocab_size, e->logits_dev,
                     (size_t)rows * c->vocab_size * sizeof(float));
     }
+}
+
+int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+    if (n < 1 || n > e->opt.max_batch)
+        return fd_error_set("forward of %d tokens: must be 1..%d (the prefill token budget)", n, e->opt.max_batch);
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    FD_TRY(check_ids(&e->m->cfg, ids, n));
+    const fwd_seg seg = {e, 0, n};
+    forward_rows(e, ids, n, &seg, 1, logits, all_logits ? 0 : n - 1);
+    return 0;
+}
+
+int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
+    if (n < 1) return fd_error_set("decode batch of %d sequences", n);
+    fd_engine *e = seqs[0];
+    if (n > e->opt.max_batch)
+        return fd_error_set("decode batch of %d sequences: the first engine's scratch holds %d rows", n,
+                            e->opt.max_batch);
+    FD_TRY(check_ids(&e->m->cfg, ids, n));
+    fwd_seg *segs = fd_malloc(sizeof *segs * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        fd_engine *q = seqs[i];
+        int bad = q->m != e->m || q->be != e->be || q->n_taps || q->use_slots;
+        for (int j = 0; j < i && !bad; j++) bad = seqs[j] == q;
+        if (bad || q->n_past + 1 > q->opt.capacity) {
+            free(segs);
+            return bad ? fd_error_set("decode batch: sequence %d is not a distinct plain sequence of the same model "
+                                      "and backend", i)
+                       : fd_error_set("decode batch: sequence %d is at its capacity of %lld tokens", i,
+                                      (long long)q->opt.capacity);
+        }
+        segs[i] = (fwd_seg){q, i, 1};
+    }
+    forward_rows(e, ids, n, segs, n, logits, 0);
+    free(segs);
     return 0;
 }
 

@@ -56,6 +56,10 @@ void engine_reset(fd_engine *e); // forget the sequence (zero state, n_past = 0)
 // Runs n tokens (n <= max_batch) at positions n_past.. and appends them to the sequence. Writes fp32 logits
 // to host `logits`: all n rows ([n, V]) when all_logits, else only the last row ([V]); NULL for none.
 int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits);
+// One decode step for n sequences of the same model and backend at once: seqs[i] takes ids[i] at its own
+// position. GEMMs and MoE run once over the n rows (weights read once); conv, GDN, RoPE, KV and attention run per
+// sequence. The scratch of seqs[0] is used (n <= its max_batch). logits: host [n, V].
+int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits);
 // Prefill of any length in chunks of at most `chunk` tokens (0 = max_batch). Logits as engine_forward.
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits);
 // Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
