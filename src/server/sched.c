@@ -3,8 +3,9 @@
 // slot (round-robin), then spends what is left of the token budget on prompt chunks, oldest request first, so a
 // long prompt advances by at most one budget per step and never stalls running streams for longer.
 //
-// The engine runs one sequence per forward call, so "continuous batching" here is interleaving: sequences join and
-// leave between steps; a multi-sequence forward would slot in at decode_one() without changing the rest.
+// Continuous batching: sequences join and leave between steps, and a step's decode tokens of all decoding slots run
+// as one batched forward (engine_decode_batch: weights read once, state and KV per sequence); prompt chunks run
+// per sequence.
 //
 // Speculative decoding (--draft): each slot also holds a DFlash state over its engine; a decode step is then one
 // draft -> verify -> accept round that emits 1..B tokens. The prompt chunks feed the drafter's context as they run.
@@ -62,6 +63,7 @@ struct srv_sched {
     srv_metrics *met;
     slot *slots;
     int n_slots, rr;
+    float *batch_logits; // [n_slots, V]: one batched decode step of every decoding slot
     pc_cache *pc;
     pthread_t th;
     pthread_mutex_t mu;
@@ -319,18 +321,11 @@ static void spec_round(srv_sched *s, slot *sl) {
     for (int i = 0; i < ne && sl->job == j; i++) take_token(s, sl, em[i]); // stops when the request ends
 }
 
-static void decode_one(srv_sched *s, slot *sl) {
-    if (s->dr) {
-        spec_round(s, sl);
-        return;
-    }
-    seq_push(sl, &sl->next, 1);
-    if (engine_forward(&sl->e, &sl->next, 1, sl->logits, 0)) {
-        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
-        return;
-    }
+// After a slot's decode forward (its logits in sl->logits): keep the newest block-boundary state for the prefix
+// cache, count the step, pick and emit the token.
+static void decode_finish(srv_sched *s, slot *sl) {
     const int B = s->pc ? pc_block(s->pc) : 0;
-    if (B && sl->e.n_past % B == 0) { // keep the newest block-boundary state for the cache
+    if (B && sl->e.n_past % B == 0) {
         const es_geom *g = pc_geom(s->pc);
         if (!sl->roll) sl->roll = s->be->alloc(s->be, g->state_bytes);
         es_state_save(&sl->e, g, sl->roll);
@@ -340,6 +335,37 @@ static void decode_one(srv_sched *s, slot *sl) {
     s->met->decode_steps++;
     pthread_mutex_unlock(&s->met->mu);
     take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
+}
+
+// One decode token for every slot in sls at once (engine_decode_batch: the weights are read once per step, not
+// once per sequence). Speculative slots run their own rounds instead.
+static void decode_slots(srv_sched *s, slot **sls, int n) {
+    if (s->dr) {
+        for (int i = 0; i < n; i++) spec_round(s, sls[i]);
+        return;
+    }
+    if (n == 0) return;
+    const int V = s->m->cfg.vocab_size;
+    fd_engine *es[256];
+    int32_t ids[256];
+    for (int i = 0; i < n; i++) {
+        seq_push(sls[i], &sls[i]->next, 1);
+        es[i] = &sls[i]->e;
+        ids[i] = sls[i]->next;
+    }
+    // groups of at most the scratch rows of the group's first engine (the prefill budget)
+    for (int g0 = 0; g0 < n;) {
+        const int mb = es[g0]->opt.max_batch, g = n - g0 < mb ? n - g0 : mb;
+        if (engine_decode_batch(es + g0, ids + g0, g, s->batch_logits + (size_t)g0 * V)) {
+            for (int i = 0; i < n; i++) slot_fail(s, sls[i], 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+            return;
+        }
+        g0 += g;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(sls[i]->logits, s->batch_logits + (size_t)i * V, sizeof(float) * (size_t)V);
+        decode_finish(s, sls[i]);
+    }
 }
 
 // Runs up to `budget` prompt tokens; returns how many ran.
@@ -426,12 +452,14 @@ static void step(srv_sched *s) {
                       SRV_FIN_ABORT);
     }
     int64_t budget = s->cfg->prefill_chunk;
-    for (int k = 0; k < s->n_slots; k++) { // one decode token per decoding slot, round-robin start
+    slot *dec[256];
+    int n_dec = 0;
+    for (int k = 0; k < s->n_slots && n_dec < 256; k++) { // one decode token per decoding slot, round-robin order
         slot *sl = &s->slots[(s->rr + k) % s->n_slots];
-        if (sl->st != SLOT_DECODE) continue;
-        decode_one(s, sl);
-        budget--;
+        if (sl->st == SLOT_DECODE) dec[n_dec++] = sl;
     }
+    decode_slots(s, dec, n_dec);
+    budget -= n_dec;
     s->rr = (s->rr + 1) % s->n_slots;
     // prompts: oldest first; at least a small chunk per step so prompts progress under a full decode load
     const int64_t min_chunk = s->cfg->prefill_chunk < 32 ? s->cfg->prefill_chunk : 32;
@@ -555,10 +583,13 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
                 tok_stream_free(s->slots[k].ts);
             }
             free(s->slots);
+            free(s->batch_logits);
             free(s);
             return NULL;
         }
         sl->logits = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+        if (!s->batch_logits)
+            s->batch_logits = fd_malloc(sizeof(float) * (size_t)s->n_slots * (size_t)m->cfg.vocab_size);
         sl->scratch = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
         sl->ts = tok_stream_new(tok, 1);
     }
@@ -652,6 +683,7 @@ void sched_free(srv_sched *s) {
         if (sl->roll) s->be->free(s->be, sl->roll);
     }
     free(s->slots);
+    free(s->batch_logits);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
