@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/dflash.h"
-#include "fixture.h"
+#include "spec_rig.h"
 #include "test.h"
 
 typedef struct {
@@ -28,50 +28,8 @@ static fd_backend *cpu(void) {
     return be;
 }
 
-typedef struct {
-    fd_model m;
-    fd_drafter d;
-    fd_engine e;
-    fd_dflash s;
-    fixture fx;
-} spec_rig;
-
 static int rig_open(spec_rig *r, const draft_fx *df, int block, int64_t capacity) {
-    memset(r, 0, sizeof *r);
-    if (fixture_load(df->target, &r->fx)) return -1;
-    if (model_load(r->fx.dir, &r->m)) return -1;
-    model_upload(&r->m, cpu());
-    char *dir = fd_sprintf("tests/data/dflash/%s", df->name);
-    int rc = drafter_load(dir, &r->m, &r->d);
-    free(dir);
-    if (rc) return -1;
-    drafter_upload(&r->d, cpu());
-    fd_engine_opts o;
-    engine_default_opts(&o);
-    o.capacity = capacity ? capacity : r->fx.n_ids + 64;
-    o.max_batch = 64;
-    FD_TRY(engine_init(&r->e, &r->m, cpu(), &o));
-    return dflash_init(&r->s, &r->e, &r->d, block);
-}
-
-static void rig_close(spec_rig *r) {
-    dflash_free(&r->s);
-    engine_free(&r->e);
-    drafter_free(&r->d);
-    model_free(&r->m);
-    fixture_free(&r->fx);
-}
-
-static float *read_f32(const char *dir, const char *file, size_t n) {
-    char *p = fd_sprintf("tests/data/dflash/%s/%s", dir, file);
-    size_t len;
-    char *raw = fd_read_file(p, &len);
-    free(p);
-    if (raw && len != n * 4) {
-        free(raw);
-        return NULL;
-    }
-    return (float *)raw;
+    return spec_rig_open(r, cpu(), df->target, df->name, block, capacity);
 }
 
 TEST(dflash_draft_logits_match_reference) {
@@ -81,8 +39,8 @@ TEST(dflash_draft_logits_match_reference) {
         ASSERT(rig_open(&r, df, 0, 0) == 0, "%s: %s", df->name, fd_error_msg());
         const int B = r.s.B, V = r.m.cfg.vocab_size;
         EXPECT(B == df->block);
-        float *want1 = read_f32(df->name, "draft_logits.f32", (size_t)(B - 1) * V);
-        float *want2 = read_f32(df->name, "draft_logits2.f32", (size_t)(B - 1) * V);
+        float *want1 = dflash_fixture_f32(df->name, "draft_logits.f32", (size_t)(B - 1) * V);
+        float *want2 = dflash_fixture_f32(df->name, "draft_logits2.f32", (size_t)(B - 1) * V);
         ASSERT(want1 && want2, "%s: reference logits missing", df->name);
         float *got = malloc(sizeof(float) * (B - 1) * V);
         int32_t anchor, draft[FD_SPEC_MAX_BLOCK];
@@ -101,7 +59,7 @@ TEST(dflash_draft_logits_match_reference) {
         free(got);
         free(want1);
         free(want2);
-        rig_close(&r);
+        spec_rig_close(&r);
     }
 }
 
@@ -119,7 +77,7 @@ TEST(dflash_greedy_identical_at_block_sizes) {
                    blocks[b], same);
             EXPECT(r.s.st.emitted >= r.fx.n_greedy - 1 && r.s.st.rounds >= 1);
             free(out);
-            rig_close(&r);
+            spec_rig_close(&r);
         }
 }
 
@@ -187,7 +145,7 @@ TEST(dflash_every_accept_count_commits_exact_state) {
         spec_rig r;
         ASSERT(rig_open(&r, &k_drafts[i], 0, 0) == 0, "%s", fd_error_msg());
         const int64_t cap = r.fx.n_ids + n_new + B;
-        rig_close(&r);
+        spec_rig_close(&r);
         ASSERT(rig_open(&r, &k_drafts[i], 0, cap) == 0, "%s", fd_error_msg());
         commit_check cc = {.r = &r};
         fd_engine_opts o = r.e.opt;
@@ -212,7 +170,7 @@ TEST(dflash_every_accept_count_commits_exact_state) {
         free(out);
         free(ref);
         engine_free(&cc.fresh);
-        rig_close(&r);
+        spec_rig_close(&r);
     }
 }
 
@@ -232,7 +190,7 @@ TEST(dflash_capacity_edge) {
     EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)r.fx.n_greedy));
     EXPECT(r.e.n_past == cap, "n_past %lld, capacity %lld", (long long)r.e.n_past, (long long)cap);
     free(out);
-    rig_close(&r);
+    spec_rig_close(&r);
 }
 
 TEST(dflash_bad_drafters) {
@@ -285,7 +243,7 @@ TEST(dflash_cli_generate_and_draft_logits) {
         EXPECT(test_run(cmd, NULL) == 0);
         size_t len = 0;
         char *got = fd_read_file(out, &len);
-        float *want = read_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
+        float *want = dflash_fixture_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
         ASSERT(got && want && len == (size_t)(df->block - 1) * fx.vocab * 4, "%s: draft-logits wrote %zu bytes",
                df->name, len);
         EXPECT(test_rel_l2((float *)got, want, (size_t)(df->block - 1) * fx.vocab) <= 1e-4);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "engine/dflash2.h"
-#include "fixture.h"
+#include "spec_rig.h"
 #include "test.h"
 
 typedef struct {
@@ -28,49 +28,8 @@ static fd_backend *cpu(void) {
     return be;
 }
 
-typedef struct {
-    fd_model m;
-    fd_drafter d;
-    fd_engine e;
-    fd_dflash s;
-    fixture fx;
-} rig;
-
-static int rig_open(rig *r, const d2_fx *df, int block) {
-    memset(r, 0, sizeof *r);
-    if (fixture_load(df->target, &r->fx) || model_load(r->fx.dir, &r->m)) return -1;
-    model_upload(&r->m, cpu());
-    char *dir = fd_sprintf("tests/data/dflash/%s", df->name);
-    int rc = drafter_load(dir, &r->m, &r->d);
-    free(dir);
-    if (rc) return -1;
-    drafter_upload(&r->d, cpu());
-    fd_engine_opts o;
-    engine_default_opts(&o);
-    o.capacity = r->fx.n_ids + 64;
-    o.max_batch = 64;
-    FD_TRY(engine_init(&r->e, &r->m, cpu(), &o));
-    return dflash_init(&r->s, &r->e, &r->d, block);
-}
-
-static void rig_close(rig *r) {
-    dflash_free(&r->s);
-    engine_free(&r->e);
-    drafter_free(&r->d);
-    model_free(&r->m);
-    fixture_free(&r->fx);
-}
-
-static float *read_f32(const char *dir, const char *file, size_t n) {
-    char *p = fd_sprintf("tests/data/dflash/%s/%s", dir, file);
-    size_t len;
-    char *raw = fd_read_file(p, &len);
-    free(p);
-    if (raw && len != n * 4) {
-        free(raw);
-        return NULL;
-    }
-    return (float *)raw;
+static int rig_open(spec_rig *r, const d2_fx *df, int block) {
+    return spec_rig_open(r, cpu(), df->target, df->name, block, 0);
 }
 
 static json_t *read_meta(const char *dir) {
@@ -92,15 +51,15 @@ static int same_ids(json_t *meta, const char *key, const int32_t *got, int n) {
 TEST(dflash2_draft_logits_and_selector_match_reference) {
     for (int f = 0; f < N_D2; f++) {
         const d2_fx *df = &k_d2[f];
-        rig r;
+        spec_rig r;
         ASSERT(rig_open(&r, df, 0) == 0, "%s: %s", df->name, fd_error_msg());
         ASSERT(r.d.v2 && r.s.v2, "%s: not loaded as DFlash2", df->name);
         const int B = r.s.B, V = r.m.cfg.vocab_size, K = r.d.v2->top_k, n = B - 1;
         EXPECT(B == df->block);
         json_t *meta = read_meta(df->name);
-        float *want1 = read_f32(df->name, "draft_logits.f32", (size_t)n * V);
-        float *want2 = read_f32(df->name, "draft_logits2.f32", (size_t)n * V);
-        float *want_sc = read_f32(df->name, "selector_scores.f32", (size_t)n * K);
+        float *want1 = dflash_fixture_f32(df->name, "draft_logits.f32", (size_t)n * V);
+        float *want2 = dflash_fixture_f32(df->name, "draft_logits2.f32", (size_t)n * V);
+        float *want_sc = dflash_fixture_f32(df->name, "selector_scores.f32", (size_t)n * K);
         ASSERT(meta && want1 && want2 && want_sc, "%s: reference files missing", df->name);
         float *got = malloc(sizeof(float) * n * V), *sc = malloc(sizeof(float) * n * K);
         int32_t anchor, draft[FD_SPEC_MAX_BLOCK], path[FD_SPEC_MAX_BLOCK], preds[FD_SPEC_MAX_BLOCK];
@@ -164,7 +123,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         free(want2);
         free(want_sc);
         json_decref(meta);
-        rig_close(&r);
+        spec_rig_close(&r);
     }
 }
 
@@ -172,7 +131,7 @@ TEST(dflash2_greedy_identical_at_block_sizes) {
     const int blocks[] = {4, 8, 16};
     for (int f = 0; f < N_D2; f++)
         for (int b = 0; b < 3; b++) {
-            rig r;
+            spec_rig r;
             ASSERT(rig_open(&r, &k_d2[f], blocks[b]) == 0, "%s", fd_error_msg());
             int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
             ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, r.fx.n_greedy, NULL, out) == 0, "%s",
@@ -193,7 +152,7 @@ TEST(dflash2_greedy_identical_at_block_sizes) {
             EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)r.fx.n_greedy), "%s block %d oracle differs",
                    k_d2[f].name, blocks[b]);
             free(out);
-            rig_close(&r);
+            spec_rig_close(&r);
         }
 }
 
@@ -241,7 +200,7 @@ TEST(dflash2_sparse_q_rejection_sampling_is_exact) {
 // End to end: the token after the anchor in a DFlash2 round at T > 0 (drafts sampled by the selector walk, its
 // sparse q verified against the target) follows the target's own sampling distribution.
 static void check_lossless(const d2_fx *df, float T, int top_k, float top_p, int block, int trials) {
-    rig r;
+    spec_rig r;
     ASSERT(rig_open(&r, df, block) == 0, "%s", fd_error_msg());
     const int n = 48, V = r.m.cfg.vocab_size;
     fd_engine ref;
@@ -281,7 +240,7 @@ static void check_lossless(const d2_fx *df, float T, int top_k, float top_p, int
     free(logits);
     free(p);
     engine_free(&ref);
-    rig_close(&r);
+    spec_rig_close(&r);
 }
 
 TEST(dflash2_sampling_is_lossless) {
@@ -475,7 +434,7 @@ TEST(dflash2_cli_generate_and_draft_logits) {
         EXPECT(test_run(cmd, NULL) == 0);
         size_t len = 0;
         char *got = fd_read_file(out, &len);
-        float *want = read_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
+        float *want = dflash_fixture_f32(df->name, "draft_logits.f32", (size_t)(df->block - 1) * fx.vocab);
         ASSERT(got && want && len == (size_t)(df->block - 1) * fx.vocab * 4, "%s: draft-logits wrote %zu bytes",
                df->name, len);
         EXPECT(test_rel_l2((float *)got, want, (size_t)(df->block - 1) * fx.vocab) <= 1e-4);
