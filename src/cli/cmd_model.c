@@ -234,8 +234,24 @@ typedef struct {
     int has_draft;
 } session;
 
+static void session_close(session *s) {
+    if (s->trace && s->be) {
+        trace_print_summary(s->be, stderr);
+        if (trace_write(s->be, s->trace)) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        else FD_INFO("trace written to %s", s->trace);
+    }
+    dflash_free(&s->spec);
+    engine_free(&s->eng);
+    if (s->be) model_release(&s->model, s->be);
+    if (s->be && s->has_draft) drafter_release(&s->dr, s->be);
+    if (s->has_draft) drafter_free(&s->dr);
+    if (s->be) s->be->destroy(s->be);
+    model_free(&s->model);
+    memset(s, 0, sizeof *s); // a second close is a no-op
+}
+
 // Loads the model, creates the backend and an engine sized for `tokens` positions.
-static int session_open(session *s, const cli_opts *o, int64_t tokens) {
+static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     memset(s, 0, sizeof *s);
     if (o->random_cfg ? model_random(o->random_cfg, o->seed, &s->model) : model_load(o->model_dir, &s->model)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -301,20 +317,13 @@ static int session_open(session *s, const cli_opts *o, int64_t tokens) {
     return 0;
 }
 
-static void session_close(session *s) {
-    if (s->trace && s->be) {
-        trace_print_summary(s->be, stderr);
-        if (trace_write(s->be, s->trace)) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
-        else FD_INFO("trace written to %s", s->trace);
-    }
-    dflash_free(&s->spec);
-    engine_free(&s->eng);
-    if (s->be) model_release(&s->model, s->be);
-    if (s->be && s->has_draft) drafter_release(&s->dr, s->be);
-    if (s->has_draft) drafter_free(&s->dr);
-    if (s->be) s->be->destroy(s->be);
-    model_free(&s->model);
+// session_setup, and on failure everything it built released again: callers only return the code.
+static int session_open(session *s, const cli_opts *o, int64_t tokens) {
+    int rc = session_setup(s, o, tokens);
+    if (rc) session_close(s);
+    return rc;
 }
+
 
 int cmd_info(int argc, char **argv) {
     cli_opts o;
@@ -340,7 +349,6 @@ int cmd_logits(int argc, char **argv) {
     }
     session s;
     if ((rc = session_open(&s, &o, o.n_ids))) {
-        session_close(&s);
         free(o.ids);
         return rc;
     }
@@ -370,7 +378,6 @@ int cmd_generate(int argc, char **argv) {
     if (!o.ids) return cli_error("%s", "generate needs --ids");
     session s;
     if ((rc = session_open(&s, &o, o.n_ids + o.n_new))) {
-        session_close(&s);
         free(o.ids);
         return rc;
     }
@@ -408,7 +415,6 @@ int cmd_draft_logits(int argc, char **argv) {
     }
     session s;
     if ((rc = session_open(&s, &o, o.n_ids + 1))) {
-        session_close(&s);
         free(o.ids);
         return rc;
     }
@@ -445,10 +451,7 @@ int cmd_bench(int argc, char **argv) {
     else o.prefill_chunk = o.bench.prefill_chunk;
     session s;
     double t0 = fd_time_s();
-    if ((rc = session_open(&s, &o, cap))) {
-        session_close(&s);
-        return rc;
-    }
+    if ((rc = session_open(&s, &o, cap))) return rc;
     const int on_gpu = !strcmp(s.be->name, "cuda");
     // Ceilings measured on the H200 this project benchmarks on (README): cuBLAS bf16 GEMM and device copy.
     if (o.bench.gemm_ceiling < 0) o.bench.gemm_ceiling = on_gpu ? 709e12 : 0;
@@ -708,7 +711,6 @@ int cmd_run(int argc, char **argv) {
     }
     session s;
     if ((rc = session_open(&s, &o, o.n_ids + o.n_new))) {
-        session_close(&s);
         free(o.ids);
         free(ref);
         return rc;
