@@ -9,6 +9,7 @@
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
+#include "engine/routes.h"
 
 static fd_backend *B(void) {
     static fd_backend *be;
@@ -190,4 +191,79 @@ TEST(bench_cuda_27b_ops) {
     ms = time_ms(f_attn, &c);
     row("attention decode n=1 at ctx 32K", ms, 0, (double)32768 * kvb);
     B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), c.st);
+}
+
+// ---- tensor-core attention prefill (route attn_kernel=mma) at the 27B geometry: a 4096-query chunk of a long
+// prompt against everything cached so far (24q/4kv x 256, causal), bf16 and e4m3 caches. FLOPs counted as
+// 4 * rows * visible keys * hd with rows = (token, q head) pairs; the ceiling is cuDNN's 621 TFLOP/s (DESIGN.md §8).
+typedef struct {
+    fd_backend *be;
+    void *out, *q, *cache;
+    int64_t pos0, cap;
+    int n;
+} attn_ctx;
+
+static void f_attn_prefill(void *p) {
+    attn_ctx *a = p;
+    a->be->attention(a->be, a->out, a->q, a->cache, a->pos0, a->n, 24, 4, 256, a->cap, 0.0625f, 1);
+}
+
+static double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
+    double t[5];
+    fn(ctx);
+    be->sync(be);
+    for (int r = 0; r < 5; r++) {
+        double t0 = fd_time_s();
+        fn(ctx);
+        be->sync(be);
+        t[r] = (fd_time_s() - t0) * 1e3;
+    }
+    qsort(t, 5, sizeof t[0], cmp_d);
+    return t[2];
+}
+
+TEST(bench_cuda_attn_prefill) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    const int N = 4096, H = 24, Hkv = 4, hd = 256;
+    const int64_t cap = 65536;
+    for (int e4 = 0; e4 < 2; e4++) {
+        fd_backend *be = fd_backend_cuda_create(0);
+        const char *spec = e4 ? "kv=e4m3" : "kv=bf16";
+        ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
+        ASSERT(fd_cuda_set_route(be, "attn_kernel", "mma") == 0, "%s", fd_error_msg());
+        attn_ctx a = {.be = be, .n = N, .cap = cap};
+        a.cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * (size_t)cap);
+        size_t kvn = (size_t)N * Hkv * hd, qn = (size_t)N * H * hd;
+        float *h = fd_malloc(qn * 4);
+        void *k = be->alloc(be, kvn * 4), *v = be->alloc(be, kvn * 4);
+        for (int64_t p = 0; p < cap; p += N) { // fresh random K/V per 4096-token chunk
+            test_fill_uniform(h, kvn, -2, 2, &g_seed);
+            be->to_device(be, k, h, kvn * 4);
+            test_fill_uniform(h, kvn, -1, 1, &g_seed);
+            be->to_device(be, v, h, kvn * 4);
+            be->kv_store(be, a.cache, k, v, p, N, Hkv, hd, cap);
+        }
+        test_fill_uniform(h, qn, -1, 1, &g_seed);
+        a.q = be->alloc(be, qn * 4);
+        be->to_device(be, a.q, h, qn * 4);
+        a.out = be->alloc(be, qn * 4);
+        const int64_t ctxs[] = {4096, 32768, 65536};
+        for (int i = 0; i < 3; i++) {
+            a.pos0 = ctxs[i] - N;
+            double ms = time_be_ms(be, f_attn_prefill, &a);
+            double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the query tokens
+            double tf = 4.0 * H * visible * hd / ms / 1e9;
+            char what[96];
+            snprintf(what, sizeof what, "attn prefill mma %s 4096 q at %lldK..%lldK", e4 ? "e4m3" : "bf16",
+                     (long long)(a.pos0 / 1024), (long long)(ctxs[i] / 1024));
+            printf("BENCH | %-44s | %9.3f ms | %7.1f TFLOP/s (%4.1f%% of 621)\n", what, ms, tf, 100.0 * tf / 621.0);
+        }
+        free(h);
+        be->free(be, k), be->free(be, v), be->free(be, a.q), be->free(be, a.out), be->free(be, a.cache);
+        be->destroy(be);
+    }
 }

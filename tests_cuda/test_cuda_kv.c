@@ -21,7 +21,7 @@ static void *up(fd_backend *g, const void *h, size_t bytes) {
     return d;
 }
 
-static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, int hd, const char *kernel) {
+static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, int hd, const char *kernel, int causal) {
     ASSERT(fd_cuda_set_route(g, "attn_kernel", kernel) == 0, "%s", fd_error_msg());
     const int64_t cap = n0 + n + 3;
     const size_t row = (size_t)Hkv * hd, tb = c->kv_bytes_per_token(c, Hkv, hd);
@@ -48,18 +48,21 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
                !memcmp(gb + 2 * plane + cap * Hkv * 4, (char *)cc + 2 * plane + cap * Hkv * 4, (size_t)tot * Hkv * 4);
     EXPECT(same, "hd=%d: GPU e4m3 cache differs from the CPU one", hd);
     void *dq = up(g, q, sizeof(float) * n * H * hd), *dout = g->alloc(g, sizeof(float) * n * H * hd);
-    c->attention(c, oc, q, cc, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), 1);
-    g->attention(g, dout, dq, cg, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), 1);
+    memset(og, 0xff, sizeof(float) * n * H * hd); // NaN everywhere: a row the kernel forgets cannot pass
+    g->to_device(g, dout, og, sizeof(float) * n * H * hd);
+    c->attention(c, oc, q, cc, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    g->attention(g, dout, dq, cg, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
     g->to_host(g, og, dout, sizeof(float) * n * H * hd);
     const double e = test_rel_l2(og, oc, (size_t)n * H * hd);
-    printf("    e4m3 %s pos0=%d n=%d H=%d Hkv=%d hd=%d: attention rel-L2 vs CPU e4m3 %.2e\n", kernel, n0, n, H, Hkv, hd, e);
+    printf("    e4m3 %s%s pos0=%d n=%d H=%d Hkv=%d hd=%d: attention rel-L2 vs CPU e4m3 %.2e\n", kernel,
+           causal ? "" : " noncausal", n0, n, H, Hkv, hd, e);
     EXPECT(e <= 1e-2, "e4m3 attention rel-L2 %.3g", e);
     // kv_copy through a smaller cache and back gives the same attention
     void *snap = g->alloc(g, tb * (size_t)n), *cg2 = g->alloc(g, tb * cap);
     g->kv_copy(g, cg2, 0, cap, cg, 0, cap, n0, Hkv, hd);
     g->kv_copy(g, snap, 0, n, cg, n0, cap, n, Hkv, hd);
     g->kv_copy(g, cg2, n0, cap, snap, 0, n, n, Hkv, hd);
-    g->attention(g, dout, dq, cg2, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), 1);
+    g->attention(g, dout, dq, cg2, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
     float *og2 = malloc(sizeof(float) * n * H * hd);
     g->to_host(g, og2, dout, sizeof(float) * n * H * hd);
     EXPECT(!memcmp(og2, og, sizeof(float) * n * H * hd), "kv_copy changed the attention output");
@@ -71,10 +74,14 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
 
 TEST(cuda_kv_e4m3) {
     fd_backend *c = make(0), *g = make(1);
-    check(c, g, 0, 100, 8, 2, 128, "simt");
-    check(c, g, 300, 5, 6, 2, 256, "simt");
-    check(c, g, 0, 200, 8, 2, 128, "mma");
-    check(c, g, 64, 96, 6, 2, 256, "mma");
+    check(c, g, 0, 100, 8, 2, 128, "simt", 1);
+    check(c, g, 300, 5, 6, 2, 256, "simt", 1);
+    check(c, g, 0, 200, 8, 2, 128, "mma", 1);
+    check(c, g, 64, 96, 6, 2, 256, "mma", 1);
+    // the tensor-core kernel's e4m3 path: many key tiles, pos0 off the tile grid, rows no multiple of the block
+    check(c, g, 2000, 150, 6, 1, 256, "mma", 1);
+    check(c, g, 77, 90, 8, 2, 64, "mma", 0);
+    check(c, g, 130, 70, 4, 2, 128, "mma", 0);
     const char *back = "kv=bf16";
     EXPECT(routes_backend_preset(g, &back, 1) != 0, "the kv layout must be fixed once caches exist");
     c->destroy(c);

@@ -490,15 +490,19 @@ TEST(cuda_attention_noncausal) {
 }
 
 // The tensor-core kernel (route attn_kernel=mma): calls with >= 64 query rows and head_dim 64/128/256; smaller
-// calls in the same list check the fallback to the CUDA-core kernel under this route.
+// calls in the same list check the fallback to the CUDA-core kernel under this route. The kernel's block is 128
+// rows (8 warps x 16) and its key tile 64: the cases cover one half-empty block (64 rows), row counts that are
+// no multiple of 128 or of 16, warps whose rows are all padding, pos0 off the 64-key grid, a context of many
+// tiles (the two-stage cp.async pipeline wraps many times) and a block whose rows span the causal diagonal.
 TEST(cuda_attention_mma) {
     const char *prev = fd_cuda_route(gpu(), "attn_kernel");
     ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "mma") == 0, "%s", fd_error_msg());
     int cases[][6] = {
         // n0, n, H, Hkv, hd, causal
-        {0, 64, 6, 2, 256, 1},     {0, 200, 6, 2, 256, 1}, {500, 64, 6, 2, 256, 1}, {0, 300, 8, 2, 128, 1},
-        {1000, 130, 8, 2, 128, 1}, {0, 77, 4, 4, 64, 1},   {33, 100, 6, 2, 256, 0}, {0, 70, 8, 2, 128, 0},
-        {3000, 5, 6, 2, 256, 1},   {0, 64, 4, 4, 32, 1},
+        {0, 64, 6, 2, 256, 1},     {0, 200, 6, 2, 256, 1},  {500, 64, 6, 2, 256, 1},   {0, 300, 8, 2, 128, 1},
+        {1000, 130, 8, 2, 128, 1}, {0, 77, 4, 4, 64, 1},    {33, 100, 6, 2, 256, 0},   {0, 70, 8, 2, 128, 0},
+        {3000, 5, 6, 2, 256, 1},   {0, 64, 4, 4, 32, 1},    {0, 64, 4, 4, 64, 1},      {4001, 150, 6, 1, 256, 1},
+        {130, 211, 8, 2, 64, 0},   {65, 129, 4, 1, 128, 0}, {127, 43, 12, 4, 256, 1},  {1, 257, 2, 2, 64, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_attn(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5]);
