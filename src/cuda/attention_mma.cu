@@ -287,8 +287,12 @@ __global__ void __launch_bounds__(MMA_THREADS, HD <= 128 ? 2 : 1)
             suma += s[t][0] + s[t][1], sumb += s[t][2] + s[t][3];
         }
         la = la * alpha_a + suma, lb = lb * alpha_b + sumb; // per-thread partial sums; the quad is summed at the end
+        // Far into a long context the running max rarely moves: skip the 4*NT multiplications by exactly 1
+        // (bitwise a no-op) when no row of the warp changed its max.
+        if (!__all_sync(0xffffffffu, alpha_a == 1.f && alpha_b == 1.f)) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) o[t][0] *= alpha_a, o[t][1] *= alpha_a, o[t][2] *= alpha_b, o[t][3] *= alpha_b;
+            for (int t = 0; t < NT; t++) o[t][0] *= alpha_a, o[t][1] *= alpha_a, o[t][2] *= alpha_b, o[t][3] *= alpha_b;
+        }
 
         // O += P V, k-steps of 16 keys; e4m3: P picks up the V scale of its key before the bf16 rounding
         const uint32_t v_addr = smem_u32(Vt + v_lane);
