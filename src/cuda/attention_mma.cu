@@ -103,7 +103,7 @@ template <int HD, bool E4> struct mma_plan {
 
 // Issues the copies of the key tile [kt0, kt0 + BN) into stage `st` (keys >= kend are zero-filled).
 template <int HD, bool E4>
-static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, const cu_kv &kv, int64_t kt0,
+static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_kv kv, int64_t kt0,
                                                   int64_t kend, int Hkv, int kvh) {
     typedef mma_plan<HD, E4> P;
     if (!E4) {
