@@ -62,8 +62,7 @@ static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 // Asynchronous global -> shared copies. With valid == 0 nothing is read and the destination is zero-filled
 // (src-size 0): keys past the live range must be zeros, not stale cache contents (0 * NaN would poison O).
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 static __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0));
@@ -111,8 +110,8 @@ template <int HD, bool E4> struct mma_plan {
 
 // Issues the copies of the key tile [kt0, kt0 + BN) into stage `st` (keys >= kend are zero-filled).
 template <int HD, bool E4>
-static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_kv kv, int64_t kt0,
-                                                  int64_t kend, int Hkv, int kvh) {
+static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_kv kv, int64_t kt0, int64_t kend,
+                                                  int Hkv, int kvh) {
     typedef mma_plan<HD, E4> P;
     if (!E4) {
         constexpr int CPR = HD / 8; // 16-byte chunks per row
@@ -152,8 +151,7 @@ static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_
 }
 
 // e4m3: raw stage `st` -> the bf16 K/V tile (16 values per thread and step).
-template <int HD>
-static __device__ __forceinline__ void convert_tile(unsigned char *sm, int st) {
+template <int HD> static __device__ __forceinline__ void convert_tile(unsigned char *sm, int st) {
     typedef mma_plan<HD, true> P;
     constexpr int CPR = HD / 16;
     const unsigned char *K8 = sm + P::raw_off + (size_t)st * 2 * P::raw_bytes;
@@ -177,8 +175,8 @@ static __device__ __forceinline__ void convert_tile(unsigned char *sm, int st) {
 // first; `tiles` row tiles of MMA_BM rows.
 template <int HD, bool E4>
 __global__ void __launch_bounds__(MMA_THREADS, HD <= 128 ? 2 : 1)
-    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2,
-               int causal, int tiles) {
+    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2, int causal,
+               int tiles) {
     typedef mma_plan<HD, E4> P;
     constexpr int LD = P::LD, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
@@ -308,7 +306,8 @@ __global__ void __launch_bounds__(MMA_THREADS, HD <= 128 ? 2 : 1)
         for (int j = 0; j < MMA_BN / 16; j++) {
             float v0 = 1.f, v1 = 1.f, v8 = 1.f, v9 = 1.f;
             if (E4) {
-                const float2 lo = *(const float2 *)(Vsc + 16 * j + 2 * c), hi = *(const float2 *)(Vsc + 16 * j + 8 + 2 * c);
+                const float2 lo = *(const float2 *)(Vsc + 16 * j + 2 * c),
+                             hi = *(const float2 *)(Vsc + 16 * j + 8 + 2 * c);
                 v0 = lo.x, v1 = lo.y, v8 = hi.x, v9 = hi.y;
             }
             uint32_t a[4];
@@ -362,8 +361,8 @@ static void launch_kv(fd_backend *be, float *out, const float *q, cu_kv kv, int6
         launch<HD, true>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
 }
 
-int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
-                     int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal) {
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, int hd,
+                     float scale, int causal) {
     if ((int64_t)n * (H / Hkv) < 64) return 0; // too few rows to fill half a block: the split-K kernel does better
     if (hd != 64 && hd != 128 && hd != 256) return 0;
     cu_prof pr;
