@@ -174,7 +174,7 @@ template <int HD> static __device__ __forceinline__ void convert_tile(unsigned c
 // q [n, H, HD] f32 -> out [n, H*HD] f32. Grid: one block per (row tile, kv head), numbered heaviest row tile
 // first; `tiles` row tiles of MMA_BM rows.
 template <int HD, bool E4>
-__global__ void __launch_bounds__(MMA_THREADS, HD <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(MMA_THREADS, HD <= 64 ? 2 : 1)
     k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2, int causal,
                int tiles) {
     typedef mma_plan<HD, E4> P;
