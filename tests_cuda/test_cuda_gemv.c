@@ -104,7 +104,7 @@ static float *gpu_matmul(const void *dx, const fd_weight *W, int n) {
     return o;
 }
 
-// m x k shapes. With the H200's 132 SMs: 48 x 512 one tile, one slice; 130 x 1096 three slices, the last 72 wide
+// m x k shapes. With the H200's 132 SMs: 48 x 512 one slice, m % 32 = 16; 130 x 1096 three slices, the last 72 wide
 // (k % 64 = 8); 515 x 2048 four full slices, m % 16 = 3; 4100 x 520 two slices, the second 8 wide; 1000 x 5120
 // a 27B-width row; 33 x 8 the smallest k.
 static const int k_shapes[][2] = {{48, 512}, {130, 1096}, {515, 2048}, {4100, 520}, {1000, 5120}, {33, 8}};

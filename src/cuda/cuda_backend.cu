@@ -262,6 +262,9 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
     FD_CUDA_CHECK(cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes));
     FD_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, device));
+    FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, CU_GEMV_COUNTERS * sizeof(int)));
+    FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, CU_GEMV_COUNTERS * sizeof(int), c->stream));
+    c->gemv_counters_len = CU_GEMV_COUNTERS;
 
     fd_backend *be = (fd_backend *)fd_calloc(1, sizeof *be);
     be->name = "cuda";

@@ -216,14 +216,16 @@ static int gv_plan(int m, int k, int num_sms, int *kslice) {
     return (k + ks - 1) / ks;
 }
 
-// Per-tile arrival counters: zeroed once when grown, and every kernel leaves them zero again.
+// Per-tile arrival counters: zeroed once when grown, and every kernel leaves them zero again. The backend
+// allocates CU_GEMV_COUNTERS at start (no allocation inside a captured graph); split-k calls have fewer than
+// 2 x GV_BLOCKS_PER_SM x SMs tiles, so this grows only on a GPU with more than ~340 SMs.
 static int *gv_counters(cu_impl *c, int tiles) {
     if (c->gemv_counters_len < tiles) {
         if (c->gemv_counters) {
             FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
             FD_CUDA_CHECK(cudaFree(c->gemv_counters));
         }
-        int len = tiles < 4096 ? 4096 : tiles;
+        int len = tiles < CU_GEMV_COUNTERS ? CU_GEMV_COUNTERS : tiles;
         FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, (size_t)len * sizeof(int)));
         FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, (size_t)len * sizeof(int), c->stream));
         c->gemv_counters_len = len;
@@ -268,8 +270,11 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
     float *partial = NULL;
     int *counters = NULL;
     if (S > 1) {
-        partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)S * tiles * 16 * R * 8 * NG * sizeof(float));
-        counters = gv_counters(c, tiles);
+        // Sized for the largest block shape (64 rows x 16 tokens) whatever n is: a decode step (n = 1) then
+        // leaves the buffers big enough for a verify step, which can be captured in a CUDA graph right away.
+        const int tiles64 = (m + 63) / 64;
+        partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)S * tiles64 * 64 * 16 * sizeof(float));
+        counters = gv_counters(c, tiles64 * 2);
     }
     const __nv_bfloat16 *Wb = (const __nv_bfloat16 *)W->dev;
     if (R == 2)
