@@ -260,12 +260,10 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
     int kslice;
     const int S = gv_plan(m, k, c->num_sms, &kslice);
     // Row tiles per block by n: every block re-reads its x slice (n*4 bytes per k, from L1/L2) for 32R bytes of
-    // weights per k, so 16 tokens share it over 64 rows (x traffic <= half the weight bytes). (Invariance: R
-    // changes no element's sum.)
+    // weights per k, so 16 tokens share it over 64 rows (x traffic <= half the weight bytes). n <= 8 runs one
+    // token group with R = 2, n > 8 two groups with R = 4. (Invariance: R changes no element's sum.)
     const int R = n <= 8 ? 2 : 4;
-    const int NG = n <= 8 ? 1 : 2;
     const int tiles = (m + 16 * R - 1) / (16 * R);
-    FD_CHECK(S <= 65535);
     dim3 grid((unsigned)tiles, (unsigned)S);
     float *partial = NULL;
     int *counters = NULL;
