@@ -31,7 +31,7 @@ echo "== bench"
 FD_CUDA_BENCH=1 timeout 180 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/bench.log" 2>&1
 echo "exit $?"
 echo "== bench again with per-stage events (FD_CUDA_PROFILE=1; these timings are not the headline ones)"
-FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/prof.log" 2>&1
+FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda_27b >"$OUT/prof.log" 2>&1
 echo "exit $?"
 
 echo "== CLI demo on cuda"
