@@ -3,8 +3,8 @@
 //   - against the CPU reference for n in {1, 2, 3, 7, 8, 9, 16} under both gemm_act values, on shapes that reach
 //     every code path (m not a multiple of 16/32/64, k not a multiple of 64, one k slice and several, a last
 //     slice shorter than the others);
-//   - against the cuBLAS route (gemm_act=bf16: the same bf16 products, only the summation order differs), which
-//     pins the k permutation far below the bf16 tolerance;
+//   - against the cuBLAS route under both gemm_act values (the same exact bf16 products, only the summation order
+//     differs), which pins the k permutation far below the bf16 tolerance, also on 27B-sized shapes;
 //   - the fallbacks: k % 8 != 0, an unaligned x and n > 16 run cuBLAS and are counted so;
 //   - batch invariance, bitwise: row j of an n-row call equals the 1-row call on row j alone, for every n <= 16,
 //     also when the other rows hold huge values, Inf or NaN.
@@ -104,47 +104,51 @@ static float *gpu_matmul(const void *dx, const fd_weight *W, int n) {
     return o;
 }
 
-// m x k shapes. With the H200's 132 SMs: 48 x 512 one slice, m % 32 = 16; 130 x 1096 three slices, the last 72 wide
-// (k % 64 = 8); 515 x 2048 four full slices, m % 16 = 3; 4100 x 520 two slices, the second 8 wide; 1000 x 5120
-// a 27B-width row; 33 x 8 the smallest k.
-static const int k_shapes[][2] = {{48, 512}, {130, 1096}, {515, 2048}, {4100, 520}, {1000, 5120}, {33, 8}};
+// m x k shapes, and whether the CPU reference runs (it is slow on the big ones, which are checked against the
+// cuBLAS route only). With the H200's 132 SMs: 48 x 512 one slice, m % 32 = 16; 130 x 1096 two slices, the last
+// 72 wide (k % 64 = 8); 515 x 2048 two full slices, m % 16 = 3; 4100 x 1032 two slices, the second 8 wide;
+// 1000 x 5120 five slices at the 27B width; 33 x 8 the smallest k; 60000 x 2056 one slice with several loop
+// iterations per warp and a last step of 8; 5120 x 17408 and 17408 x 5120 the 27B FFN.
+static const struct {
+    int m, k, with_cpu;
+} k_shapes[] = {{48, 512, 1},    {130, 1096, 1},   {515, 2048, 1},    {4100, 1032, 1},  {1000, 5120, 1},
+                {33, 8, 1},      {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 static const int k_ns[] = {1, 2, 3, 7, 8, 9, 16};
 
 TEST(cuda_gemv_vs_cpu_and_cublas) {
     const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
     for (int s = 0; s < N_SHAPES; s++) {
-        int m = k_shapes[s][0], k = k_shapes[s][1];
+        const int m = k_shapes[s].m, k = k_shapes[s].k, with_cpu = k_shapes[s].with_cpu;
         tw W = mkw(m, k);
         float *x = rnd((size_t)16 * k, -1, 1), *oc = fd_malloc((size_t)16 * m * 4);
         void *dx = up(x, (size_t)16 * k);
         for (size_t in = 0; in < sizeof k_ns / sizeof k_ns[0]; in++) {
-            int n = k_ns[in];
-            cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
+            const int n = k_ns[in];
+            if (with_cpu) cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
             for (int act = 0; act < 2; act++) {
-                set_route("gemm_act", act ? "bf16x2" : "bf16");
+                const char *an = act ? "bf16x2" : "bf16";
+                set_route("gemm_act", an);
                 set_route("gemm_small", "gemv");
                 int64_t before = small_calls("gemv");
                 float *og = gpu_matmul(dx, &W.g, n);
                 EXPECT(small_calls("gemv") == before + 1, "m=%d k=%d n=%d did not run the gemv kernel", m, k, n);
-                double e = test_rel_l2(og, oc, (size_t)n * m);
-                double tol = act ? TOL_BF16X2 : TOL_BF16;
-                EXPECT(e <= tol, "gemv %s m=%d k=%d n=%d vs CPU: rel-L2 %.3g > %.1g", act ? "bf16x2" : "bf16", m,
-                       k, n, e, tol);
-                if (n == 1 || n == 9 || n == 16)
-                    printf("    gemv %-6s m=%-5d k=%-5d n=%-2d vs CPU    rel-L2 %.3g\n", act ? "bf16x2" : "bf16", m,
-                           k, n, e);
-                if (!act) { // same products as cuBLAS with bf16 activations: only the order of the sum differs
-                    set_route("gemm_small", "cublas");
-                    float *ob = gpu_matmul(dx, &W.g, n);
-                    double eb = test_rel_l2(og, ob, (size_t)n * m);
-                    EXPECT(eb <= TOL_REORDERED, "gemv m=%d k=%d n=%d vs cuBLAS: rel-L2 %.3g > %.1g", m, k, n, eb,
-                           TOL_REORDERED);
-                    if (n == 1 || n == 16)
-                        printf("    gemv bf16   m=%-5d k=%-5d n=%-2d vs cuBLAS rel-L2 %.3g\n", m, k, n, eb);
-                    free(ob);
+                if (with_cpu) {
+                    double e = test_rel_l2(og, oc, (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
+                    EXPECT(e <= tol, "gemv %s m=%d k=%d n=%d vs CPU: rel-L2 %.3g > %.1g", an, m, k, n, e, tol);
+                    if (n == 1 || n == 9 || n == 16)
+                        printf("    gemv %-6s m=%-5d k=%-5d n=%-2d vs CPU    rel-L2 %.3g\n", an, m, k, n, e);
                 }
-                free(og);
+                // The cuBLAS route multiplies the same bf16 values (bf16x2: the same hi and lo terms, as two
+                // GEMMs): every product is equal and exact in fp32, only the order of the sum differs.
+                set_route("gemm_small", "cublas");
+                float *ob = gpu_matmul(dx, &W.g, n);
+                double eb = test_rel_l2(og, ob, (size_t)n * m);
+                EXPECT(eb <= TOL_REORDERED, "gemv %s m=%d k=%d n=%d vs cuBLAS: rel-L2 %.3g > %.1g", an, m, k, n, eb,
+                       TOL_REORDERED);
+                if (n == 1 || n == 16)
+                    printf("    gemv %-6s m=%-5d k=%-5d n=%-2d vs cuBLAS rel-L2 %.3g\n", an, m, k, n, eb);
+                free(ob), free(og);
             }
         }
         free(x), free(oc), gpu()->free(gpu(), dx), freew(&W);
@@ -187,8 +191,8 @@ TEST(cuda_gemv_fallbacks) {
 TEST(cuda_gemv_batch_invariance) {
     const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
     set_route("gemm_small", "gemv");
-    const int shapes[][2] = {{130, 1096}, {515, 2048}, {4100, 520}, {1024, 5120}, {5120, 1024}};
-    for (int s = 0; s < 5; s++) {
+    const int shapes[][2] = {{130, 1096}, {515, 2048}, {4100, 1032}, {1024, 5120}, {5120, 1024}, {60000, 2056}};
+    for (int s = 0; s < 6; s++) {
         int m = shapes[s][0], k = shapes[s][1];
         tw W = mkw(m, k);
         float *x = rnd((size_t)16 * k, -1, 1);

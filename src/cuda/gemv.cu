@@ -17,7 +17,7 @@
 // Batch invariance (the contract that makes speculative decoding lossless on the GPU): one output element is the
 // same sum in the same order whatever n is and whatever the other token rows hold. The k partition depends on
 // (m, k, SM count) only:
-//   - k is cut into S slices of `kslice` (gv_plan; a multiple of one block step);
+//   - k is cut into S slices of `kslice` (gv_plan; a multiple of two block steps);
 //   - inside a slice, warp w of 8 takes the 64-wide steps w, w+8, w+16, ... and accumulates them in k order in
 //     its MMA accumulators (a token's column of an MMA depends only on that column of B);
 //   - the 8 warp sums are added in warp order through shared memory, the S slice sums in slice order by the
@@ -36,6 +36,7 @@
 #define GV_BLOCK_KSTEP (GV_KSTEP * GV_WARPS)   // 512: k covered by one step of all warps
 #define GV_LOADS 4                             // steps x row tiles whose weights one lane has in flight at once
 #define GV_BLOCKS_PER_SM 6                     // k slices: enough 64-row blocks for ~6 per SM (wave tails)
+#define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)   // k slices are multiples of this (1024)
 
 static __device__ __forceinline__ void gv_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1) {
@@ -202,16 +203,17 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
 
 // The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n. Enough blocks
 // for ~GV_BLOCKS_PER_SM per SM when a block covers 64 rows (the n > 8 case; twice as many for n <= 8), so the
-// last wave of blocks is a small part of the call; slices are whole block steps so that every warp of a block
-// gets the same number of steps.
+// blocks still running when the queue empties are a small part of the call. Slices are multiples of
+// GV_SLICE_QUANTUM (two steps per warp: with n <= 8 one loop iteration loads both, 256 bytes per lane in
+// flight), so every warp of a block gets the same work and a block is not all latency.
 static int gv_plan(int m, int k, int num_sms, int *kslice) {
     const int tiles64 = (m + 63) / 64;
-    const int max_slices = (k + GV_BLOCK_KSTEP - 1) / GV_BLOCK_KSTEP;
+    const int max_slices = (k + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM;
     int S = (GV_BLOCKS_PER_SM * num_sms + tiles64 - 1) / tiles64;
     if (S > max_slices) S = max_slices;
     if (S < 1) S = 1;
     int ks = (k + S - 1) / S;
-    ks = (ks + GV_BLOCK_KSTEP - 1) / GV_BLOCK_KSTEP * GV_BLOCK_KSTEP;
+    ks = (ks + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM * GV_SLICE_QUANTUM;
     *kslice = ks;
     return (k + ks - 1) / ks;
 }
