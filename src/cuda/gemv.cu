@@ -110,6 +110,8 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
 
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     for (int k0 = kbeg + warp * GV_KSTEP; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
+        // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
+        // the weights are still on their way; then the MMAs.
         uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
         for (int p = 0; p < P; p++)
@@ -123,15 +125,13 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
                     for (int hf = 0; hf < 2; hf++)
                         wv[p][r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wrow[r][hf] + kk) : zero4;
             }
+        uint32_t bh[P][2][NG][4], bl[P][2][NG][4]; // x as bf16 pairs: hi, and lo for bf16x2
 #pragma unroll
-        for (int p = 0; p < P; p++) {
-            const int kp = k0 + p * GV_BLOCK_KSTEP;
-            if (kp >= kend) break; // warp-uniform: steps past the slice are not part of the partition
+        for (int p = 0; p < P; p++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int kk = kp + 32 * h + 8 * t;
+                const int kk = k0 + p * GV_BLOCK_KSTEP + 32 * h + 8 * t;
                 const bool kin = kk < kend;
-                uint32_t bh[NG][4], bl[NG][4];
 #pragma unroll
                 for (int j = 0; j < NG; j++) {
                     float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
@@ -139,23 +139,29 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
                         x0 = __ldg((const float4 *)(xrow[j] + kk));
                         x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
                     }
-                    gv_split(x0.x, x0.y, &bh[j][0], &bl[j][0], SPLIT);
-                    gv_split(x0.z, x0.w, &bh[j][1], &bl[j][1], SPLIT);
-                    gv_split(x1.x, x1.y, &bh[j][2], &bl[j][2], SPLIT);
-                    gv_split(x1.z, x1.w, &bh[j][3], &bl[j][3], SPLIT);
+                    gv_split(x0.x, x0.y, &bh[p][h][j][0], &bl[p][h][j][0], SPLIT);
+                    gv_split(x0.z, x0.w, &bh[p][h][j][1], &bl[p][h][j][1], SPLIT);
+                    gv_split(x1.x, x1.y, &bh[p][h][j][2], &bl[p][h][j][2], SPLIT);
+                    gv_split(x1.z, x1.w, &bh[p][h][j][3], &bl[p][h][j][3], SPLIT);
                 }
+            }
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            if (k0 + p * GV_BLOCK_KSTEP >= kend) break; // warp-uniform: steps past the slice are not in the partition
+#pragma unroll
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const uint4 lo8 = wv[p][r][0][h], hi8 = wv[p][r][1][h]; // rows g and g+8
 #pragma unroll
                     for (int j = 0; j < NG; j++) {
-                        gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, bh[j][0], bh[j][1]);
-                        if (SPLIT) gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, bl[j][0], bl[j][1]);
-                        gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, bh[j][2], bh[j][3]);
-                        if (SPLIT) gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, bl[j][2], bl[j][3]);
+                        const uint32_t *xh = bh[p][h][j], *xl = bl[p][h][j];
+                        gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xh[0], xh[1]);
+                        if (SPLIT) gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xl[0], xl[1]);
+                        gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xh[2], xh[3]);
+                        if (SPLIT) gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xl[2], xl[3]);
                     }
                 }
-            }
         }
     }
 
