@@ -217,11 +217,9 @@ TEST(bench_cuda_gemv) {
     static const struct {
         int m, k, per_token;
         const char *what;
-    } shapes[] = {{10240, 5120, 48, "GDN qkv"},       {6144, 5120, 48, "GDN z"},
-                  {48, 5120, 96, "GDN b, a"},         {5120, 6144, 64, "GDN out, attn o"},
-                  {12288, 5120, 16, "attn q|gate"},   {1024, 5120, 32, "attn k, v"},
-                  {17408, 5120, 128, "FFN gate, up"}, {5120, 17408, 64, "FFN down"},
-                  {248320, 5120, 1, "lm_head"}};
+    } shapes[] = {{10240, 5120, 48, "GDN qkv"},        {6144, 5120, 48, "GDN z"},        {48, 5120, 96, "GDN b, a"},
+                  {5120, 6144, 64, "GDN out, attn o"}, {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"},
+                  {17408, 5120, 128, "FFN gate, up"},  {5120, 17408, 64, "FFN down"},    {248320, 5120, 1, "lm_head"}};
     const int ns[] = {1, 8, 16};
     const char *routes[] = {"gemv", "cublas"};
     double per_token_ms[3][2] = {{0}};

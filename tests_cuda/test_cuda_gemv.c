@@ -111,8 +111,8 @@ static float *gpu_matmul(const void *dx, const fd_weight *W, int n) {
 // iterations per warp and a last step of 8; 5120 x 17408 and 17408 x 5120 the 27B FFN.
 static const struct {
     int m, k, with_cpu;
-} k_shapes[] = {{48, 512, 1},    {130, 1096, 1},   {515, 2048, 1},    {4100, 1032, 1},  {1000, 5120, 1},
-                {33, 8, 1},      {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
+} k_shapes[] = {{48, 512, 1}, {130, 1096, 1},   {515, 2048, 1},   {4100, 1032, 1}, {1000, 5120, 1},
+                {33, 8, 1},   {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 static const int k_ns[] = {1, 2, 3, 7, 8, 9, 16};
 
@@ -177,7 +177,8 @@ TEST(cuda_gemv_fallbacks) {
         cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
         int64_t g0 = small_calls("gemv"), c0 = small_calls("cublas");
         float *og = gpu_matmul((const float *)dx + off, &W.g, n);
-        EXPECT(small_calls("gemv") == g0 && small_calls("cublas") == c0 + 1, "%s: expected one cublas call", cases[i].why);
+        EXPECT(small_calls("gemv") == g0 && small_calls("cublas") == c0 + 1, "%s: expected one cublas call",
+               cases[i].why);
         double e = test_rel_l2(og, oc, (size_t)n * m);
         EXPECT(e <= TOL_BF16, "fallback (%s) n=%d m=%d k=%d: rel-L2 %.3g", cases[i].why, n, m, k, e);
         printf("    fallback %-22s n=%-2d m=%-4d k=%-4d rel-L2 %.3g\n", cases[i].why, n, m, k, e);
@@ -214,10 +215,10 @@ TEST(cuda_gemv_batch_invariance) {
             }
             // Garbage neighbours: row j keeps its values, every other row of a 16-row call is 1e30 / Inf / NaN.
             float *xg = fd_malloc((size_t)16 * k * 4);
+            const float garbage[3] = {1e30f, INFINITY, NAN};
             for (int j = 0; j < 16; j += 5) {
                 for (int r = 0; r < 16; r++)
-                    for (int i = 0; i < k; i++)
-                        xg[(size_t)r * k + i] = r == j ? x[(size_t)j * k + i] : r % 3 == 0 ? 1e30f : r % 3 == 1 ? INFINITY : NAN;
+                    for (int i = 0; i < k; i++) xg[(size_t)r * k + i] = r == j ? x[(size_t)j * k + i] : garbage[r % 3];
                 void *dg = up(xg, (size_t)16 * k);
                 float *og = gpu_matmul(dg, &W.g, 16);
                 if (memcmp(og + (size_t)j * m, single[j], (size_t)m * 4))

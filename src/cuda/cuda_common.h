@@ -60,7 +60,7 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1 };
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
-#define CU_GEMV_MAX_N 16
+#define CU_GEMV_MAX_N    16
 #define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
 
 typedef struct {

@@ -30,13 +30,13 @@
 
 #include "cuda/cuda_common.h"
 
-#define GV_WARPS 8
-#define GV_THREADS (GV_WARPS * 32)
-#define GV_KSTEP 64                            // k per warp step: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8)
-#define GV_BLOCK_KSTEP (GV_KSTEP * GV_WARPS)   // 512: k covered by one step of all warps
-#define GV_LOADS 4                             // steps x row tiles whose weights one lane has in flight at once
+#define GV_WARPS         8
+#define GV_THREADS       (GV_WARPS * 32)
+#define GV_KSTEP         64                    // k per warp step: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8)
+#define GV_BLOCK_KSTEP   (GV_KSTEP * GV_WARPS) // 512: k covered by one step of all warps
+#define GV_LOADS         4                     // steps x row tiles whose weights one lane has in flight at once
 #define GV_BLOCKS_PER_SM 6                     // k slices: enough 64-row blocks for ~6 per SM (wave tails)
-#define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)   // k slices are multiples of this (1024)
+#define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
 
 static __device__ __forceinline__ void gv_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1) {
@@ -261,8 +261,8 @@ static void gv_launch(cu_impl *c, dim3 grid, int split, const __nv_bfloat16 *W, 
 
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
     cu_impl *c = cu_of(be);
-    FD_CHECK(cu_gemv_supported(x, W, n), "gemv: unsupported call n=%d %s [%lld, %lld]", n,
-             W->name ? W->name : "?", (long long)W->rows, (long long)W->cols);
+    FD_CHECK(cu_gemv_supported(x, W, n), "gemv: unsupported call n=%d %s [%lld, %lld]", n, W->name ? W->name : "?",
+             (long long)W->rows, (long long)W->cols);
     const int m = (int)W->rows, k = (int)W->cols;
     const int split = c->gemm_act == CU_GEMM_BF16X2;
     int kslice;
