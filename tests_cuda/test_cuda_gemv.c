@@ -142,7 +142,10 @@ TEST(cuda_gemv_vs_cpu_and_cublas) {
                 // The cuBLAS route multiplies the same bf16 values (bf16x2: the same hi and lo terms, as two
                 // GEMMs): every product is equal and exact in fp32, only the order of the sum differs.
                 set_route("gemm_small", "cublas");
+                int64_t cub = small_calls("cublas");
                 float *ob = gpu_matmul(dx, &W.g, n);
+                EXPECT(small_calls("cublas") == cub + 1, "gemm_small=cublas m=%d k=%d n=%d did not run cuBLAS", m, k,
+                       n);
                 double eb = test_rel_l2(og, ob, (size_t)n * m);
                 EXPECT(eb <= TOL_REORDERED, "gemv %s m=%d k=%d n=%d vs cuBLAS: rel-L2 %.3g > %.1g", an, m, k, n, eb,
                        TOL_REORDERED);
