@@ -267,3 +267,91 @@ TEST(bench_cuda_attn_prefill) {
         be->destroy(be);
     }
 }
+
+// ---- small-n GEMM (route gemm_small): every bf16 GEMM shape of a 27B decode step at n = 1, 8, 16 ----
+// Each timing cycles through enough copies of the weight (>= 384 MB together) that no call finds its weights in
+// the 50 MB L2, and runs back-to-back calls between two syncs (a decode step issues them that way), so launch
+// gaps count: the small shapes (k/v 1024 x 5120 = 10 MB, b/a 48 x 5120) are launch-bound by design.
+typedef struct {
+    fd_weight *Ws;
+    int copies, reps, n;
+    void *x, *out;
+} gemv_ctx;
+
+static void f_gemv(void *p) {
+    gemv_ctx *c = p;
+    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
+}
+
+TEST(bench_cuda_gemv) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    // m, k, and how many such GEMMs one Qwen3.5-27B decode token runs (48 GDN + 16 attention layers, 64 FFNs).
+    static const struct {
+        int m, k, per_token;
+        const char *what;
+    } shapes[] = {{10240, 5120, 48, "GDN qkv"},        {6144, 5120, 48, "GDN z"},        {48, 5120, 96, "GDN b, a"},
+                  {5120, 6144, 64, "GDN out, attn o"}, {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"},
+                  {17408, 5120, 128, "FFN gate, up"},  {5120, 17408, 64, "FFN down"},    {248320, 5120, 1, "lm_head"}};
+    const int ns[] = {1, 8, 16};
+    const char *routes[] = {"gemv", "cublas"};
+    double per_token_ms[3][2] = {{0}};
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    // One 32 MB block of random bf16 values, tiled on the device into each weight pool.
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gemv_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    c.out = B()->alloc(B(), (size_t)16 * 248320 * 4);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s].m, k = shapes[s].k;
+        const size_t wbytes = (size_t)m * k * 2;
+        int copies = (int)(((size_t)384 << 20) / wbytes) + 1;
+        if (wbytes > ((size_t)384 << 20)) copies = 1;
+        const size_t pool_bytes = wbytes * (size_t)copies;
+        char *pool = B()->alloc(B(), pool_bytes);
+        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+            B()->copy(B(), pool + off, seed.dev, len);
+        }
+        c.Ws = fd_calloc((size_t)copies, sizeof(fd_weight));
+        for (int i = 0; i < copies; i++) {
+            fd_weight *w = &c.Ws[i];
+            w->name = shapes[s].what, w->dtype = FD_BF16, w->rows = m, w->cols = k;
+            w->dev = pool + (size_t)i * wbytes; // wbytes is a multiple of 16 (k % 8 == 0)
+            w->dev_dtype = FD_BF16;
+        }
+        c.copies = copies;
+        for (int in = 0; in < 3; in++)
+            for (int r = 0; r < 2; r++) {
+                fd_cuda_set_route(B(), "gemm_small", routes[r]);
+                c.n = ns[in];
+                const double bytes = (double)wbytes + (double)c.n * k * 4 + (double)c.n * m * 4;
+                c.reps = (int)(2e9 / bytes);
+                c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+                double ms = time_ms(f_gemv, &c) / c.reps;
+                char what[96];
+                snprintf(what, sizeof what, "%-6s n=%-2d %6d x %-5d (%s)", routes[r], c.n, m, k, shapes[s].what);
+                row(what, ms, 0, bytes);
+                per_token_ms[in][r] += ms * shapes[s].per_token;
+            }
+        free(c.Ws);
+        B()->free(B(), pool);
+    }
+    // All bf16 GEMMs of one 27B decode step (n = 1) or verify/batched step (n = 8, 16), from the timings above.
+    double wsum = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        wsum += (double)shapes[s].m * shapes[s].k * 2 * shapes[s].per_token;
+    for (int in = 0; in < 3; in++)
+        for (int r = 0; r < 2; r++) {
+            char what[96];
+            snprintf(what, sizeof what, "%-6s n=%-2d all GEMMs of a 27B step (%.1f GB)", routes[r], ns[in], wsum / 1e9);
+            row(what, per_token_ms[in][r], 0, wsum);
+        }
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), seed.dev);
+}

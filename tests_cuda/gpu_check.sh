@@ -19,8 +19,8 @@ echo "== op + fixture tests (FD_CUDA_SYNC=1: faults are reported at the op that 
 # One process per test, so a fatal error (fd_panic aborts) in one op does not hide the others.
 TESTS="cuda_matmul cuda_rmsnorm cuda_elementwise cuda_embed cuda_split_q_gate cuda_gated_rmsnorm cuda_conv1d
        cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_attention_gqa cuda_attention_non
-       cuda_attention_mma cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_models_logits_match cuda_models_logits_bf16
-       cuda_models_greedy cuda_dflash"
+       cuda_attention_mma cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_gemv_vs_cpu cuda_gemv_fallbacks cuda_gemv_batch
+       cuda_models_logits_match cuda_models_logits_bf16 cuda_models_greedy cuda_dflash"
 : >"$OUT/tests.log"
 for t in $TESTS; do
     FD_CUDA_SYNC=1 timeout 60 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
@@ -28,10 +28,10 @@ done
 grep -E '^(ok|FAIL) |FAIL |fatal|exited' "$OUT/tests.log" | head -60
 
 echo "== bench"
-FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/bench.log" 2>&1
+FD_CUDA_BENCH=1 timeout 180 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/bench.log" 2>&1
 echo "exit $?"
 echo "== bench again with per-stage events (FD_CUDA_PROFILE=1; these timings are not the headline ones)"
-FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda >"$OUT/prof.log" 2>&1
+FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 90 "$BIN/fd_cuda_tests" bench_cuda_27b >"$OUT/prof.log" 2>&1
 echo "exit $?"
 
 echo "== CLI demo on cuda"
@@ -41,11 +41,16 @@ echo "exit $?"
 tail -n 4 "$OUT/demo.log"
 
 echo "== compute-sanitizer memcheck (op tests only)"
-timeout 80 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
+timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
     cuda_conv cuda_gdn cuda_attention cuda_moe cuda_embed cuda_split cuda_gated cuda_elementwise cuda_copy \
-    >"$OUT/memcheck.log" 2>&1
+    cuda_gemv_vs_cpu cuda_gemv_fallbacks >"$OUT/memcheck.log" 2>&1
 echo "exit $?"
 grep -E 'ERROR SUMMARY|Invalid|passed' "$OUT/memcheck.log" | head -12
+echo "== compute-sanitizer racecheck (gemv: shared-memory reduction, split-k counters)"
+timeout 120 compute-sanitizer --tool racecheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_gemv_fallbacks cuda_gemv_vs_cpu \
+    >"$OUT/racecheck.log" 2>&1
+echo "exit $?"
+grep -E 'ERROR SUMMARY|hazard|passed' "$OUT/racecheck.log" | head -8
 
 echo "== table: worst rel-L2 per op family (full lines in tests.log)"
 awk '/rel-L2 [0-9.e+-]+$/ { op = $1; v = $NF + 0; if (!(op in m) || v > m[op]) m[op] = v }

@@ -202,6 +202,7 @@ static void cu_destroy(fd_backend *be) {
     for (int i = 0; i < CU_SCR_COUNT; i++)
         if (c->scratch[i]) FD_CUDA_CHECK(cudaFree(c->scratch[i]));
     if (c->lt_workspace) FD_CUDA_CHECK(cudaFree(c->lt_workspace));
+    if (c->gemv_counters) FD_CUDA_CHECK(cudaFree(c->gemv_counters));
     FD_CUBLAS_CHECK(cublasLtDestroy(c->lt));
     FD_CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
@@ -211,17 +212,19 @@ static void cu_destroy(fd_backend *be) {
 // ---- routes ----
 static const char *const k_gemm_act[] = {"bf16", "bf16x2"};
 static const char *const k_attn_kernel[] = {"simt", "mma"};
+static const char *const k_gemm_small[] = {"gemv", "cublas"};
 
 static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
     if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
     if (!strcmp(route, "attn_kernel")) return *names = k_attn_kernel, &cu_of(be)->attn_kernel;
+    if (!strcmp(route, "gemm_small")) return *names = k_gemm_small, &cu_of(be)->gemm_small;
     return NULL;
 }
 
 extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
     const char *const *names;
     int *slot = route_slot(be, route, &names);
-    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel)", route);
+    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, gemm_small)", route);
     for (int i = 0; i < 2; i++)
         if (!strcmp(value, names[i])) {
             *slot = i;
@@ -252,11 +255,16 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     // and 13x the CUDA-core kernel at prefill. gemm_act=bf16: the numerics contract (DESIGN.md §5).
     c->attn_kernel = CU_ATTN_MMA;
     c->gemm_act = CU_GEMM_BF16;
+    // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
+    c->gemm_small = CU_GEMM_SMALL_GEMV;
     FD_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     FD_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
     FD_CUDA_CHECK(cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes));
     FD_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, device));
+    FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, CU_GEMV_COUNTERS * sizeof(int)));
+    FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, CU_GEMV_COUNTERS * sizeof(int), c->stream));
+    c->gemv_counters_len = CU_GEMV_COUNTERS;
 
     fd_backend *be = (fd_backend *)fd_calloc(1, sizeof *be);
     be->name = "cuda";
@@ -311,14 +319,23 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rk->values[1] = "e4m3";
     rk->sel = &c->kv;
     rk->help = "attention KV cache: bf16, or FP8 E4M3 with one fp32 scale per token and head";
+    fd_route *rs = &c->routes[CU_ROUTE_GEMM_SMALL];
+    rs->name = "gemm_small";
+    rs->values[0] = "gemv";
+    rs->values[1] = "cublas";
+    rs->sel = &c->gemm_small;
+    rs->by_shape = "n > 16 rows always cublas; so are k % 8 != 0 and unaligned x";
+    rs->help = "bf16-weight GEMMs with <= 16 rows: tensor-core GEMV (batch invariant) or cuBLASLt";
     be->routes = c->routes;
-    be->n_routes = 3;
-    const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN");
+    be->n_routes = 4;
+    const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN"), *gs = getenv("FD_CUDA_GEMM_SMALL");
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
+    if (gs && fd_cuda_set_route(be, "gemm_small", gs)) FD_PANIC("FD_CUDA_GEMM_SMALL: %s", fd_error_msg());
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s", device, prop.name, c->num_sms,
-            (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"), fd_cuda_route(be, "attn_kernel"));
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s", device,
+            prop.name, c->num_sms, (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"),
+            fd_cuda_route(be, "attn_kernel"), fd_cuda_route(be, "gemm_small"));
     return be;
 }

@@ -57,11 +57,17 @@ enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1 };
 // Route attn_kernel: CUDA-core flash kernel (attention.cu) or tensor-core mma.sync kernel (attention_mma.cu) for
 // calls with >= 64 query rows and head_dim 64/128/256 (others always take the CUDA-core kernel).
 enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1 };
+// Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
+// invariant) or cuBLASLt. Larger n always run cuBLASLt.
+enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
+#define CU_GEMV_MAX_N    16
+#define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
 
 typedef struct {
     int device;
     int gemm_act;    // CU_GEMM_*
     int attn_kernel; // CU_ATTN_*
+    int gemm_small;  // CU_GEMM_SMALL_*
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *lt_workspace;
@@ -71,9 +77,11 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[3]; // gemm_act, attn_kernel, kv (be->routes); calls counted where each op dispatches
+    fd_route routes[4]; // gemm_act, attn_kernel, kv, gemm_small (be->routes); calls counted where each op dispatches
+    int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
+    int gemv_counters_len;
 } cu_impl;
-enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2 };
+enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3 };
 // Route kv: the cache layout (attention.cu).
 enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
 
@@ -142,6 +150,14 @@ const float *cu_wf32(const fd_weight *w);
 void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
 // Row-major out[n, m] (fp32) = x[n, k] (fp32) W[m, k]^T with W bf16 or fp32 on the device.
 void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+
+// ---- gemv.cu ----
+// 1 when the tensor-core GEMV can run this call: bf16 W on the device, 1 <= n <= CU_GEMV_MAX_N, k % 8 == 0,
+// W and x 16-byte aligned. Otherwise the caller takes cuBLASLt.
+int cu_gemv_supported(const void *x, const fd_weight *W, int n);
+// out[n, m] f32 = x[n, k] f32 . W[m, k]^T (bf16), activations rounded per route gemm_act; row results are bitwise
+// independent of n.
+void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
 
 // ---- norm_rope.cu ----
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,

@@ -5,6 +5,8 @@
 //   bf16x2 x = hi + lo with hi = bf16(x), lo = bf16(x - hi); two GEMMs (the second accumulates, beta = 1), so the
 //          activation keeps ~16 mantissa bits: error ~1e-5 instead of ~1e-3 per GEMM, at twice the GEMM cost.
 // fp32 weights (small tensors; fp16/fp32 checkpoints) run as a true fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32).
+// Route gemm_small=gemv (default): bf16-weight calls with n <= 16 rows take the tensor-core GEMV of gemv.cu
+// instead (same gemm_act numerics, no conversion pass, results independent of n).
 #include <stdint.h>
 
 #include "cuda/cuda_common.h"
@@ -102,10 +104,21 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
     FD_CHECK(W->dev, "weight %s not uploaded", W->name ? W->name : "?");
     int m = (int)W->rows, k = (int)W->cols;
     if (W->dev_dtype == FD_BF16) {
+        cu_impl *c = cu_of(be);
         int64_t cnt = (int64_t)n * k;
-        int split = cu_of(be)->gemm_act == CU_GEMM_BF16X2;
-        cu_of(be)->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
-        cu_of(be)->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
+        int split = c->gemm_act == CU_GEMM_BF16X2;
+        c->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
+        c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
+        // Small n: the tensor-core GEMV reads x in fp32 itself (no conversion pass) and is batch invariant.
+        // n > 16 rows, or a shape/alignment it does not take (k % 8, unaligned x), run cuBLASLt (by shape).
+        int small = c->gemm_small == CU_GEMM_SMALL_GEMV && cu_gemv_supported(x, W, n);
+        c->routes[CU_ROUTE_GEMM_SMALL].calls[small ? CU_GEMM_SMALL_GEMV : CU_GEMM_SMALL_CUBLAS]++;
+        c->routes[CU_ROUTE_GEMM_SMALL].tokens[small ? CU_GEMM_SMALL_GEMV : CU_GEMM_SMALL_CUBLAS] += n;
+        if (small) {
+            cu_gemv(be, out, x, W, n);
+            if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+            return;
+        }
         int64_t lo_off = (cnt + 127) / 128 * 128; // keep the second operand 256-byte aligned like the first
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)(split ? lo_off + cnt : cnt) * 2);
         __nv_bfloat16 *lo = split ? xb + lo_off : NULL;

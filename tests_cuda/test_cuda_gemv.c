@@ -1,0 +1,242 @@
+// The tensor-core small-n GEMM (route gemm_small=gemv, src/cuda/gemv.cu) on fresh random inputs, NaN-poisoned
+// outputs:
+//   - against the CPU reference for n in {1, 2, 3, 7, 8, 9, 16} under both gemm_act values, on shapes that reach
+//     every code path (m not a multiple of 16/32/64, k not a multiple of 64, one k slice and several, a last
+//     slice shorter than the others);
+//   - against the cuBLAS route under both gemm_act values (the same exact bf16 products, only the summation order
+//     differs), which pins the k permutation far below the bf16 tolerance, also on 27B-sized shapes;
+//   - the fallbacks: k % 8 != 0, an unaligned x and n > 16 run cuBLAS and are counted so;
+//   - batch invariance, bitwise: row j of an n-row call equals the 1-row call on row j alone, for every n <= 16,
+//     also when the other rows hold huge values, Inf or NaN.
+// Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
+// mantissa bits: ~1e-5 expected), gemv vs cuBLAS with identical products 2e-5 (fp32 summation order).
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/test.h"
+#include "backend.h"
+#include "cuda/cuda.h"
+
+#define TOL_BF16      2e-2
+#define TOL_BF16X2    1e-4
+#define TOL_REORDERED 2e-5
+
+static fd_backend *cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+static fd_backend *gpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cuda_create(0);
+    return be;
+}
+
+static uint64_t g_seed = 0x5eed0f6e77ull;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *x = fd_malloc(n * sizeof(float) + 4);
+    test_fill_uniform(x, n, lo, hi, &g_seed);
+    return x;
+}
+static void *up(const float *h, size_t n) {
+    void *d = gpu()->alloc(gpu(), n * 4 + 64);
+    gpu()->to_device(gpu(), d, h, n * 4);
+    return d;
+}
+static void poison(void *d, size_t n) {
+    float *nan = fd_malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    gpu()->to_device(gpu(), d, nan, n * 4);
+    free(nan);
+}
+static float *down(const void *d, size_t n) {
+    float *h = fd_malloc(n * 4 + 4);
+    gpu()->to_host(gpu(), h, d, n * 4);
+    return h;
+}
+
+// A bf16 matrix [m, k] uploaded to both backends from the same host values.
+typedef struct {
+    fd_weight c, g;
+} tw;
+static tw mkw(int m, int k) {
+    size_t n = (size_t)m * k;
+    float *f = rnd(n, -0.1f, 0.1f);
+    uint16_t *b = fd_malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) b[i] = fd_f32_to_bf16(f[i]);
+    free(f);
+    tw w;
+    memset(&w, 0, sizeof w);
+    w.c.name = "W", w.c.dtype = FD_BF16, w.c.rows = m, w.c.cols = k, w.c.data = b;
+    w.g = w.c;
+    cpu()->upload_weight(cpu(), &w.c);
+    gpu()->upload_weight(gpu(), &w.g);
+    return w;
+}
+static void freew(tw *w) {
+    gpu()->free(gpu(), w->g.dev);
+    free((void *)w->c.data);
+}
+
+static void set_route(const char *route, const char *value) {
+    ASSERT(fd_cuda_set_route(gpu(), route, value) == 0, "%s", fd_error_msg());
+}
+
+// Calls counted under route gemm_small's value `value` so far.
+static int64_t small_calls(const char *value) {
+    fd_backend *g = gpu();
+    for (int i = 0; i < g->n_routes; i++)
+        if (!strcmp(g->routes[i].name, "gemm_small"))
+            for (int v = 0; g->routes[i].values[v]; v++)
+                if (!strcmp(g->routes[i].values[v], value)) return g->routes[i].calls[v];
+    return -1;
+}
+
+// One GPU matmul into a poisoned buffer; returns the host copy of out [n, m].
+static float *gpu_matmul(const void *dx, const fd_weight *W, int n) {
+    int m = (int)W->rows;
+    void *dout = gpu()->alloc(gpu(), (size_t)n * m * 4 + 4);
+    poison(dout, (size_t)n * m);
+    gpu()->matmul(gpu(), dout, dx, W, n, 1);
+    float *o = down(dout, (size_t)n * m);
+    gpu()->free(gpu(), dout);
+    return o;
+}
+
+// m x k shapes, and whether the CPU reference runs (it is slow on the big ones, which are checked against the
+// cuBLAS route only). With the H200's 132 SMs: 48 x 512 one slice, m % 32 = 16; 130 x 1096 two slices, the last
+// 72 wide (k % 64 = 8); 515 x 2048 two full slices, m % 16 = 3; 4100 x 1032 two slices, the second 8 wide;
+// 1000 x 5120 five slices at the 27B width; 33 x 8 the smallest k; 60000 x 2056 one slice with several loop
+// iterations per warp and a last step of 8; 5120 x 17408 and 17408 x 5120 the 27B FFN.
+static const struct {
+    int m, k, with_cpu;
+} k_shapes[] = {{48, 512, 1}, {130, 1096, 1},   {515, 2048, 1},   {4100, 1032, 1}, {1000, 5120, 1},
+                {33, 8, 1},   {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
+#define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
+static const int k_ns[] = {1, 2, 3, 7, 8, 9, 16};
+
+TEST(cuda_gemv_vs_cpu_and_cublas) {
+    const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    for (int s = 0; s < N_SHAPES; s++) {
+        const int m = k_shapes[s].m, k = k_shapes[s].k, with_cpu = k_shapes[s].with_cpu;
+        tw W = mkw(m, k);
+        float *x = rnd((size_t)16 * k, -1, 1), *oc = fd_malloc((size_t)16 * m * 4);
+        void *dx = up(x, (size_t)16 * k);
+        for (size_t in = 0; in < sizeof k_ns / sizeof k_ns[0]; in++) {
+            const int n = k_ns[in];
+            if (with_cpu) cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
+            for (int act = 0; act < 2; act++) {
+                const char *an = act ? "bf16x2" : "bf16";
+                set_route("gemm_act", an);
+                set_route("gemm_small", "gemv");
+                int64_t before = small_calls("gemv");
+                float *og = gpu_matmul(dx, &W.g, n);
+                EXPECT(small_calls("gemv") == before + 1, "m=%d k=%d n=%d did not run the gemv kernel", m, k, n);
+                if (with_cpu) {
+                    double e = test_rel_l2(og, oc, (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
+                    EXPECT(e <= tol, "gemv %s m=%d k=%d n=%d vs CPU: rel-L2 %.3g > %.1g", an, m, k, n, e, tol);
+                    if (n == 1 || n == 9 || n == 16)
+                        printf("    gemv %-6s m=%-5d k=%-5d n=%-2d vs CPU    rel-L2 %.3g\n", an, m, k, n, e);
+                }
+                // The cuBLAS route multiplies the same bf16 values (bf16x2: the same hi and lo terms, as two
+                // GEMMs): every product is equal and exact in fp32, only the order of the sum differs.
+                set_route("gemm_small", "cublas");
+                int64_t cub = small_calls("cublas");
+                float *ob = gpu_matmul(dx, &W.g, n);
+                EXPECT(small_calls("cublas") == cub + 1, "gemm_small=cublas m=%d k=%d n=%d did not run cuBLAS", m, k,
+                       n);
+                double eb = test_rel_l2(og, ob, (size_t)n * m);
+                EXPECT(eb <= TOL_REORDERED, "gemv %s m=%d k=%d n=%d vs cuBLAS: rel-L2 %.3g > %.1g", an, m, k, n, eb,
+                       TOL_REORDERED);
+                if (n == 1 || n == 16)
+                    printf("    gemv %-6s m=%-5d k=%-5d n=%-2d vs cuBLAS rel-L2 %.3g\n", an, m, k, n, eb);
+                free(ob), free(og);
+            }
+        }
+        free(x), free(oc), gpu()->free(gpu(), dx), freew(&W);
+    }
+    set_route("gemm_act", prev_act);
+    set_route("gemm_small", prev_small);
+}
+
+// Calls the gemv kernel does not take run cuBLAS under route gemm_small=gemv, are counted as cublas, and are
+// still right.
+TEST(cuda_gemv_fallbacks) {
+    const char *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    set_route("gemm_small", "gemv");
+    struct {
+        int n, m, k, x_offset;
+        const char *why;
+    } cases[] = {{3, 130, 100, 0, "k % 8 != 0"}, {5, 64, 512, 1, "x not 16-byte aligned"}, {17, 70, 264, 0, "n > 16"}};
+    for (int i = 0; i < 3; i++) {
+        int n = cases[i].n, m = cases[i].m, k = cases[i].k, off = cases[i].x_offset;
+        tw W = mkw(m, k);
+        float *x = rnd((size_t)n * k, -1, 1), *oc = fd_malloc((size_t)n * m * 4);
+        float *hx = fd_calloc((size_t)n * k + (size_t)off, 4); // device x starts `off` floats into the buffer
+        memcpy(hx + off, x, (size_t)n * k * 4);
+        void *dx = up(hx, (size_t)n * k + (size_t)off);
+        free(hx);
+        cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
+        int64_t g0 = small_calls("gemv"), c0 = small_calls("cublas");
+        float *og = gpu_matmul((const float *)dx + off, &W.g, n);
+        EXPECT(small_calls("gemv") == g0 && small_calls("cublas") == c0 + 1, "%s: expected one cublas call",
+               cases[i].why);
+        double e = test_rel_l2(og, oc, (size_t)n * m);
+        EXPECT(e <= TOL_BF16, "fallback (%s) n=%d m=%d k=%d: rel-L2 %.3g", cases[i].why, n, m, k, e);
+        printf("    fallback %-22s n=%-2d m=%-4d k=%-4d rel-L2 %.3g\n", cases[i].why, n, m, k, e);
+        free(x), free(oc), free(og), gpu()->free(gpu(), dx), freew(&W);
+    }
+    set_route("gemm_small", prev_small);
+}
+
+// Row j of an n-row call must be bit-identical to the 1-row call on row j alone (decode vs verify). The other
+// rows are the random rows of the batch, then garbage (1e30, Inf, NaN): an MMA column must not leak into another.
+TEST(cuda_gemv_batch_invariance) {
+    const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    set_route("gemm_small", "gemv");
+    const int shapes[][2] = {{130, 1096}, {515, 2048}, {4100, 1032}, {1024, 5120}, {5120, 1024}, {60000, 2056}};
+    for (int s = 0; s < 6; s++) {
+        int m = shapes[s][0], k = shapes[s][1];
+        tw W = mkw(m, k);
+        float *x = rnd((size_t)16 * k, -1, 1);
+        void *dx = up(x, (size_t)16 * k);
+        for (int act = 0; act < 2; act++) {
+            set_route("gemm_act", act ? "bf16x2" : "bf16");
+            float *single[16];
+            for (int j = 0; j < 16; j++) single[j] = gpu_matmul((const float *)dx + (size_t)j * k, &W.g, 1);
+            int bad = 0;
+            for (int n = 2; n <= 16; n++) {
+                float *og = gpu_matmul(dx, &W.g, n);
+                for (int j = 0; j < n; j++)
+                    if (memcmp(og + (size_t)j * m, single[j], (size_t)m * 4)) {
+                        if (!bad++)
+                            EXPECT(0, "m=%d k=%d %s: row %d of the n=%d call differs from its n=1 call", m, k,
+                                   act ? "bf16x2" : "bf16", j, n);
+                    }
+                free(og);
+            }
+            // Garbage neighbours: row j keeps its values, every other row of a 16-row call is 1e30 / Inf / NaN.
+            float *xg = fd_malloc((size_t)16 * k * 4);
+            const float garbage[3] = {1e30f, INFINITY, NAN};
+            for (int j = 0; j < 16; j += 5) {
+                for (int r = 0; r < 16; r++)
+                    for (int i = 0; i < k; i++) xg[(size_t)r * k + i] = r == j ? x[(size_t)j * k + i] : garbage[r % 3];
+                void *dg = up(xg, (size_t)16 * k);
+                float *og = gpu_matmul(dg, &W.g, 16);
+                if (memcmp(og + (size_t)j * m, single[j], (size_t)m * 4))
+                    EXPECT(0, "m=%d k=%d %s: row %d changes when the other rows hold 1e30/Inf/NaN", m, k,
+                           act ? "bf16x2" : "bf16", j);
+                free(og), gpu()->free(gpu(), dg);
+            }
+            free(xg);
+            EXPECT(bad == 0, "m=%d k=%d: %d rows differ", m, k, bad);
+            printf("    gemv %-6s m=%-5d k=%-5d n=1..16: %s\n", act ? "bf16x2" : "bf16", m, k,
+                   bad ? "NOT batch invariant" : "bitwise batch invariant");
+            for (int j = 0; j < 16; j++) free(single[j]);
+        }
+        free(x), gpu()->free(gpu(), dx), freew(&W);
+    }
+    set_route("gemm_act", prev_act);
+    set_route("gemm_small", prev_small);
+}
