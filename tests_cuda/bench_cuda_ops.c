@@ -92,7 +92,7 @@ static void f_gdn(void *p) {
 }
 static void f_attn(void *p) {
     ctx_t *c = p;
-    B()->attention(B(), c->out, c->x, c->st, c->pos0, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
+    B()->attention(B(), c->out, c->x, c->st, c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
 }
 static void f_conv(void *p) {
     ctx_t *c = p;

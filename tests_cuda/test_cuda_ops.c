@@ -456,8 +456,8 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
     q = rnd(qn, -2, 2);
     dq = up(q, qn), dout = dalloc(qn);
     poison(dout, qn);
-    gpu()->attention(gpu(), dout, dq, cg, n0, n, H, Hkv, hd, cap, scale, causal);
-    cpu()->attention(cpu(), oc, q, cc, n0, n, H, Hkv, hd, cap, scale, causal);
+    gpu()->attention(gpu(), dout, dq, cg, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
+    cpu()->attention(cpu(), oc, q, cc, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
     float *og = down(dout, qn);
     char what[96];
     snprintf(what, sizeof what, "attention%s pos0=%d n=%d H=%d Hkv=%d hd=%d", causal ? "" : "_noncausal", n0, n, H, Hkv,

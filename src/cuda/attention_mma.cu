@@ -44,13 +44,14 @@ static __device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p) {
 // (8 bf16 of padding: the fragment loads of 8 rows x 4 columns then hit 32 different banks).
 template <int HD>
 __global__ void __launch_bounds__(128, 1)
-    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2,
-               int causal) {
+    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H, int Hkv,
+               float scale_log2, int causal) {
     constexpr int LD = HD + 8, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm_u4, *Ks = Qs + MMA_BM * LD, *Vs = Ks + MMA_BN * LD;
     const int G = H / Hkv, R = n * G, kvh = blockIdx.y, r0 = blockIdx.x * MMA_BM;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    if (pos_dev) pos0 = *pos_dev; // the grid depends on n only, so a replayed graph may move the position
 
     for (int e = threadIdx.x; e < MMA_BM * HD / 2; e += blockDim.x) {
         int i = e / (HD / 2), d = (e - i * (HD / 2)) * 2, r = r0 + i;
@@ -166,29 +167,30 @@ __global__ void __launch_bounds__(128, 1)
 }
 
 template <int HD>
-static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
-                   float scale, int causal) {
+static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                   int H, int Hkv, float scale, int causal) {
     size_t smem = (size_t)3 * MMA_BM * (HD + 8) * sizeof(__nv_bfloat16);
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + MMA_BM - 1) / MMA_BM), (unsigned)Hkv);
     k_attn_mma<HD>
-        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kv, pos0, n, H, Hkv, scale * 1.4426950408889634f, causal);
+        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kv, pos0, pos_dev, n, H, Hkv, scale * 1.4426950408889634f,
+                                                    causal);
     FD_CUDA_LAUNCH_CHECK();
 }
 
-int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
-                     int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal) {
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                     int H, int Hkv, int hd, float scale, int causal) {
     if ((int64_t)n * (H / Hkv) < MMA_BM) return 0; // too few rows to fill one block: the split-K kernel does better
     switch (hd) {
     case 64:
-        launch<64>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch<64>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
         return 1;
     case 128:
-        launch<128>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch<128>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
         return 1;
     case 256:
-        launch<256>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch<256>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
         return 1;
     default:
         return 0;
