@@ -160,9 +160,13 @@ TEST(cpu_attention_matches_naive_and_chunks) {
     void *cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * cap);
     be->kv_store(be, cache, k, v, 0, n, Hkv, hd, cap);
     be->attention(be, o1, q, cache, 0, NULL, n, H, Hkv, hd, cap, 0.2f, 1);
-    be->attention(be, o2, q, cache, 0, 10, H, Hkv, hd, cap, 0.2f, 1); // first 10 queries as their own call
+    be->attention(be, o2, q, cache, 0, NULL, 10, H, Hkv, hd, cap, 0.2f, 1); // first 10 queries as their own call
     be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, NULL, n - 10, H, Hkv, hd, cap, 0.2f, 1);
     EXPECT(test_rel_l2(o2, o1, (size_t)n * H * hd) < 1e-6);
+    // pos_dev (the position read when the op runs; here host memory) replaces the pos0 argument exactly
+    const int64_t at = 10;
+    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 999, &at, n - 10, H, Hkv, hd, cap, 0.2f, 1);
+    EXPECT(!memcmp(o2, o1, sizeof(float) * n * H * hd), "pos_dev differs from pos0");
     double num = 0, den = 0;
     for (int t = 0; t < n; t++)
         for (int h = 0; h < H; h++) {

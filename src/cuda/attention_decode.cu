@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
         // S = Q K^T (log2 units): item = (m-tile, n-tile of 8 keys)
         for (int it = w; it < 4 * mtl; it += DEC_WARPS) {
             const int mt = it >> 2, nt = it & 3;
-            float s4[4] = {0.f, 0.f, 0.f, 0.f};
+            float s4[4] = {0.f, 0.f, 0.f, 0.f}, t4[4] = {0.f, 0.f, 0.f, 0.f}; // even / odd k-steps: 2 chains
+
             const __nv_bfloat16 *qa = Qs + (mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDQ + (lane >> 4) * 8;
             const __nv_bfloat16 *kb = Kt + (nt * 8 + (lane & 7)) * LDQ + (lane >> 3) * 8;
 #pragma unroll
@@ -215,30 +216,59 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
                 ldsm_x4(a1, qa + kk * 16 + 16);
                 ldsm_x4(b, kb + kk * 16); // dims kk*16 + {0-7, 8-15, 16-23, 24-31} of keys nt*8..
                 dec_mma(s4, a0, b[0], b[1]);
-                dec_mma(s4, a1, b[2], b[3]);
+                dec_mma(t4, a1, b[2], b[3]);
             }
             float *srow = Ss + (mt * 16 + g) * LDS + nt * 8 + 2 * c;
-            *(float2 *)srow = make_float2(s4[0] * scale_log2, s4[1] * scale_log2);
-            *(float2 *)(srow + 8 * LDS) = make_float2(s4[2] * scale_log2, s4[3] * scale_log2);
+            *(float2 *)srow = make_float2((s4[0] + t4[0]) * scale_log2, (s4[1] + t4[1]) * scale_log2);
+            *(float2 *)(srow + 8 * LDS) = make_float2((s4[2] + t4[2]) * scale_log2, (s4[3] + t4[3]) * scale_log2);
         }
         __syncthreads();
 
-        // online softmax: warp per row, lane = key kt0 + lane
-        for (int i = w; i < 16 * mtl; i += DEC_WARPS) {
-            const int r = rb0 + i;
+        // online softmax: two threads per row (warp w = m-tile w), each over 16 keys in order, joined by one
+        // shuffle (a + b == b + a: both threads hold the same max and sum)
+        if (w < mtl) {
+            const int i = tid >> 1, half = tid & 1, r = rb0 + i;
             const int64_t qpos = i < rows_here ? (causal ? p0 + r / G : p0 + n - 1) : -1; // -1: padding row
-            const bool vis = kt0 + lane <= qpos;
-            const float v = vis ? Ss[i * LDS + lane] : -INFINITY;
+            const int64_t k0 = kt0 + 16 * half;
+            float v[16];
+            const float4 *src = (const float4 *)(Ss + i * LDS + 16 * half);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float4 f = src[u];
+                v[4 * u] = f.x, v[4 * u + 1] = f.y, v[4 * u + 2] = f.z, v[4 * u + 3] = f.w;
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 16; u++) {
+                v[u] = k0 + u <= qpos ? v[u] : -INFINITY;
+                mx = fmaxf(mx, v[u]);
+            }
             const float mold = m_s[i], lold = l_s[i];
-            const float mn = fmaxf(mold, cu_warp_max(v));
-            float p = 0.f, alpha = 1.f;
+            const float mn = fmaxf(mold, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+            float alpha = 1.f, sum = 0.f;
             if (mn != -INFINITY) { // else: no visible key yet, everything stays zero
                 alpha = exp2f(mold - mn); // mold = -inf -> 0
-                p = vis ? exp2f(v - mn) : 0.f;
+#pragma unroll
+                for (int u = 0; u < 16; u++) {
+                    v[u] = exp2f(v[u] - mn); // masked: exp2(-inf) = 0
+                    sum += v[u];
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < 16; u++) v[u] = 0.f;
             }
-            const float sum = cu_warp_sum(p);
-            Ps[i * LDP + lane] = __float2bfloat16_rn(p);
-            if (lane == 0) m_s[i] = mn, l_s[i] = __fmaf_rn(lold, alpha, sum), alpha_s[i] = alpha;
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            uint4 pk[2];
+            uint32_t *pw = (uint32_t *)pk;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                __nv_bfloat162 b2 = __floats2bfloat162_rn(v[2 * u], v[2 * u + 1]);
+                pw[u] = *(uint32_t *)&b2;
+            }
+            uint4 *dst = (uint4 *)(Ps + i * LDP + 16 * half);
+            dst[0] = pk[0], dst[1] = pk[1];
+            __syncwarp(); // both threads of the row have read m_s / l_s
+            if (!half) m_s[i] = mn, l_s[i] = __fmaf_rn(lold, alpha, sum), alpha_s[i] = alpha;
         }
         __syncthreads();
 
