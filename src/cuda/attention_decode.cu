@@ -28,7 +28,8 @@
 
 #define DEC_BK    32  // keys per tile
 #define DEC_WARPS 8
-#define DEC_SMEM_BUDGET (200 * 1024)
+#define DEC_SMEM_BUDGET (200 * 1024) // of the 227 KB a block may have: as many stages as fit (one block per SM)
+static_assert(CU_DECODE_CHUNK % DEC_BK == 0, "tiles must not straddle chunks");
 
 static __device__ __forceinline__ void dec_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -141,13 +142,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c = lane & 3;
     const int kvh = blockIdx.z, G = H / Hkv, R = n * G, rb0 = blockIdx.x * P::ROWS;
-    const int64_t z = blockIdx.y, kbeg = z * 512;
+    const int64_t z = blockIdx.y, kbeg = z * CU_DECODE_CHUNK;
     const int64_t p0 = pos_dev ? *pos_dev : pos0;
     if (p0 < 0 || p0 + n > capacity) __trap(); // the caller promised live keys inside the cache
     const int rows_here = min(P::ROWS, R - rb0), mtl = (rows_here + 15) / 16; // live m-tiles
     const int64_t klast = causal ? p0 + (rb0 + rows_here - 1) / G : p0 + n - 1; // last key any row here sees
     if (kbeg > klast) return; // a chunk past the live keys (grid sized from capacity): nothing to do
-    const int64_t kend = min(klast + 1, kbeg + 512);
+    const int64_t kend = min(klast + 1, kbeg + CU_DECODE_CHUNK);
     const int ntiles = (int)((kend - kbeg + DEC_BK - 1) / DEC_BK);
 
 #pragma unroll 1
@@ -380,8 +381,15 @@ static void launch_decode(fd_backend *be, float *opart, float *ml, const float *
                           const int64_t *pos_dev, int n, int H, int Hkv, int64_t capacity, int64_t zslots,
                           float scale, int causal) {
     typedef dec_plan<HD, MT, E4> P;
-    FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD, MT, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       P::TOTAL));
+    // Opt in to > 48 KB of shared memory once per device and instantiation, not on every call of a decode step
+    // (a racing second set is harmless: same value).
+    static int opted_in[64];
+    const int dev = cu_of(be)->device;
+    if (dev < 0 || dev >= 64 || !opted_in[dev]) {
+        FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD, MT, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           P::TOTAL));
+        if (dev >= 0 && dev < 64) opted_in[dev] = 1;
+    }
     const int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + P::ROWS - 1) / P::ROWS), (unsigned)zslots, (unsigned)Hkv);
     k_attn_decode<HD, MT, E4><<<grid, DEC_WARPS * 32, P::TOTAL, cu_of(be)->stream>>>(

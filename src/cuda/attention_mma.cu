@@ -1,6 +1,6 @@
 // Attention on the tensor cores (route attn = mma): flash-attention forward with mma.sync m16n8k16 bf16 -> fp32,
-// for head_dim 64, 128 and 256 and at least 64 query rows (prefill; decode/verify keep the split-K CUDA-core
-// kernel in attention.cu).
+// for head_dim 64, 128 and 256, more than CU_DECODE_MAX_N tokens and at least 64 query rows (prefill; decode and
+// verify take the split-K kernel of attention_decode.cu).
 //
 // Rows are the (token, head-of-group) pairs of one KV head, r = t*G + g (G = H/Hkv), as in attention.cu: one K/V
 // tile read serves the whole group. Block = 4 warps x 16 rows = 64 rows; key tiles of 64.
