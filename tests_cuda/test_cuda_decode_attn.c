@@ -125,8 +125,8 @@ TEST(cuda_decode_attn_vs_cpu) {
 }
 
 // Bitwise: an n-token causal call vs n one-token calls, and pos_dev + a larger capacity vs pos_dev NULL.
-static void check_invariance(int e4, int hd, int G, int Hkv, int64_t pos0, int n, uint64_t *seed) {
-    pair p = mkpair(e4);
+static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int n, uint64_t *seed) {
+    pair p = *pp;
     fd_backend *g = p.g;
     const int H = G * Hkv;
     const size_t qn = (size_t)n * H * hd, row = (size_t)H * hd;
@@ -170,7 +170,6 @@ static void check_invariance(int e4, int hd, int G, int Hkv, int64_t pos0, int n
     g->free(g, pd), g->free(g, cg2), g->free(g, dq), g->free(g, dout);
     freerig(&p, &r);
     free(q), free(on), free(o1);
-    freepair(&p);
 }
 
 TEST(cuda_decode_attn_batch_invariant) {
@@ -181,10 +180,12 @@ TEST(cuda_decode_attn_batch_invariant) {
     const int64_t pos0s[] = {0, 511, 512, 1000, 5000};
     const int ns[] = {2, 5, 16};
     uint64_t seed = 7;
+    pair pairs[2] = {mkpair(0), mkpair(1)};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
         for (int pi = 0; pi < 5; pi++)
             for (int ni = 0; ni < 3; ni++)
-                check_invariance(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], pos0s[pi], ns[ni], &seed);
+                check_invariance(&pairs[cfg[c][0]], cfg[c][1], cfg[c][2], cfg[c][3], pos0s[pi], ns[ni], &seed);
+    freepair(&pairs[0]), freepair(&pairs[1]);
 }
 
 // Calls with more than 16 tokens honour pos_dev too: the mma kernel bitwise (its grid depends on n only), the
