@@ -111,14 +111,15 @@ TEST(cuda_decode_attn_vs_cpu) {
                     for (int ni = 0; ni < 5; ni++)
                         for (int causal = 1; causal >= 0; causal--) {
                             const double e = vs_cpu(&p, &r, pos0, ns[ni], groups[gi], causal, &seed);
-                            EXPECT(e <= 1e-2, "kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g", p.kv,
-                                   hds[h], groups[gi], (long long)pos0, ns[ni], causal, e);
+                            EXPECT(e <= 1e-2, "kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g", p.kv, hds[h],
+                                   groups[gi], (long long)pos0, ns[ni], causal, e);
                             if (!(e <= worst)) worst = e; // NaN-safe: a NaN becomes the worst
                         }
                     freerig(&p, &r);
                 }
                 printf("    decode attention kv=%s hd=%d G=%d Hkv=2, n 1..16, pos0 0..5000, (non)causal: "
-                       "worst rel-L2 %.3g\n", p.kv, hds[h], groups[gi], worst);
+                       "worst rel-L2 %.3g\n",
+                       p.kv, hds[h], groups[gi], worst);
             }
         freepair(&p);
     }
@@ -145,8 +146,8 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
         g->to_host(g, o1 + j * row, dout, row * sizeof(float));
         same &= !memcmp(o1 + j * row, on + j * row, row * sizeof(float));
     }
-    EXPECT(same, "kv=%s hd=%d G=%d pos0=%lld n=%d: a row of the %d-token call differs from its 1-token call",
-           p.kv, hd, G, (long long)pos0, n, n);
+    EXPECT(same, "kv=%s hd=%d G=%d pos0=%lld n=%d: a row of the %d-token call differs from its 1-token call", p.kv, hd,
+           G, (long long)pos0, n, n);
     // the same history in a cache with ~3000 more slots, position from device memory, host pos0 deliberately 0
     const int64_t cap2 = pos0 + n + 3000;
     void *cg2 = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * cap2);
@@ -165,8 +166,8 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
     }
     EXPECT(same_dev, "kv=%s hd=%d G=%d pos0=%lld n=%d: pos_dev with capacity %lld differs from pos0", p.kv, hd, G,
            (long long)pos0, n, (long long)cap2);
-    printf("    kv=%s hd=%d G=%d Hkv=%d pos0=%lld n=%d: rows == 1-token calls: %s, pos_dev == pos0: %s\n", p.kv, hd,
-           G, Hkv, (long long)pos0, n, same ? "bitwise" : "NO", same_dev ? "bitwise" : "NO");
+    printf("    kv=%s hd=%d G=%d Hkv=%d pos0=%lld n=%d: rows == 1-token calls: %s, pos_dev == pos0: %s\n", p.kv, hd, G,
+           Hkv, (long long)pos0, n, same ? "bitwise" : "NO", same_dev ? "bitwise" : "NO");
     g->free(g, pd), g->free(g, cg2), g->free(g, dq), g->free(g, dout);
     freerig(&p, &r);
     free(q), free(on), free(o1);

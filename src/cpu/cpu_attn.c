@@ -167,8 +167,8 @@ static void cpu_attention(fd_backend *be, void *out, const void *q, const void *
                           const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, float scale,
                           int causal) {
     if (pos_dev) pos0 = *pos_dev;
-    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention: keys [0, %lld) beyond capacity %lld",
-             (long long)(pos0 + n), (long long)capacity);
+    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention: keys [0, %lld) beyond capacity %lld", (long long)(pos0 + n),
+             (long long)capacity);
     attn_ctx *c = fd_calloc(1, sizeof *c);
     *c = (attn_ctx){.out = out, .q = q, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd, .scale = scale,
                     .causal = causal};

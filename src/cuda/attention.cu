@@ -123,8 +123,8 @@ void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, con
 
 // q [n, H, hd] f32 at positions pos0.. (*pos_dev when given); causal: row of token t sees keys 0..pos0+t, else all
 // pos0+n keys (the DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [n*H][zslots][hd]
-// and ml [n*H][zslots][2] = (max, sum); split z covers keys [z*chunk, (z+1)*chunk)). Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes
-// read 32 different rows of one column), Vt [32][hd/2] bf16x2.
+// and ml [n*H][zslots][2] = (max, sum); split z covers keys [z*chunk, (z+1)*chunk)). Shared: Qs [16][hd] f32,
+// Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes read 32 different rows of one column), Vt [32][hd/2] bf16x2.
 __global__ void __launch_bounds__(128)
     k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
                 int n, int H, int Hkv, int hd, float scale, int64_t chunk, int64_t zslots, int causal) {
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(128)
     int64_t kbeg = (int64_t)z * chunk;                 // chunk is a multiple of ATT_BK
     int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
     if (kbeg > klast) return; // a split past the live keys (grid sized from capacity): the combine skips it
-    int64_t kend = min(klast + 1, kbeg + chunk);       // keys past kbeg + chunk belong to the next split
+    int64_t kend = min(klast + 1, kbeg + chunk); // keys past kbeg + chunk belong to the next split
     for (int e = threadIdx.x; e < ATT_BQ * hd; e += blockDim.x) {
         int i = e / hd, d = e - i * hd, r = r0 + i;
         Qs[e] = r < R ? q[((int64_t)(r / G) * H + kvh * G + r % G) * hd + d] : 0.f;
@@ -291,8 +291,8 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H,
-                                                Hkv, hd, scale, chunk, S, causal);
+    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H, Hkv,
+                                                hd, scale, chunk, S, causal);
     FD_CUDA_LAUNCH_CHECK();
     cu_prof_mark(be, &pr, split ? "splits" : "main");
     if (split) {

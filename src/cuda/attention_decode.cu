@@ -26,8 +26,8 @@
 
 #include "cuda/cuda_common.h"
 
-#define DEC_BK    32  // keys per tile
-#define DEC_WARPS 8
+#define DEC_BK          32 // keys per tile
+#define DEC_WARPS       8
 #define DEC_SMEM_BUDGET (200 * 1024) // of the 227 KB a block may have: as many stages as fit (one block per SM)
 static_assert(CU_DECODE_CHUNK % DEC_BK == 0, "tiles must not straddle chunks");
 
@@ -61,16 +61,16 @@ static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n");
 }
 template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Shared-memory plan of one instantiation (bytes; every region starts 16-byte aligned).
 template <int HD, int MT, bool E4> struct dec_plan {
     static constexpr int ROWS = 16 * MT;
-    static constexpr int LDQ = HD + 8;      // bf16 row pitch of Q and of the K/V tiles: conflict-free ldmatrix
-    static constexpr int LDS = DEC_BK + 8;  // fp32 score pitch
-    static constexpr int LDP = DEC_BK + 8;  // bf16 P pitch (80 B rows: the 8 rows of an ldmatrix hit 8 bank groups)
-    static constexpr int KV_TILE = DEC_BK * LDQ * 2;                  // one bf16 K or V tile
+    static constexpr int LDQ = HD + 8;     // bf16 row pitch of Q and of the K/V tiles: conflict-free ldmatrix
+    static constexpr int LDS = DEC_BK + 8; // fp32 score pitch
+    static constexpr int LDP = DEC_BK + 8; // bf16 P pitch (80 B rows: the 8 rows of an ldmatrix hit 8 bank groups)
+    static constexpr int KV_TILE = DEC_BK * LDQ * 2;                                      // one bf16 K or V tile
     static constexpr int RAW_STAGE = E4 ? 2 * DEC_BK * HD + 2 * DEC_BK * 4 : 2 * KV_TILE; // K8, V8, ks, vs
     static constexpr int Q_BYTES = ROWS * LDQ * 2;
     static constexpr int WORK_BYTES = E4 ? 2 * KV_TILE : 0; // dequantised tile (e4m3 only)
@@ -127,17 +127,17 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
 // opart [n*H][zslots][HD], ml [n*H][zslots][2] = (max in log2 units, sum).
 template <int HD, int MT, bool E4>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
-    k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
-                  int H, int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal) {
+    k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H,
+                  int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal) {
     typedef dec_plan<HD, MT, E4> P;
     constexpr int NST = P::NST, LDQ = P::LDQ, LDS = P::LDS, LDP = P::LDP, NTW = HD / 64; // n-tiles per warp in P V
     extern __shared__ uint4 dec_sm[];
     char *base = (char *)dec_sm;
-    char *raw = base;                                                     // NST raw stages
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)(raw + NST * P::RAW_STAGE);     // [ROWS][LDQ]
-    __nv_bfloat16 *work = (__nv_bfloat16 *)((char *)Qs + P::Q_BYTES);   // e4m3: dequantised K | V
-    float *Ss = (float *)((char *)work + P::WORK_BYTES);                  // [ROWS][LDS]
-    __nv_bfloat16 *Ps = (__nv_bfloat16 *)((char *)Ss + P::S_BYTES);     // [ROWS][LDP]
+    char *raw = base;                                                 // NST raw stages
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)(raw + NST * P::RAW_STAGE);  // [ROWS][LDQ]
+    __nv_bfloat16 *work = (__nv_bfloat16 *)((char *)Qs + P::Q_BYTES); // e4m3: dequantised K | V
+    float *Ss = (float *)((char *)work + P::WORK_BYTES);              // [ROWS][LDS]
+    __nv_bfloat16 *Ps = (__nv_bfloat16 *)((char *)Ss + P::S_BYTES);   // [ROWS][LDP]
     float *m_s = (float *)((char *)Ps + P::P_BYTES), *l_s = m_s + P::ROWS, *alpha_s = l_s + P::ROWS;
 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
     const int64_t z = blockIdx.y, kbeg = z * CU_DECODE_CHUNK;
     const int64_t p0 = pos_dev ? *pos_dev : pos0;
     if (p0 < 0 || p0 + n > capacity) __trap(); // the caller promised live keys inside the cache
-    const int rows_here = min(P::ROWS, R - rb0), mtl = (rows_here + 15) / 16; // live m-tiles
+    const int rows_here = min(P::ROWS, R - rb0), mtl = (rows_here + 15) / 16;   // live m-tiles
     const int64_t klast = causal ? p0 + (rb0 + rows_here - 1) / G : p0 + n - 1; // last key any row here sees
     if (kbeg > klast) return; // a chunk past the live keys (grid sized from capacity): nothing to do
     const int64_t kend = min(klast + 1, kbeg + CU_DECODE_CHUNK);
@@ -247,8 +247,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
             const float mold = m_s[i], lold = l_s[i];
             const float mn = fmaxf(mold, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
             float alpha = 1.f, sum = 0.f;
-            if (mn != -INFINITY) { // else: no visible key yet, everything stays zero
-                alpha = exp2f(mold - mn); // mold = -inf -> 0
+            // mn == -inf: no visible key yet, everything stays zero; mold == -inf gives alpha = 0
+            if (mn != -INFINITY) {
+                alpha = exp2f(mold - mn);
 #pragma unroll
                 for (int u = 0; u < 16; u++) {
                     v[u] = exp2f(v[u] - mn); // masked: exp2(-inf) = 0
@@ -279,8 +280,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
             if (mt >= mtl) break;
             const float aa = alpha_s[mt * 16 + g], ab = alpha_s[mt * 16 + g + 8];
 #pragma unroll
-            for (int nt = 0; nt < NTW; nt++) acc[mt][nt][0] *= aa, acc[mt][nt][1] *= aa, acc[mt][nt][2] *= ab,
-                                              acc[mt][nt][3] *= ab;
+            for (int nt = 0; nt < NTW; nt++)
+                acc[mt][nt][0] *= aa, acc[mt][nt][1] *= aa, acc[mt][nt][2] *= ab, acc[mt][nt][3] *= ab;
             const __nv_bfloat16 *pa = Ps + (mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDP + (lane >> 4) * 8;
 #pragma unroll
             for (int kk = 0; kk < DEC_BK / 16; kk++) {
@@ -378,16 +379,16 @@ void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float
 
 template <int HD, int MT, bool E4>
 static void launch_decode(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
-                          const int64_t *pos_dev, int n, int H, int Hkv, int64_t capacity, int64_t zslots,
-                          float scale, int causal) {
+                          const int64_t *pos_dev, int n, int H, int Hkv, int64_t capacity, int64_t zslots, float scale,
+                          int causal) {
     typedef dec_plan<HD, MT, E4> P;
     // Opt in to > 48 KB of shared memory once per device and instantiation, not on every call of a decode step
     // (a racing second set is harmless: same value).
     static int opted_in[64];
     const int dev = cu_of(be)->device;
     if (dev < 0 || dev >= 64 || !opted_in[dev]) {
-        FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD, MT, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           P::TOTAL));
+        FD_CUDA_CHECK(
+            cudaFuncSetAttribute(k_attn_decode<HD, MT, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::TOTAL));
         if (dev >= 0 && dev < 64) opted_in[dev] = 1;
     }
     const int64_t rows = (int64_t)n * (H / Hkv);

@@ -173,9 +173,8 @@ static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + MMA_BM - 1) / MMA_BM), (unsigned)Hkv);
-    k_attn_mma<HD>
-        <<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kv, pos0, pos_dev, n, H, Hkv, scale * 1.4426950408889634f,
-                                                    causal);
+    k_attn_mma<HD><<<grid, 128, smem, cu_of(be)->stream>>>(out, q, kv, pos0, pos_dev, n, H, Hkv,
+                                                           scale * 1.4426950408889634f, causal);
     FD_CUDA_LAUNCH_CHECK();
 }
 
