@@ -225,3 +225,24 @@ TEST(cuda_attention_pos_dev_prefill) {
     free(q), free(oc), free(o0), free(o1);
     freepair(&p);
 }
+
+// A handful of calls (both layouts, n = 1 and 16, two chunks) for the sanitizers, whose tools are too slow for
+// the sweeps above: compute-sanitizer --tool racecheck / synccheck / memcheck fd_cuda_tests cuda_decode_attn_smoke
+TEST(cuda_decode_attn_smoke) {
+    uint64_t seed = 5;
+    for (int e4 = 0; e4 < 2; e4++) {
+        pair p = mkpair(e4);
+        const int hds[] = {256, 64};
+        for (int h = 0; h < 2; h++) {
+            rig r = mkrig(&p, 600 + 16, 600 + 16, 2, hds[h], &seed);
+            const int ns[] = {1, 16};
+            for (int ni = 0; ni < 2; ni++) {
+                const double e = vs_cpu(&p, &r, 600, ns[ni], 6, 1, &seed);
+                printf("    smoke kv=%s hd=%d n=%d pos0=600: rel-L2 %.3g\n", p.kv, hds[h], ns[ni], e);
+                EXPECT(e <= 1e-2, "kv=%s hd=%d n=%d: rel-L2 %.3g", p.kv, hds[h], ns[ni], e);
+            }
+            freerig(&p, &r);
+        }
+        freepair(&p);
+    }
+}
