@@ -20,8 +20,7 @@ echo "== op + fixture tests (FD_CUDA_SYNC=1: faults are reported at the op that 
 TESTS="cuda_matmul cuda_rmsnorm cuda_elementwise cuda_embed cuda_split_q_gate cuda_gated_rmsnorm cuda_conv1d
        cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_attention_gqa cuda_attention_non
        cuda_attention_mma cuda_decode_attn_vs_cpu cuda_decode_attn_batch cuda_decode_attn_smoke cuda_attention_pos_dev
-       cuda_kv_e4m3
-       cuda_copy_rows cuda_moe cuda_models_logits_match cuda_models_logits_bf16
+       cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_models_logits_match cuda_models_logits_bf16
        cuda_models_greedy cuda_dflash"
 : >"$OUT/tests.log"
 for t in $TESTS; do
