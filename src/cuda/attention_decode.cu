@@ -15,7 +15,7 @@
 // (blockIdx.y) of one KV head (blockIdx.z). Keys stream through shared memory in tiles of 32 with cp.async
 // (16-byte copies, NST stages in flight). Per tile:
 //   S = Q K^T   mma.sync m16n8k16 bf16 -> fp32; items (m-tile, 8-key n-tile) spread over the warps, to shared
-//   softmax     one warp per row, lane = key: running max / sum in fp32, P rounded to bf16 into shared
+//   softmax     two threads per row, 16 keys each in order: running max / sum in fp32, P rounded to bf16
 //   O += P V    warp w owns output dims [w*HD/8, (w+1)*HD/8) for every m-tile (acc in registers)
 // e4m3: the fp8 bytes and their row scales are copied raw, then dequantised (value * scale -> bf16, the rounding
 // of the old path) into one bf16 work tile, so the math afterwards is the bf16 path's.
