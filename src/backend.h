@@ -128,8 +128,12 @@ struct fd_backend {
                     int64_t src_cap, int64_t n, int Hkv, int hd);
     // attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]. causal: query i
     // sees keys 0..pos0+i; otherwise (the DFlash drafter's block) every query sees all pos0+n keys.
-    void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                      int hd, int64_t capacity, float scale, int causal);
+    // pos_dev: NULL, or backend memory holding one int64 whose value *when the op executes* is the position and
+    // replaces pos0 (a captured CUDA graph replayed at a later step); the backend then sizes its work from
+    // `capacity`, never from pos0. Calls with n <= 16 give each query row a result bitwise independent of n, of
+    // pos_dev vs pos0 and of capacity (decode and speculative verify agree exactly; CUDA: attention_decode.cu).
+    void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
+                      int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
 
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)

@@ -54,14 +54,16 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 typedef void (*bench_fn)(void *ctx);
+static fd_backend *g_timed; // the backend time_ms synchronises (NULL: B())
 static double time_ms(bench_fn fn, void *ctx) {
+    fd_backend *be = g_timed ? g_timed : B();
     double t[5];
     fn(ctx);
-    B()->sync(B());
+    be->sync(be);
     for (int r = 0; r < 5; r++) {
         double t0 = fd_time_s();
         fn(ctx);
-        B()->sync(B());
+        be->sync(be);
         t[r] = (fd_time_s() - t0) * 1e3;
     }
     qsort(t, 5, sizeof t[0], cmp_d);
@@ -93,7 +95,7 @@ static void f_gdn(void *p) {
 }
 static void f_attn(void *p) {
     ctx_t *c = p;
-    B()->attention(B(), c->out, c->x, c->st, c->pos0, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
+    B()->attention(B(), c->out, c->x, c->st, c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
 }
 static void f_conv(void *p) {
     ctx_t *c = p;
@@ -183,14 +185,73 @@ TEST(bench_cuda_27b_ops) {
     c.pos0 = 32768 - 4096;
     ms = time_ms(f_attn, &c);
     row("attention prefill n=4096 at 28K..32K mma", ms, 4.0 * 24 * 256 * ((double)N * (32768 - 2048)), 0);
-    fd_cuda_set_route(B(), "attn_kernel", "simt");
-    c.pos0 = 32768 - 16, c.n = 16;
-    ms = time_ms(f_attn, &c);
-    row("attention verify n=16 at ctx 32K", ms, 0, (double)32768 * kvb);
-    c.pos0 = 32768 - 1, c.n = 1;
-    ms = time_ms(f_attn, &c);
-    row("attention decode n=1 at ctx 32K", ms, 0, (double)32768 * kvb);
     B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), c.st);
+}
+
+// ---- decode / verify attention (<= 16 tokens: the split-K kernel of attention_decode.cu) ----
+typedef struct {
+    fd_backend *be;
+    void *out, *q, *cache;
+    const int64_t *pos_dev;
+    int64_t pos0, cap;
+    int n;
+} dattn_t;
+static void f_dattn(void *p) {
+    dattn_t *d = p;
+    d->be->attention(d->be, d->out, d->q, d->cache, d->pos0, d->pos_dev, d->n, 24, 4, 256, d->cap, 0.0625f, 1);
+}
+
+// 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify); GB/s counts the K/V bytes of the
+// live context (scales included for e4m3), the floor every such kernel has to read.
+static void bench_dattn(const char *kv) {
+    fd_backend *be = fd_backend_cuda_create(0);
+    const char *spec = kv;
+    FD_CHECK(!strcmp(kv, "kv=bf16") || routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
+    g_timed = be;
+    const int64_t cap = 131072 + 16, chunk = 4096;
+    const size_t kvb = be->kv_bytes_per_token(be, 4, 256);
+    dattn_t d = {be, NULL, NULL, be->alloc(be, kvb * (size_t)cap), NULL, 0, cap, 1};
+    float *h = fd_malloc((size_t)chunk * 4 * 256 * 4);
+    test_fill_uniform(h, (size_t)chunk * 4 * 256, -1, 1, &g_seed);
+    void *k = be->alloc(be, (size_t)chunk * 4 * 256 * 4);
+    be->to_device(be, k, h, (size_t)chunk * 4 * 256 * 4);
+    for (int64_t p = 0; p < cap - 16; p += chunk) be->kv_store(be, d.cache, k, k, p, (int)chunk, 4, 256, cap);
+    test_fill_uniform(h, (size_t)16 * 24 * 256, -1, 1, &g_seed);
+    d.q = be->alloc(be, (size_t)16 * 24 * 256 * 4);
+    be->to_device(be, d.q, h, (size_t)16 * 24 * 256 * 4);
+    d.out = be->alloc(be, (size_t)16 * 24 * 256 * 4);
+    const int64_t ctxs[] = {32768, 131072};
+    const int ns[] = {1, 8, 16};
+    for (int ci = 0; ci < 2; ci++)
+        for (int ni = 0; ni < 3; ni++) {
+            d.n = ns[ni], d.pos0 = ctxs[ci] - d.n;
+            char what[80];
+            snprintf(what, sizeof what, "attention %s n=%d at ctx %lldK (%s)", d.n == 1 ? "decode" : "verify", d.n,
+                     (long long)(ctxs[ci] / 1024), kv + 3);
+            row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
+        }
+    // a graph-style call: position in device memory, grid sized from the 128K capacity, 32K live
+    int64_t pos = 32768 - 1;
+    void *pd = be->alloc(be, sizeof pos);
+    be->to_device(be, pd, &pos, sizeof pos);
+    d.n = 1, d.pos0 = 0, d.pos_dev = (const int64_t *)pd;
+    char what[80];
+    snprintf(what, sizeof what, "attention n=1 32K, pos_dev, cap 128K (%s)", kv + 3);
+    row(what, time_ms(f_dattn, &d), 0, (double)32768 * kvb);
+    g_timed = NULL;
+    free(h);
+    be->free(be, pd), be->free(be, k), be->free(be, d.q), be->free(be, d.out), be->free(be, d.cache);
+    be->destroy(be);
+}
+
+TEST(bench_cuda_decode_attn) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    bench_dattn("kv=bf16");
+    bench_dattn("kv=e4m3");
 }
 
 // ---- tensor-core attention prefill (route attn_kernel=mma) at the 27B geometry: a 4096-query chunk of a long
@@ -205,7 +266,7 @@ typedef struct {
 
 static void f_attn_prefill(void *p) {
     attn_ctx *a = p;
-    a->be->attention(a->be, a->out, a->q, a->cache, a->pos0, a->n, 24, 4, 256, a->cap, 0.0625f, 1);
+    a->be->attention(a->be, a->out, a->q, a->cache, a->pos0, NULL, a->n, 24, 4, 256, a->cap, 0.0625f, 1);
 }
 
 static double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {

@@ -19,7 +19,8 @@ echo "== op + fixture tests (FD_CUDA_SYNC=1: faults are reported at the op that 
 # One process per test, so a fatal error (fd_panic aborts) in one op does not hide the others.
 TESTS="cuda_matmul cuda_rmsnorm cuda_elementwise cuda_embed cuda_split_q_gate cuda_gated_rmsnorm cuda_conv1d
        cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_attention_gqa cuda_attention_non
-       cuda_attention_mma cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_gemv_vs_cpu cuda_gemv_fallbacks cuda_gemv_batch
+       cuda_attention_mma cuda_decode_attn_vs_cpu cuda_decode_attn_batch cuda_decode_attn_smoke cuda_attention_pos_dev
+       cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_gemv_vs_cpu cuda_gemv_fallbacks cuda_gemv_batch
        cuda_models_logits_match cuda_models_logits_bf16 cuda_models_greedy cuda_dflash"
 : >"$OUT/tests.log"
 for t in $TESTS; do
@@ -51,6 +52,14 @@ timeout 120 compute-sanitizer --tool racecheck --print-limit 8 "$BIN/fd_cuda_tes
     >"$OUT/racecheck.log" 2>&1
 echo "exit $?"
 grep -E 'ERROR SUMMARY|hazard|passed' "$OUT/racecheck.log" | head -8
+
+echo "== compute-sanitizer racecheck + synccheck (decode attention smoke test: cp.async ring, shared S/P tiles)"
+for tool in racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --print-limit 8 "$BIN/fd_cuda_tests" cuda_decode_attn_smoke \
+        >"$OUT/$tool.log" 2>&1
+    echo "$tool exit $?"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|hazard|Barrier' "$OUT/$tool.log" | head -6
+done
 
 echo "== table: worst rel-L2 per op family (full lines in tests.log)"
 awk '/rel-L2 [0-9.e+-]+$/ { op = $1; v = $NF + 0; if (!(op in m) || v > m[op]) m[op] = v }

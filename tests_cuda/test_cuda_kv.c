@@ -50,8 +50,8 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     void *dq = up(g, q, sizeof(float) * n * H * hd), *dout = g->alloc(g, sizeof(float) * n * H * hd);
     memset(og, 0xff, sizeof(float) * n * H * hd); // NaN everywhere: a row the kernel forgets cannot pass
     g->to_device(g, dout, og, sizeof(float) * n * H * hd);
-    c->attention(c, oc, q, cc, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
-    g->attention(g, dout, dq, cg, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    c->attention(c, oc, q, cc, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    g->attention(g, dout, dq, cg, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
     g->to_host(g, og, dout, sizeof(float) * n * H * hd);
     const double e = test_rel_l2(og, oc, (size_t)n * H * hd);
     printf("    e4m3 %s%s pos0=%d n=%d H=%d Hkv=%d hd=%d: attention rel-L2 vs CPU e4m3 %.2e\n", kernel,
@@ -62,7 +62,7 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     g->kv_copy(g, cg2, 0, cap, cg, 0, cap, n0, Hkv, hd);
     g->kv_copy(g, snap, 0, n, cg, n0, cap, n, Hkv, hd);
     g->kv_copy(g, cg2, n0, cap, snap, 0, n, n, Hkv, hd);
-    g->attention(g, dout, dq, cg2, n0, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    g->attention(g, dout, dq, cg2, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
     float *og2 = malloc(sizeof(float) * n * H * hd);
     g->to_host(g, og2, dout, sizeof(float) * n * H * hd);
     EXPECT(!memcmp(og2, og, sizeof(float) * n * H * hd), "kv_copy changed the attention output");

@@ -456,8 +456,8 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
     q = rnd(qn, -2, 2);
     dq = up(q, qn), dout = dalloc(qn);
     poison(dout, qn);
-    gpu()->attention(gpu(), dout, dq, cg, n0, n, H, Hkv, hd, cap, scale, causal);
-    cpu()->attention(cpu(), oc, q, cc, n0, n, H, Hkv, hd, cap, scale, causal);
+    gpu()->attention(gpu(), dout, dq, cg, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
+    cpu()->attention(cpu(), oc, q, cc, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
     float *og = down(dout, qn);
     char what[96];
     snprintf(what, sizeof what, "attention%s pos0=%d n=%d H=%d Hkv=%d hd=%d", causal ? "" : "_noncausal", n0, n, H, Hkv,
@@ -467,7 +467,8 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
 }
 
 // Both attention tests below pin the CUDA-core kernel (the default route sends >= 64 rows to the tensor cores,
-// which cuda_attention_mma covers).
+// which cuda_attention_mma covers); their calls with <= 16 tokens take the split-K decode kernel whatever the
+// route (test_cuda_decode_attn.c covers it in depth).
 TEST(cuda_attention_gqa_causal) {
     const char *prev = fd_cuda_route(gpu(), "attn_kernel");
     ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "simt") == 0, "%s", fd_error_msg());

@@ -162,8 +162,13 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
     free(tmp);
 }
 
-static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                          int Hkv, int hd, int64_t capacity, float scale, int causal) {
+// pos_dev is host memory on this backend: the position is read when the op runs, which on the CPU is now.
+static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0,
+                          const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, float scale,
+                          int causal) {
+    if (pos_dev) pos0 = *pos_dev;
+    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention: keys [0, %lld) beyond capacity %lld", (long long)(pos0 + n),
+             (long long)capacity);
     attn_ctx *c = fd_calloc(1, sizeof *c);
     *c = (attn_ctx){.out = out, .q = q, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd, .scale = scale,
                     .causal = causal};

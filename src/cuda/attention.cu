@@ -11,9 +11,11 @@
 // flattened as r = t*G + g, are tiled 16 per block (4 warps x 4 rows), so one K/V tile read from memory serves
 // every head of the group. Keys stream through shared memory in tiles of 32; lane j scores key j of the tile
 // for the warp's 4 rows, the running max/sum are warp-uniform, and lane l accumulates output dims
-// {2l, 2l+1} + 64m. grid = (row tiles, Hkv, splits): when row tiles x Hkv cannot fill the GPU (decode and
-// verify: few queries, long context) the key axis is split; each split writes its unnormalised partial
-// (acc, max, sum) and a combine kernel merges them (split-K / flash-decoding).
+// {2l, 2l+1} + 64m. grid = (row tiles, Hkv, splits): when row tiles x Hkv cannot fill the GPU the key axis is
+// split; each split writes its unnormalised partial (acc, max, sum) and cu_attn_combine merges them (split-K /
+// flash-decoding). Calls with <= CU_DECODE_MAX_N tokens go to attention_decode.cu (head_dim 64/128/256) or, for
+// other head dims, run this kernel on that file's absolute 512-key chunks, always through the combine, so a row's
+// result does not depend on n either.
 #include <math.h>
 
 #include "cuda/cuda_common.h"
@@ -119,22 +121,13 @@ void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, con
                                       cudaMemcpyDeviceToDevice, st));
 }
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// q [n, H, hd] f32 at positions pos0..; causal: row of token t sees keys 0..pos0+t, else all pos0+n keys (the
-// DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [S, n, H, hd] and
-// ml [S, n, H, 2] = (max, sum)). Shared: Qs [16][hd] f32, Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes
-// read 32 different rows of one column), Vt [32][hd/2] bf16x2.
+// q [n, H, hd] f32 at positions pos0.. (*pos_dev when given); causal: row of token t sees keys 0..pos0+t, else all
+// pos0+n keys (the DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [n*H][zslots][hd]
+// and ml [n*H][zslots][2] = (max, sum); split z covers keys [z*chunk, (z+1)*chunk)). Shared: Qs [16][hd] f32,
+// Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes read 32 different rows of one column), Vt [32][hd/2] bf16x2.
 __global__ void __launch_bounds__(128)
-    k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
-                int hd, float scale, int64_t chunk, int causal) {
+    k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                int n, int H, int Hkv, int hd, float scale, int64_t chunk, int64_t zslots, int causal) {
     extern __shared__ float sm[];
     int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
@@ -143,6 +136,12 @@ __global__ void __launch_bounds__(128)
     int kvh = blockIdx.y, z = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int r0 = blockIdx.x * ATT_BQ;
+    if (pos_dev) pos0 = *pos_dev;
+    int tl = min(n - 1, (r0 + ATT_BQ - 1) / G);
+    int64_t kbeg = (int64_t)z * chunk;                 // chunk is a multiple of ATT_BK
+    int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
+    if (kbeg > klast) return; // a split past the live keys (grid sized from capacity): the combine skips it
+    int64_t kend = min(klast + 1, kbeg + chunk); // keys past kbeg + chunk belong to the next split
     for (int e = threadIdx.x; e < ATT_BQ * hd; e += blockDim.x) {
         int i = e / hd, d = e - i * hd, r = r0 + i;
         Qs[e] = r < R ? q[((int64_t)(r / G) * H + kvh * G + r % G) * hd + d] : 0.f;
@@ -157,10 +156,6 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int p = 0; p < 2 * ATT_MAXP; p++) acc[a][p] = 0.f;
     }
-    int tl = min(n - 1, (r0 + ATT_BQ - 1) / G);
-    int64_t kbeg = (int64_t)z * chunk;                 // chunk is a multiple of ATT_BK
-    int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
-    int64_t kend = min(klast + 1, kbeg + chunk);       // keys past kbeg + chunk belong to the next split
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
         for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
@@ -189,14 +184,14 @@ __global__ void __launch_bounds__(128)
         for (int a = 0; a < ATT_QW; a++) {
             bool vis = kp <= qpos[a] && kp < kend;
             float sa = vis ? s[a] * scale : -INFINITY;
-            float mn = fmaxf(m[a], warp_max(sa));
+            float mn = fmaxf(m[a], cu_warp_max(sa));
             if (mn == -INFINITY) { // no visible key yet for this row
                 p[a] = 0.f;
                 continue;
             }
             float alpha = expf(m[a] - mn); // m = -inf -> 0
             p[a] = vis ? expf(sa - mn) : 0.f;
-            l[a] = l[a] * alpha + warp_sum(p[a]);
+            l[a] = l[a] * alpha + cu_warp_sum(p[a]);
             m[a] = mn;
 #pragma unroll
             for (int e = 0; e < 2 * ATT_MAXP; e++) acc[a][e] *= alpha;
@@ -225,7 +220,7 @@ __global__ void __launch_bounds__(128)
         int r = r0 + w * ATT_QW + a;
         int64_t th = (int64_t)(r / G) * H + kvh * G + r % G; // token * H + head
         float sc = opart ? 1.f : (l[a] > 0.f ? 1.f / l[a] : 0.f);
-        float *orow = opart ? opart + ((int64_t)z * n * H + th) * hd : out + th * hd;
+        float *orow = opart ? opart + (th * zslots + z) * hd : out + th * hd;
 #pragma unroll
         for (int mm = 0; mm < ATT_MAXP; mm++) {
             int d2 = lane + 32 * mm;
@@ -235,48 +230,30 @@ __global__ void __launch_bounds__(128)
             }
         }
         if (opart && lane == 0) {
-            ml[((int64_t)z * n * H + th) * 2] = m[a];
-            ml[((int64_t)z * n * H + th) * 2 + 1] = l[a];
+            ml[(th * zslots + z) * 2] = m[a];
+            ml[(th * zslots + z) * 2 + 1] = l[a];
         }
     }
 }
 
-// Merges S split partials: one warp per (token, head). out = sum_z e^(m_z - M) acc_z / sum_z e^(m_z - M) l_z.
-__global__ void k_attn_combine(float *out, const float *opart, const float *ml, int S, int64_t nH, int hd) {
-    int64_t th = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (th >= nH) return;
-    float M = -INFINITY;
-    for (int z = lane; z < S; z += 32) M = fmaxf(M, ml[(z * nH + th) * 2]);
-    M = warp_max(M);
-    float L = 0.f;
-    for (int z = lane; z < S; z += 32) {
-        float mz = ml[(z * nH + th) * 2];
-        L += mz == -INFINITY ? 0.f : expf(mz - M) * ml[(z * nH + th) * 2 + 1];
-    }
-    L = warp_sum(L);
-    float inv = L > 0.f ? 1.f / L : 0.f;
-    for (int d = lane; d < hd; d += 32) {
-        float o = 0.f;
-        for (int z = 0; z < S; z++) {
-            float mz = ml[(z * nH + th) * 2];
-            if (mz != -INFINITY) o += expf(mz - M) * opart[(z * nH + th) * hd + d];
-        }
-        out[th * hd + d] = o * inv;
-    }
-}
-
-void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                  int hd, int64_t capacity, float scale, int causal) {
+void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
+                  int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal) {
     if (n <= 0) return;
     if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);
     if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
-    FD_CHECK(pos0 + n <= capacity, "attention beyond cache capacity");
+    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention beyond cache capacity");
     cu_impl *c = cu_of(be);
     const cu_kv kv = cu_kv_view(be, cache, capacity, Hkv, hd);
     fd_route *route = &c->routes[CU_ROUTE_ATTN_KERNEL];
-    if (c->attn_kernel == CU_ATTN_MMA &&
-        cu_attention_mma(be, (float *)out, (const float *)q, kv, pos0, n, H, Hkv, hd, scale, causal)) {
+    const int decode = n <= CU_DECODE_MAX_N;
+    if (decode && cu_attention_decode(be, (float *)out, (const float *)q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity,
+                                      scale, causal)) {
+        route->calls[CU_ATTN_SPLITK]++;
+        route->tokens[CU_ATTN_SPLITK] += n;
+        return;
+    }
+    if (!decode && c->attn_kernel == CU_ATTN_MMA &&
+        cu_attention_mma(be, (float *)out, (const float *)q, kv, pos0, pos_dev, n, H, Hkv, hd, scale, causal)) {
         route->calls[CU_ATTN_MMA]++;
         route->tokens[CU_ATTN_MMA] += n;
         return;
@@ -287,34 +264,39 @@ void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, i
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, blocks = tiles * Hkv;
     FD_CHECK(tiles < (1ll << 31));
-    // Split the key axis when the row tiles leave most SMs idle; each split keeps >= 256 keys (8 tiles).
-    int64_t keys = pos0 + n, S = 1;
-    if (blocks < 2 * c->num_sms) {
-        S = (2 * c->num_sms + blocks - 1) / blocks;
-        int64_t maxS = (keys + 255) / 256;
-        if (S > maxS) S = maxS;
-        if (S > 1024) S = 1024;
-        if (S < 1) S = 1;
+    // Keys the grid must cover: the live ones, or all of the cache when the position is read on the device.
+    int64_t keys = pos_dev ? capacity : pos0 + n, S = 1, chunk;
+    if (decode) {
+        chunk = CU_DECODE_CHUNK; // absolute chunks: the same splits for a row whatever n, pos0 or capacity
+    } else {
+        // Split the key axis when the row tiles leave most SMs idle; each split keeps >= 256 keys (8 tiles).
+        if (blocks < 2 * c->num_sms) {
+            S = (2 * c->num_sms + blocks - 1) / blocks;
+            int64_t maxS = (keys + 255) / 256;
+            if (S > maxS) S = maxS;
+            if (S > 1024) S = 1024;
+            if (S < 1) S = 1;
+        }
+        chunk = (keys + S - 1) / S;
+        chunk = (chunk + ATT_BK - 1) / ATT_BK * ATT_BK;
     }
-    int64_t chunk = (keys + S - 1) / S;
-    chunk = (chunk + ATT_BK - 1) / ATT_BK * ATT_BK;
     S = (keys + chunk - 1) / chunk;
+    FD_CHECK(S <= 65535, "attention: %lld key splits exceed the grid", (long long)S);
+    const int split = decode || S > 1; // decode calls always merge through the combine (one code path per row)
     float *opart = NULL, *ml = NULL;
-    if (S > 1) {
+    if (split) {
         opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)S * n * H * hd * 4);
         ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)S * n * H * 2 * 4);
     }
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, n, H, Hkv, hd,
-                                                scale, chunk, causal);
+    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H, Hkv,
+                                                hd, scale, chunk, S, causal);
     FD_CUDA_LAUNCH_CHECK();
-    cu_prof_mark(be, &pr, S > 1 ? "splits" : "main");
-    if (S > 1) {
-        int64_t nH = (int64_t)n * H;
-        k_attn_combine<<<cu_blocks(nH * 32, 128), 128, 0, c->stream>>>((float *)out, opart, ml, (int)S, nH, hd);
-        FD_CUDA_LAUNCH_CHECK();
+    cu_prof_mark(be, &pr, split ? "splits" : "main");
+    if (split) {
+        cu_attn_combine(be, (float *)out, opart, ml, S, chunk, pos0, pos_dev, n, H, hd, causal, 0);
         cu_prof_mark(be, &pr, "combine");
     }
     cu_prof_end(be, &pr);

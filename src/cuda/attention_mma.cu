@@ -1,6 +1,6 @@
 // Attention on the tensor cores (route attn = mma): flash-attention forward with mma.sync m16n8k16 bf16 -> fp32,
-// for head_dim 64, 128 and 256 and at least 64 query rows (prefill; decode/verify keep the split-K CUDA-core
-// kernel in attention.cu).
+// for head_dim 64, 128 and 256, more than CU_DECODE_MAX_N tokens and at least 64 query rows (prefill; decode and
+// verify take the split-K kernel of attention_decode.cu).
 //
 // Rows are the (token, head-of-group) pairs of one KV head, r = t*G + g (G = H/Hkv), as in attention.cu: one K/V
 // tile read serves the whole group. Block = 8 warps x 16 rows = 128 rows; key tiles of 64.
@@ -175,8 +175,8 @@ template <int HD> static __device__ __forceinline__ void convert_tile(unsigned c
 // first; `tiles` row tiles of MMA_BM rows.
 template <int HD, bool E4>
 __global__ void __launch_bounds__(MMA_THREADS, HD <= 64 ? 2 : 1)
-    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, float scale_log2, int causal,
-               int tiles) {
+    k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H, int Hkv,
+               float scale_log2, int causal, int tiles) {
     typedef mma_plan<HD, E4> P;
     constexpr int LD = P::LD, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(MMA_THREADS, HD <= 64 ? 2 : 1)
     const int G = H / Hkv, R = n * G;
     const int kvh = (int)(blockIdx.x % (unsigned)Hkv), r0 = (tiles - 1 - (int)(blockIdx.x / (unsigned)Hkv)) * MMA_BM;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    if (pos_dev) pos0 = *pos_dev; // the grid depends on n only, so a replayed graph may move the position
 
     // last key any row of the block sees, + 1
     const int64_t kend = (causal ? pos0 + min(n - 1, (r0 + MMA_BM - 1) / G) : pos0 + n - 1) + 1;
@@ -341,38 +342,38 @@ __global__ void __launch_bounds__(MMA_THREADS, HD <= 64 ? 2 : 1)
 }
 
 template <int HD, bool E4>
-static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
-                   float scale, int causal) {
+static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                   int H, int Hkv, float scale, int causal) {
     const size_t smem = mma_plan<HD, E4>::smem;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + MMA_BM - 1) / MMA_BM;
     FD_CHECK(tiles * Hkv < (1ll << 31), "attention: %lld row tiles", (long long)tiles);
     k_attn_mma<HD, E4><<<(unsigned)(tiles * Hkv), MMA_THREADS, smem, cu_of(be)->stream>>>(
-        out, q, kv, pos0, n, H, Hkv, scale * 1.4426950408889634f, causal, (int)tiles);
+        out, q, kv, pos0, pos_dev, n, H, Hkv, scale * 1.4426950408889634f, causal, (int)tiles);
     FD_CUDA_LAUNCH_CHECK();
 }
 
 template <int HD>
-static void launch_kv(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
-                      float scale, int causal) {
+static void launch_kv(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                      int n, int H, int Hkv, float scale, int causal) {
     if (kv.k)
-        launch<HD, false>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch<HD, false>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
     else
-        launch<HD, true>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch<HD, true>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
 }
 
-int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv, int hd,
-                     float scale, int causal) {
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                     int H, int Hkv, int hd, float scale, int causal) {
     if ((int64_t)n * (H / Hkv) < 64) return 0; // too few rows to fill half a block: the split-K kernel does better
     if (hd != 64 && hd != 128 && hd != 256) return 0;
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_mma", n);
     if (hd == 64)
-        launch_kv<64>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch_kv<64>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
     else if (hd == 128)
-        launch_kv<128>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch_kv<128>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
     else
-        launch_kv<256>(be, out, q, kv, pos0, n, H, Hkv, scale, causal);
+        launch_kv<256>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
     cu_prof_mark(be, &pr, "main");
     cu_prof_end(be, &pr);
     return 1;

@@ -10,9 +10,11 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 // Routes (name = values, default first; env var read by fd_backend_cuda_create):
 //   gemm_act = bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or split
 //                              into two bf16 terms (two GEMMs, ~fp32-accurate; see src/cuda/gemm.cu)
-//   attn_kernel = mma | simt   (FD_CUDA_ATTN) attention with >= 64 query rows: tensor-core flash kernel
-//                              (head_dim 64/128/256; Q and P rounded to bf16) or the CUDA-core one; calls with
-//                              fewer rows or another head_dim always take the CUDA-core split-K kernel
+//   attn_kernel = mma | simt | splitk   (FD_CUDA_ATTN) attention with > 16 query tokens and >= 64 query rows:
+//                              tensor-core flash kernel (head_dim 64/128/256; Q and P rounded to bf16) or the
+//                              CUDA-core one (splitk selects it too); calls with fewer rows or another head_dim take
+//                              the CUDA-core kernel. Calls with <= 16 tokens (decode, verify) always take the
+//                              split-K decode kernel (splitk; attention_decode.cu), whatever is selected
 // Returns 0, or -1 with fd_error set for an unknown route or value.
 int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
 // The active value of a route, NULL for an unknown route.

@@ -310,8 +310,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     ra->name = "attn_kernel";
     ra->values[0] = "simt";
     ra->values[1] = "mma";
+    ra->values[2] = "splitk"; // selectable, but only counts: calls with <= 16 tokens run it whatever is selected
     ra->sel = &c->attn_kernel;
-    ra->by_shape = "calls with < 64 query rows or head_dim not 64/128/256 always run simt";
+    ra->by_shape = "calls with <= 16 query tokens always run splitk (head_dim 64/128/256, else simt); larger "
+                   "calls run mma only with >= 64 query rows and head_dim 64/128/256, else simt";
     ra->help = "attention: CUDA-core flash kernel or tensor-core mma kernel";
     fd_route *rk = &c->routes[CU_ROUTE_KV];
     rk->name = "kv";

@@ -55,8 +55,14 @@ enum {
 // Route gemm_act (see gemm.cu): how fp32 activations enter a bf16-weight GEMM.
 enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1 };
 // Route attn_kernel: CUDA-core flash kernel (attention.cu) or tensor-core mma.sync kernel (attention_mma.cu) for
-// calls with >= 64 query rows and head_dim 64/128/256 (others always take the CUDA-core kernel).
-enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1 };
+// calls with >= 64 query rows and head_dim 64/128/256 (others take the CUDA-core kernel). Calls with at most
+// CU_DECODE_MAX_N query tokens always take the split-K decode kernel (attention_decode.cu; head_dim 64/128/256,
+// else the CUDA-core kernel on the same absolute chunks), counted as CU_ATTN_SPLITK.
+enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
+// Decode/verify attention: at most this many query tokens, key chunks [z * CU_DECODE_CHUNK, (z+1) * CU_DECODE_CHUNK)
+// on absolute boundaries (a row's result must not depend on n, pos0 or the grid; attention_decode.cu).
+#define CU_DECODE_MAX_N 16
+#define CU_DECODE_CHUNK 512
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
@@ -92,6 +98,16 @@ typedef struct {
     const uint8_t *k8, *v8;     // e4m3 layout
     const float *ks, *vs;
 } cu_kv;
+
+static __device__ __forceinline__ float cu_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Butterfly sum: every lane ends with the same value (a + b == b + a), in an order fixed by the lane layout.
+static __device__ __forceinline__ float cu_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 
 // Elements [c, c+2) of row r as bf16x2 (dequantised for e4m3).
 static __device__ __forceinline__ __nv_bfloat162 cu_kv_pair(const __nv_bfloat16 *b, const uint8_t *b8, const float *sc,
@@ -187,13 +203,22 @@ void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int6
                  int64_t capacity);
 void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
                 int64_t src_cap, int64_t n, int Hkv, int hd);
-void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H, int Hkv,
-                  int hd, int64_t capacity, float scale, int causal);
+void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
+                  int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
 
 // ---- attention_mma.cu ----
 // Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.
-int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
-                     int64_t pos0, int n, int H, int Hkv, int hd, float scale, int causal);
+int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                     int H, int Hkv, int hd, float scale, int causal);
+
+// ---- attention_decode.cu ----
+// n <= CU_DECODE_MAX_N and head_dim 64/128/256: runs the split-K decode kernel + combine and returns 1; else 0.
+int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                        int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
+// Merges split-K partials opart [n*H][zslots][hd], ml [n*H][zslots][2] (max, sum) over each row's live chunks
+// z = 0 .. qpos / chunk (chunks on absolute boundaries), in increasing z; max in log2 units when log2_domain.
+void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,
+                     int64_t pos0, const int64_t *pos_dev, int n, int H, int hd, int causal, int log2_domain);
 
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);

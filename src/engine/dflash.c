@@ -113,7 +113,7 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
         if (s->v2)
             dflash2_attention(s, l); // sliding-window layers
         else
-            be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, B, H, d->num_kv_heads, hd, s->capacity,
+            be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, NULL, B, H, d->num_kv_heads, hd, s->capacity,
                           1.0f / sqrtf((float)hd), 0);
         be->matmul(be, s->y, s->att, &L->o_proj, B, 0);
         if (s->v2) dflash2_conv_out(s, l, 0, s->y);

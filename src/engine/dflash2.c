@@ -82,8 +82,8 @@ void dflash2_attention(fd_dflash *s, int l) {
     // Keys run from position 0 to the block's last query (n_ctx + B - 1 apart at most): a window wider than that
     // masks nothing, and the plain attention is the same computation.
     if (!w || s->n_ctx + s->B <= w)
-        be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, s->B, d->num_heads, d->num_kv_heads, d->head_dim,
-                      s->capacity, scale, 0);
+        be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, NULL, s->B, d->num_heads, d->num_kv_heads,
+                      d->head_dim, s->capacity, scale, 0);
     else
         be->attention_window(be, s->att, s->q, s->kv[l], s->n_ctx, s->B, d->num_heads, d->num_kv_heads, d->head_dim,
                              s->capacity, scale, w);

@@ -185,7 +185,7 @@ static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_s
         be->rope(be, kr, m, Hkv, hd, c->rotary_dim, c->rope_theta, q->n_past);
         be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, m, Hkv, hd,
                      q->opt.capacity);
-        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, m, H, Hkv, hd,
+        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, NULL, m, H, Hkv, hd,
                       q->opt.capacity, 1.0f / sqrtf((float)hd), 1);
     }
     be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);

@@ -120,10 +120,10 @@ static void tr_kv_copy(fd_backend *be, void *d, int64_t dp, int64_t dc, const vo
                        int64_t n, int Hkv, int hd) {
     TRACED("kv_copy", n, IN(be)->kv_copy(IN(be), d, dp, dc, s, sp, sc, n, Hkv, hd));
 }
-static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, int n, int H, int Hkv,
-                         int hd, int64_t cap, float scale, int causal) {
+static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, const int64_t *pos_dev,
+                         int n, int H, int Hkv, int hd, int64_t cap, float scale, int causal) {
     TRACED(causal ? "attention" : "attention[noncausal]", pos0 + n,
-           IN(be)->attention(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, causal));
+           IN(be)->attention(IN(be), o, q, c, pos0, pos_dev, n, H, Hkv, hd, cap, scale, causal));
 }
 static void tr_dyn_conv(fd_backend *be, void *o, const void *x, const float *dyn, int ds, const fd_weight *bw, int half,
                         int n, int d, int group, int K) {
