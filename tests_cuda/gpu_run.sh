@@ -13,6 +13,7 @@ OUT=${OUT:-/tmp/fd_out}
 STAGES=${STAGES:-tests bench sanit e2e tiny}
 E2E_CTX=${E2E_CTX:-1024,65536}
 E2E_ARGS=${E2E_ARGS:-}
+SANIT_EXTRA=${SANIT_EXTRA:-}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 [ -e /work/main/tests/data ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; } # FD_SOURCE_DIR of the build
@@ -23,8 +24,7 @@ stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
 
 if has tests; then
     stamp "tests"
-    TESTS=$("$BIN/fd_cuda_tests" --list 2>/dev/null | grep -v '^bench' || true)
-    [ -n "$TESTS" ] || TESTS=$(grep -ho 'TEST(cuda_[a-z0-9_]*' tests_cuda/*.c | sed 's/TEST(//')
+    TESTS=${TESTS:-$(grep -ho 'TEST(cuda_[a-z0-9_]*' tests_cuda/*.c | sed 's/TEST(//')}
     : >"$OUT/tests.log"
     for t in $TESTS; do
         FD_CUDA_SYNC=1 timeout 90 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
