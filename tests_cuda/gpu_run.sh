@@ -4,6 +4,7 @@
 #   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
+#   hfnoise HF's own bf16-vs-fp32 logits noise on the fixtures (tools/hf_bf16_noise.py)
 #   tiny   the trained tiny target +- its DFlash drafter on the GPU (tokens/s, emitted tokens/round)
 # Binaries come prebuilt (make CUDA=1 STATIC_HOSTLIBS=1 BUILD=.dev/build .dev/build/fd_cuda_tests
 # .dev/build/flashdelta): the GPU machine has no -dev packages. Logs go to $OUT; a summary is printed last.
@@ -67,5 +68,9 @@ if has tiny; then
         echo "  prompt ${#ids} chars: $same; $(grep -iE 'emitted|tokens/round' "$OUT/tiny_stats.tmp" | head -n 2 | tr '\n' ' ')"
         cat "$OUT/tiny_stats.tmp" >>"$OUT/tiny_stats.log"
     done
+fi
+if has hfnoise; then
+    stamp "HF transformers in bf16 vs its own fp32 on the fixtures"
+    PYTHONUNBUFFERED=1 timeout 120 python3 tools/hf_bf16_noise.py 2>&1 | grep -vE "Warning|warn|^\s*$" | tail -n 8
 fi
 stamp "done"
