@@ -205,7 +205,7 @@ def main():
     ap.add_argument("--target-dir", default=os.path.join(REPO, "models", "tiny-qwen35"))
     ap.add_argument("--val-prompts", default=os.path.join(REPO, "tests", "data", "trained", "val_prompts.json"))
     ap.add_argument("--data-root", default=None, help="default: the site-packages folder that holds torch")
-    ap.add_argument("--train-mb", type=float, default=40.0, help="characters of train text to tokenize (millions)")
+    ap.add_argument("--train-mb", type=float, default=150.0, help="characters of train text to tokenize (millions)")
     ap.add_argument("--val-per-mille", type=int, default=20, help="same split as train_tiny.py")
     ap.add_argument("--draft-layers", type=int, default=2)
     ap.add_argument("--draft-inter", type=int, default=512)
