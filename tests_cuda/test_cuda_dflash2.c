@@ -9,6 +9,7 @@
 #include "../tests/test.h"
 #include "cuda/cuda.h"
 #include "engine/dflash2.h"
+#include "engine/routes.h"
 
 static fd_backend *gpu(void) {
     static fd_backend *be;
@@ -100,7 +101,7 @@ TEST(cuda_dflash2_attention_window_vs_cpu) {
             fd_backend *g = kvmode ? fd_backend_cuda_create(0) : gpu();
             if (kvmode) {
                 const char *spec = "kv=e4m3";
-                ASSERT(fd_cuda_set_route(g, "kv", "e4m3") == 0, "%s (%s)", fd_error_msg(), spec);
+                ASSERT(routes_backend_preset(g, &spec, 1) == 0, "%s", fd_error_msg());
             }
             void *cc = cpu()->alloc(cpu(), cpu()->kv_bytes_per_token(cpu(), Hkv, hd) * (size_t)cap);
             void *cg = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * (size_t)cap);
