@@ -182,4 +182,8 @@ int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv,
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
 
+// ---- dflash2.cu ----
+// Sets be->dyn_conv and be->attention_window (the optional DFlash2 drafter ops).
+void cu_install_dflash2(fd_backend *be);
+
 #endif
