@@ -67,8 +67,8 @@ static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group
     g->to_host(g, og, dout, (size_t)n * d * 4);
     const double e = test_rel_l2(og, oc, (size_t)n * d);
     const int same = !memcmp(og, oc, (size_t)n * d * 4);
-    printf("    dyn_conv n=%-2d d=%-4d group=%-2d K=%d base %s half %d: rel-L2 %.3g%s\n", n, d, group, K,
-           fd_dtype_name(base_dt), half, e, same ? " (bitwise)" : "");
+    printf("    dyn_conv n=%-2d d=%-4d group=%-2d K=%d base %s half %d%s: rel-L2 %.3g\n", n, d, group, K,
+           fd_dtype_name(base_dt), half, same ? " (bitwise)" : " (NOT bitwise)", e);
     EXPECT(e <= TOL_F32, "dyn_conv n=%d d=%d: rel-L2 %.3g", n, d, e);
     EXPECT(same, "dyn_conv n=%d d=%d group=%d K=%d: not bitwise equal to the CPU", n, d, group, K);
     g->free(g, dx), g->free(g, ddyn), g->free(g, dout), g->release_weight(g, &wg);
@@ -132,7 +132,7 @@ TEST(cuda_dflash2_attention_window) {
         {500, 4, 6, 2, 256, 20},      // hd 256
         {40, 16, 8, 1, 64, 100},      // window wider than every key (masks nothing)
         {300, 16, 8, 2, 128, 1},      // window 1: each query sees only its own key
-        {70000, 8, 16, 4, 128, 4096}, // far context, many splits
+        {20000, 8, 16, 4, 128, 4096}, // far context, many splits
     };
     const char *layouts[2][2] = {{"kv=f32", "kv=bf16"}, {"kv=e4m3", "kv=e4m3"}}; // cpu, gpu
     for (int l = 0; l < 2; l++) {
