@@ -413,7 +413,8 @@ TEST(dflash2_attention_window_both_kv_layouts) {
                     s[j] = -INFINITY;
                     if (llabs(p - j) >= W) continue;
                     double d = 0;
-                    for (int x = 0; x < hd; x++) d += (double)q[((int64_t)t * H + h) * hd + x] * kd[(j * Hkv + h / 2) * hd + x];
+                    const float *qr = q + ((int64_t)t * H + h) * hd, *kr = kd + (j * Hkv + h / 2) * hd;
+                    for (int x = 0; x < hd; x++) d += (double)qr[x] * kr[x];
                     s[j] = d * scale;
                     mx = s[j] > mx ? s[j] : mx;
                 }
@@ -515,4 +516,20 @@ TEST(dflash2_cli_generate_and_draft_logits) {
         free(csv);
         fixture_free(&fx);
     }
+}
+
+// `bench --draft-random` with a DFlash2 config (bench/configs/tiny-dflash2.json: sliding layers, window 32 < the
+// 200-token context, so the round runs attention_window): synthetic DFlash2 weights load and the round runs.
+TEST(dflash2_bench_random_drafter) {
+    char *out = NULL;
+    char *cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --draft-random "
+                           "bench/configs/tiny-dflash2.json --contexts 64,200 --decode 16 2>/dev/null", test_bin());
+    EXPECT(test_run(cmd, &out) == 0);
+    int rows = 0;
+    for (char *p = out; p && (p = strstr(p, " yes |")); p++) rows++;
+    EXPECT(out && strstr(out, "ORACLE") && rows == 2 &&
+               strstr(out, "route check: every counted call ran its selected route"),
+           "%s", out ? out : "");
+    free(out);
+    free(cmd);
 }

@@ -151,12 +151,14 @@ static void greedy_identical(const char *gemm_act, int hf_too) {
             else
                 snprintf(hf_note, sizeof hf_note, "plain differs from HF at %d", hf);
             printf("    gemm_act=%-6s %-24s block %2d: %s over %d tokens; %lld rounds, %.2f emitted tokens/round; "
-                   "%s\n", gemm_act, f->name, blocks[b], verdict, n_new, (long long)r.s.st.rounds,
+                   "%s\n",
+                   gemm_act, f->name, blocks[b], verdict, n_new, (long long)r.s.st.rounds,
                    r.s.st.rounds ? (double)r.s.st.emitted / (double)r.s.st.rounds : 0.0, hf_note);
             diffs += same != n_new;
             EXPECT(same == n_new, "gemm_act=%s %s block %d: speculative differs from plain greedy at token %d",
                    gemm_act, f->name, blocks[b], same);
-            if (hf_too) EXPECT(hf == n_new, "gemm_act=%s %s: plain greedy differs from HF at %d", gemm_act, f->name, hf);
+            if (hf_too)
+                EXPECT(hf == n_new, "gemm_act=%s %s: plain greedy differs from HF at %d", gemm_act, f->name, hf);
             free(ref);
             free(out);
             engine_free(&plain);
@@ -301,7 +303,8 @@ TEST(cuda_dflash_every_accept_count_commits_state) {
         for (int a = 0; a < B; a++) missing += cc.seen_accept[a] == 0;
         EXPECT(missing == 0, "%s: %d accept counts never exercised", f->name, missing);
         printf("    %-24s %d rounds, accept counts 0..%d (%d never seen), worst rel-L2 vs fresh prefill: state "
-               "%.2e, KV %.2e\n", f->name, cc.checked, B - 1, missing, cc.worst_state, cc.worst_kv);
+               "%.2e, KV %.2e\n",
+               f->name, cc.checked, B - 1, missing, cc.worst_state, cc.worst_kv);
         free(out);
         free(ref);
         engine_free(&cc.fresh);
@@ -337,8 +340,8 @@ TEST(cuda_dflash_cli_generate_draft) {
             for (int b = 0; b < 3; b++) {
                 char *spec = NULL;
                 cmd = fd_sprintf("%s generate %s --backend cuda %s --ids %s -n 40 --draft tests/data/dflash/%s "
-                                 "--block-size %d 2>/dev/null", test_bin(), fx.dir, routes[rt], csv, f->name,
-                                 blocks[b]);
+                                 "--block-size %d 2>/dev/null",
+                                 test_bin(), fx.dir, routes[rt], csv, f->name, blocks[b]);
                 EXPECT(test_run(cmd, &spec) == 0, "%s", cmd);
                 const int same = plain && spec && !strcmp(plain, spec);
                 printf("    cli %-24s block %2d %-24s: %s\n", f->name, blocks[b], rt ? "(default route)" : routes[rt],

@@ -79,7 +79,7 @@ static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group
 TEST(cuda_dflash2_dyn_conv) {
     fd_backend *c = fd_backend_cpu_create(0), *g = fd_backend_cuda_create(0);
     // n, d, group, K: the fixtures' (16, 64, 8, 2), the 27B drafter's (16, 5120, 16, 2), a single row, odd shapes
-    const int shapes[][4] = {{16, 64, 8, 2}, {8, 64, 8, 2}, {16, 5120, 16, 2}, {1, 96, 32, 1},
+    const int shapes[][4] = {{16, 64, 8, 2}, {8, 64, 8, 2},    {16, 5120, 16, 2}, {1, 96, 32, 1},
                              {4, 96, 32, 3}, {16, 2048, 1, 4}, {7, 1000, 8, 7}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int half = 0; half < 2; half++)
@@ -116,8 +116,7 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     const double e = test_rel_l2(og, oc, qn);
     printf("    attention_window kv=%-4s pos0=%-4d n=%-2d H=%-2d Hkv=%d hd=%-3d window=%-4d rel-L2 %.3g\n", kv, n0, n,
            H, Hkv, hd, window, e);
-    EXPECT(e <= TOL_ATTN, "attention_window kv=%s pos0=%d n=%d hd=%d window=%d: rel-L2 %.3g", kv, n0, n, hd, window,
-           e);
+    EXPECT(e <= TOL_ATTN, "attention_window kv=%s pos0=%d n=%d hd=%d window=%d: rel-L2 %.3g", kv, n0, n, hd, window, e);
     g->free(g, cg), g->free(g, dk), g->free(g, dv), g->free(g, dq), g->free(g, dout), c->free(c, cc);
     free(k), free(v), free(q), free(oc), free(og);
 }
@@ -125,7 +124,7 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
 TEST(cuda_dflash2_attention_window) {
     // pos0 (context), n (block), H, Hkv, hd, window
     const int shapes[][6] = {
-        {100, 16, 4, 2, 16, 64},     // the windowed fixture's geometry, window binding
+        {100, 16, 4, 2, 16, 64},      // the windowed fixture's geometry, window binding
         {3000, 16, 32, 8, 128, 2048}, // a 27B-class drafter: long context, window 2048 (split-K on)
         {50, 8, 4, 2, 16, 5},         // window shorter than the block: rows see different key ranges
         {0, 16, 4, 4, 64, 3},         // no context at all

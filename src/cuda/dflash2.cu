@@ -45,12 +45,13 @@ __global__ void k_dyn_conv(float *out, const float *x, const float *dyn, int dyn
 static void cu_dyn_conv(fd_backend *be, void *out, const void *x, const float *dyn, int dyn_stride,
                         const fd_weight *base_w, int half, int n, int d, int group, int K) {
     if (n <= 0) return;
-    FD_CHECK(group > 0 && d % group == 0 && (half == 0 || half == 1) && K >= 1, "dyn_conv: group %d, d %d, half %d, K %d",
-             group, d, half, K);
+    FD_CHECK(group > 0 && d % group == 0 && (half == 0 || half == 1) && K >= 1,
+             "dyn_conv: group %d, d %d, half %d, K %d", group, d, half, K);
     FD_CHECK(dyn_stride >= K * (d / group), "dyn_conv: dyn stride %d < K * d / group = %d", dyn_stride,
              K * (d / group));
-    FD_CHECK(base_w->rows * base_w->cols == (int64_t)2 * K * d, "dyn_conv: base kernel %s has %lld values, want 2 x %d x %d",
-             base_w->name ? base_w->name : "?", (long long)(base_w->rows * base_w->cols), K, d);
+    FD_CHECK(base_w->rows * base_w->cols == (int64_t)2 * K * d,
+             "dyn_conv: base kernel %s has %lld values, want 2 x %d x %d", base_w->name ? base_w->name : "?",
+             (long long)(base_w->rows * base_w->cols), K, d);
     FD_CHECK(base_w->dev && (base_w->dev_dtype == FD_BF16 || base_w->dev_dtype == FD_F32),
              "dyn_conv: base kernel %s not uploaded as bf16/fp32", base_w->name ? base_w->name : "?");
     const int bf16 = base_w->dev_dtype == FD_BF16;
@@ -59,7 +60,7 @@ static void cu_dyn_conv(fd_backend *be, void *out, const void *x, const float *d
                             : (const void *)((const float *)base_w->dev + off);
     const int64_t count = (int64_t)n * d;
     k_dyn_conv<<<cu_blocks(count, 256), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, dyn, dyn_stride,
-                                                                      base, bf16, n, d, group, K);
+                                                                     base, bf16, n, d, group, K);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(128)
             const bool vis = kp >= lo[a] && kp <= hi[a] && kp < kend;
             const float sa = vis ? s[a] * scale : -INFINITY;
             const float mn = fmaxf(m[a], win_warp_max(sa)); // warp-uniform
-            if (mn == -INFINITY) { // no visible key yet for this row
+            if (mn == -INFINITY) {                          // no visible key yet for this row
                 p[a] = 0.f;
                 continue;
             }
@@ -228,8 +229,8 @@ __global__ void k_win_combine(float *out, const float *opart, const float *ml, i
     }
 }
 
-static void cu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n,
-                                int H, int Hkv, int hd, int64_t capacity, float scale, int window) {
+static void cu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
+                                int Hkv, int hd, int64_t capacity, float scale, int window) {
     if (n <= 0) return;
     FD_CHECK(window >= 1, "attention_window: window %d", window);
     if ((hd & 1) || hd > 2 * 32 * WIN_MAXP) FD_PANIC("attention_window: head_dim %d unsupported (even, <= 256)", hd);
@@ -237,8 +238,7 @@ static void cu_attention_window(fd_backend *be, void *out, const void *q, const 
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention_window beyond cache capacity");
     cu_impl *c = cu_of(be);
     const cu_kv kv = cu_kv_view(be, cache, capacity, Hkv, hd);
-    const size_t smem =
-        (size_t)WIN_BQ * hd * 4 + (size_t)WIN_BK * (hd / 2 + 1) * 4 + (size_t)WIN_BK * (hd / 2) * 4;
+    const size_t smem = (size_t)WIN_BQ * hd * 4 + (size_t)WIN_BK * (hd / 2 + 1) * 4 + (size_t)WIN_BK * (hd / 2) * 4;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention_window, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + WIN_BQ - 1) / WIN_BQ, blocks = tiles * Hkv;
     FD_CHECK(tiles < (1ll << 31));
