@@ -215,7 +215,8 @@ static double cmp_dev(const void *a, const void *b, size_t n) {
 }
 
 // Not bitwise: the fresh prefill takes the chunked GDN route and 64-row GEMMs, the rounds the recurrence and
-// B-row GEMMs; with gemm_act=bf16x2 both are ~fp32, and the KV rows are rounded to bf16 on both sides.
+// B-row GEMMs; with gemm_act=bf16x2 and attn_kernel=simt both are ~fp32, and the KV rows are rounded to bf16 on
+// both sides.
 #define STATE_TOL 1e-3
 
 static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
@@ -267,6 +268,11 @@ static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
 TEST(cuda_dflash_every_accept_count_commits_state) {
     gpu();
     set_gemm("bf16x2");
+    // The fresh prefill's 64-token chunks would take the tensor-core attention (Q and P rounded to bf16) where the
+    // verify blocks take the CUDA-core kernel; pin the CUDA-core one so the two paths differ only in fp32 order.
+    char attn[16];
+    snprintf(attn, sizeof attn, "%s", fd_cuda_route(gpu(), "attn_kernel"));
+    ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", "simt") == 0, "%s", fd_error_msg());
     const char *kv = route_value(gpu(), "kv");
     ASSERT(kv && !strcmp(kv, "bf16"), "this test reads the bf16 KV layout (route kv=%s)", kv ? kv : "?");
     for (int i = 0; i < N_SPEC; i++) {
@@ -310,6 +316,7 @@ TEST(cuda_dflash_every_accept_count_commits_state) {
         engine_free(&cc.fresh);
         rig_close(&r);
     }
+    ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", attn) == 0, "%s", fd_error_msg());
 }
 
 // ---- the CLI on the cuda backend ----
