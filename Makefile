@@ -67,7 +67,8 @@ test: $(BUILD)/flashdelta $(BUILD)/fd_tests
 
 # The GPU op tests (CUDA builds only, needs a GPU): every backend.h op, CPU reference vs CUDA, on random inputs.
 CUDA_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests_cuda/*.c)))
-$(BUILD)/fd_cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/tests/test_main.o $(BUILD)/tests/fixture.o $(BUILD)/tests/spec_rig.o $(BUILD)/libflashdelta.a
+$(BUILD)/fd_cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/tests/test_main.o $(BUILD)/tests/fixture.o $(BUILD)/tests/spec_rig.o \
+                        $(BUILD)/libflashdelta.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 ifeq ($(CUDA),1)
 test-cuda: $(BUILD)/fd_cuda_tests

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "engine/dflash2.h"
+#include "engine/routes.h"
 #include "spec_rig.h"
 #include "test.h"
 
@@ -365,6 +366,75 @@ TEST(dflash2_published_config_fields) {
     rm_dir(dir);
 }
 
+// attention_window on both CPU KV layouts: a window wider than the keys is the plain non-causal attention (the
+// same arithmetic, so bitwise), and a binding window equals a direct fp64 computation over the dequantised rows.
+TEST(dflash2_attention_window_both_kv_layouts) {
+    const int n0 = 70, n = 9, H = 4, Hkv = 2, hd = 16, W = 5;
+    const int64_t cap = n0 + n + 2, tot = n0 + n;
+    const size_t row = (size_t)Hkv * hd;
+    uint64_t seed = 99;
+    float *k = malloc(sizeof(float) * tot * row), *v = malloc(sizeof(float) * tot * row);
+    float *q = malloc(sizeof(float) * n * H * hd), *o1 = malloc(sizeof(float) * n * H * hd);
+    float *o2 = malloc(sizeof(float) * n * H * hd), *ref = malloc(sizeof(float) * n * H * hd);
+    test_fill_uniform(k, (size_t)tot * row, -2, 2, &seed);
+    test_fill_uniform(v, (size_t)tot * row, -1, 1, &seed);
+    test_fill_uniform(q, (size_t)n * H * hd, -2, 2, &seed);
+    const float scale = 0.25f;
+    for (int e4 = 0; e4 < 2; e4++) {
+        fd_backend *be = fd_backend_cpu_create(0);
+        const char *spec = e4 ? "kv=e4m3" : "kv=f32";
+        ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
+        const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
+        unsigned char *cache = calloc((size_t)cap, tb);
+        be->kv_store(be, cache, k, v, 0, (int)tot, Hkv, hd, cap);
+        be->attention(be, o1, q, cache, n0, NULL, n, H, Hkv, hd, cap, scale, 0);
+        be->attention_window(be, o2, q, cache, n0, n, H, Hkv, hd, cap, scale, (int)tot);
+        EXPECT(!memcmp(o1, o2, sizeof(float) * n * H * hd), "%s: a wide window differs from attention", spec);
+        // the stored rows as the op reads them: f32 as is, e4m3 dequantised
+        float *kd = malloc(sizeof(float) * tot * row), *vd = malloc(sizeof(float) * tot * row);
+        const int64_t plane = cap * (int64_t)row;
+        for (int64_t r = 0; r < tot * Hkv; r++)
+            for (int x = 0; x < hd; x++) {
+                const int64_t at = r * hd + x;
+                if (!e4) {
+                    kd[at] = ((float *)cache)[at];
+                    vd[at] = ((float *)cache)[plane + at];
+                } else {
+                    const float *sc = (const float *)(cache + 2 * plane);
+                    kd[at] = fd_e4m3_to_f32(cache[at]) * sc[r];
+                    vd[at] = fd_e4m3_to_f32(cache[plane + at]) * sc[cap * Hkv + r];
+                }
+            }
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < H; h++) {
+                const int64_t p = n0 + t;
+                double s[128], mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < tot; j++) {
+                    s[j] = -INFINITY;
+                    if (llabs(p - j) >= W) continue;
+                    double d = 0;
+                    const float *qr = q + ((int64_t)t * H + h) * hd, *kr = kd + (j * Hkv + h / 2) * hd;
+                    for (int x = 0; x < hd; x++) d += (double)qr[x] * kr[x];
+                    s[j] = d * scale;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int64_t j = 0; j < tot; j++) sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                for (int x = 0; x < hd; x++) {
+                    double o = 0;
+                    for (int64_t j = 0; j < tot; j++)
+                        if (s[j] != -INFINITY) o += exp(s[j] - mx) / sum * vd[(j * Hkv + h / 2) * hd + x];
+                    ref[((int64_t)t * H + h) * hd + x] = (float)o;
+                }
+            }
+        be->attention_window(be, o2, q, cache, n0, n, H, Hkv, hd, cap, scale, W);
+        const double e = test_rel_l2(o2, ref, (size_t)n * H * hd);
+        EXPECT(e <= 1e-5, "%s: window %d rel-L2 vs fp64 %.3g", spec, W, e);
+        free(kd), free(vd), free(cache);
+        be->destroy(be);
+    }
+    free(k), free(v), free(q), free(o1), free(o2), free(ref);
+}
+
 TEST(dflash2_backend_without_ops_is_refused) {
     fd_backend *be = fd_backend_cpu_create(0);
     be->dyn_conv = NULL; // as on a backend that has not implemented the DFlash2 ops
@@ -446,4 +516,20 @@ TEST(dflash2_cli_generate_and_draft_logits) {
         free(csv);
         fixture_free(&fx);
     }
+}
+
+// `bench --draft-random` with a DFlash2 config (bench/configs/tiny-dflash2.json: sliding layers, window 32 < the
+// 200-token context, so the round runs attention_window): synthetic DFlash2 weights load and the round runs.
+TEST(dflash2_bench_random_drafter) {
+    char *out = NULL;
+    char *cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --draft-random "
+                           "bench/configs/tiny-dflash2.json --contexts 64,200 --decode 16 2>/dev/null", test_bin());
+    EXPECT(test_run(cmd, &out) == 0);
+    int rows = 0;
+    for (char *p = out; p && (p = strstr(p, " yes |")); p++) rows++;
+    EXPECT(out && strstr(out, "ORACLE") && rows == 2 &&
+               strstr(out, "route check: every counted call ran its selected route"),
+           "%s", out ? out : "");
+    free(out);
+    free(cmd);
 }

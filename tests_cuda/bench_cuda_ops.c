@@ -416,3 +416,64 @@ TEST(bench_cuda_gemv) {
     fd_cuda_set_route(B(), "gemm_small", prev);
     B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), seed.dev);
 }
+
+// ---- DFlash2 drafter ops at a 27B-class drafter geometry (d 5120, 32q/8kv x 128, conv group 16, K 2, block 8,
+// sliding window 2048) ----
+typedef struct {
+    void *out, *x, *q, *cache;
+    float *dyn;
+    fd_weight *base;
+    int n, window;
+    int64_t pos0, cap;
+} d2_ctx;
+
+static void f_dyn_conv(void *p) {
+    d2_ctx *c = p;
+    B()->dyn_conv(B(), c->out, c->x, c->dyn, 2 * 2 * 320, c->base, 0, c->n, 5120, 16, 2);
+}
+static void f_window(void *p) {
+    d2_ctx *c = p;
+    if (c->window)
+        B()->attention_window(B(), c->out, c->q, c->cache, c->pos0, c->n, 32, 8, 128, c->cap, 0.088f, c->window);
+    else // the same block without a window: every key of the context
+        B()->attention(B(), c->out, c->q, c->cache, c->pos0, NULL, c->n, 32, 8, 128, c->cap, 0.088f, 0);
+}
+
+TEST(bench_cuda_dflash2_ops) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    const int d = 5120, n = 8, G = d / 16;
+    d2_ctx c;
+    memset(&c, 0, sizeof c);
+    fd_weight base = wrand(2, 2 * d, -0.5f, 0.5f);
+    c.base = &base, c.n = n;
+    c.x = dev_rand((size_t)n * d, -1, 1);
+    c.dyn = dev_rand((size_t)n * 2 * 2 * G, -1, 1);
+    c.out = B()->alloc(B(), (size_t)n * d * 4);
+    // bytes: x read once per tap (2 rows), dyn taps, base taps, out written
+    row("dflash2 dyn_conv n=8 d=5120 group=16 K=2", time_ms(f_dyn_conv, &c), 0,
+        (double)n * d * 4 * 3 + (double)n * 2 * G * 4 + 2.0 * d * 2);
+    B()->free(B(), c.x), B()->free(B(), c.dyn), B()->free(B(), c.out), B()->free(B(), base.dev);
+    const int64_t ctx = 32768;
+    c.cap = ctx + 16;
+    const size_t kvb = B()->kv_bytes_per_token(B(), 8, 128);
+    c.cache = B()->alloc(B(), kvb * (size_t)c.cap);
+    {
+        void *k = dev_rand((size_t)4096 * 8 * 128, -1, 1), *v = dev_rand((size_t)4096 * 8 * 128, -1, 1);
+        for (int64_t p = 0; p < ctx; p += 4096) B()->kv_store(B(), c.cache, k, v, p, 4096, 8, 128, c.cap);
+        B()->free(B(), k), B()->free(B(), v);
+    }
+    c.q = dev_rand((size_t)n * 32 * 128, -1, 1);
+    c.out = B()->alloc(B(), (size_t)n * 32 * 128 * 4);
+    c.pos0 = ctx - n;
+    c.window = 2048;
+    // bytes: the K and V rows of the window (2048 + n keys), read once per kv head
+    row("dflash2 attention_window n=8 at ctx 32K, window 2048", time_ms(f_window, &c), 0,
+        (double)(2048 + n) * kvb);
+    c.window = 0;
+    row("dflash2 same block, full non-causal attention at ctx 32K", time_ms(f_window, &c), 0, (double)ctx * kvb);
+    B()->free(B(), c.q), B()->free(B(), c.out), B()->free(B(), c.cache);
+}

@@ -16,15 +16,18 @@ nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 
 echo "== op + fixture tests (FD_CUDA_SYNC=1: faults are reported at the op that caused them)"
-# One process per test, so a fatal error (fd_panic aborts) in one op does not hide the others.
+# One process per test, so a fatal error (fd_panic aborts) in one op does not hide the others. The DFlash tests
+# run the CLI too (FD_BIN) and many generations: they get a longer limit.
+export FD_BIN="$BIN/flashdelta"
 TESTS="cuda_matmul cuda_rmsnorm cuda_elementwise cuda_embed cuda_split_q_gate cuda_gated_rmsnorm cuda_conv1d
        cuda_gdn_split cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_attention_gqa cuda_attention_non
        cuda_attention_mma cuda_decode_attn_vs_cpu cuda_decode_attn_batch cuda_decode_attn_smoke cuda_attention_pos_dev
        cuda_kv_e4m3 cuda_copy_rows cuda_moe cuda_gemv_vs_cpu cuda_gemv_fallbacks cuda_gemv_batch
-       cuda_models_logits_match cuda_models_logits_bf16 cuda_models_greedy cuda_dflash"
+       cuda_models_logits_match cuda_models_logits_bf16 cuda_models_greedy cuda_dflash cuda_trained"
 : >"$OUT/tests.log"
 for t in $TESTS; do
-    FD_CUDA_SYNC=1 timeout 60 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
+    lim=60; case $t in cuda_dflash | cuda_trained) lim=400 ;; esac
+    FD_CUDA_SYNC=1 timeout $lim "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
 done
 grep -E '^(ok|FAIL) |FAIL |fatal|exited' "$OUT/tests.log" | head -60
 
@@ -44,7 +47,7 @@ tail -n 4 "$OUT/demo.log"
 echo "== compute-sanitizer memcheck (op tests only)"
 timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
     cuda_conv cuda_gdn cuda_attention cuda_moe cuda_embed cuda_split cuda_gated cuda_elementwise cuda_copy \
-    cuda_gemv_vs_cpu cuda_gemv_fallbacks >"$OUT/memcheck.log" 2>&1
+    cuda_gemv_vs_cpu cuda_gemv_fallbacks cuda_dflash2 >"$OUT/memcheck.log" 2>&1
 echo "exit $?"
 grep -E 'ERROR SUMMARY|Invalid|passed' "$OUT/memcheck.log" | head -12
 echo "== compute-sanitizer racecheck (gemv: shared-memory reduction, split-k counters)"
@@ -65,7 +68,7 @@ echo "== table: worst rel-L2 per op family (full lines in tests.log)"
 awk '/rel-L2 [0-9.e+-]+$/ { op = $1; v = $NF + 0; if (!(op in m) || v > m[op]) m[op] = v }
      END { for (op in m) printf "  %-16s %.3g\n", op, m[op] }' "$OUT/tests.log" | sort
 grep -E '^    gdn ' "$OUT/tests.log" | sed -E 's/^    gdn //'
-grep -E 'logits rel-L2|greedy' "$OUT/tests.log" | sed -E 's/^    //'
+grep -E 'logits rel-L2|greedy|identical|DIFFERS|emitted tokens/round|worst rel-L2' "$OUT/tests.log" | sed -E 's/^    //'
 grep -E '^BENCH' "$OUT/bench.log"
 grep -E 'cuda prof' "$OUT/prof.log" | sed -E 's/^.*cuda prof //' | awk -F: '{ last[$1] = $0 } END { for (k in last) print "  prof " last[k] }' | sort
 echo "tests: $(grep -c '^ok ' "$OUT/tests.log") ok, $(grep -c '^FAIL ' "$OUT/tests.log") failed, $(grep -c exited "$OUT/tests.log") aborted/failed processes"

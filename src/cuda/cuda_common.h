@@ -119,14 +119,6 @@ static __device__ __forceinline__ __nv_bfloat162 cu_kv_pair(const __nv_bfloat16 
     return __floats2bfloat162_rn(f.x * s, f.y * s);
 }
 
-// Element c of row r as fp32 (e4m3: dequantised with its row scale in fp32).
-static __device__ __forceinline__ float cu_kv_elem(const __nv_bfloat16 *b, const uint8_t *b8, const float *sc, int64_t r,
-                                                   int hd, int c) {
-    if (b) return __bfloat162float(b[r * hd + c]);
-    __half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b8[r * hd + c], __NV_E4M3);
-    return __half2float(*(const __half *)&hr) * sc[r];
-}
-
 // Elements [c, c+8) of row r as 8 bf16 in a uint4.
 static __device__ __forceinline__ uint4 cu_kv_oct(const __nv_bfloat16 *b, const uint8_t *b8, const float *sc, int64_t r,
                                                   int hd, int c) {
@@ -228,11 +220,11 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
 void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,
                      int64_t pos0, const int64_t *pos_dev, int n, int H, int hd, int causal, int log2_domain);
 
-// ---- dflash2.cu ----
-// Installs dyn_conv and attention_window (the DFlash2 drafter ops).
-void cu_install_dflash2(fd_backend *be);
-
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
+
+// ---- dflash2.cu ----
+// Sets be->dyn_conv and be->attention_window (the optional DFlash2 drafter ops).
+void cu_install_dflash2(fd_backend *be);
 
 #endif
