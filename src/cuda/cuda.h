@@ -20,6 +20,10 @@ int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
 // The active value of a route, NULL for an unknown route.
 const char *fd_cuda_route(fd_backend *be, const char *route);
 
+// Small-n GEMM kernel launches so far (route gemm_small=gemv): tests use it to see a matmul_multi group run as
+// one launch.
+int64_t fd_cuda_gemv_launches(fd_backend *be);
+
 #ifdef __cplusplus
 }
 #endif

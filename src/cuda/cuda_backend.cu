@@ -283,6 +283,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->embed = cu_embed;
     be->rmsnorm = cu_rmsnorm;
     be->matmul = cu_matmul;
+    be->matmul_multi = cu_matmul_multi;
     be->add = cu_add;
     be->silu_mul = cu_silu_mul;
     be->sigmoid_mul = cu_sigmoid_mul;
