@@ -249,7 +249,7 @@ TEST(cuda_gemv_batch_invariance) {
 
 // One GPU matmul_multi into poisoned buffers; returns the host copies of each out [n, Ws[i]->rows] (caller frees).
 static void gpu_multi(float **res, const void *dx, const fd_weight *const Ws[], int count, int n) {
-    void *outs[8];
+    void *outs[8] = {0};
     for (int i = 0; i < count; i++) {
         size_t len = (size_t)n * (size_t)Ws[i]->rows;
         outs[i] = gpu()->alloc(gpu(), len * 4 + 4);

@@ -46,9 +46,6 @@
 #define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
-#ifndef GV_P16
-#define GV_P16 1 // n > 8: steps in flight per lane (2 would need ~140 registers: spills at 2 blocks per SM)
-#endif
 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
 // tile fastest. partial/counters: its own regions of the shared split-k buffers (S > 1 only).
@@ -94,10 +91,37 @@ static __device__ __forceinline__ void gv_split(float a, float b, uint32_t *hi, 
     if (split) *lo = gv_pack(a - __low2float(h), b - __high2float(h));
 }
 
+// x of one warp step (k from kstep: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8) of its token rows g, 8+g) as
+// bf16 pairs for the MMA B operand; zeros past the slice end and for token rows >= n.
+template <int NG, int SPLIT>
+static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint32_t (&bl)[2][NG][4],
+                                                 const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
+                                                 int kend, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int kk = kstep + 32 * h + 8 * t;
+        const bool kin = kk < kend;
+#pragma unroll
+        for (int j = 0; j < NG; j++) {
+            float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
+            if (kin && xok[j]) {
+                x0 = __ldg((const float4 *)(xrow[j] + kk));
+                x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
+            }
+            gv_split(x0.x, x0.y, &bh[h][j][0], &bl[h][j][0], SPLIT);
+            gv_split(x0.z, x0.w, &bh[h][j][1], &bl[h][j][1], SPLIT);
+            gv_split(x1.x, x1.y, &bh[h][j][2], &bl[h][j][2], SPLIT);
+            gv_split(x1.z, x1.w, &bh[h][j][3], &bl[h][j][3], SPLIT);
+        }
+    }
+}
+
 // Block: 8 warps, GV_ROWS weight rows (two 16-row MMA tiles) of one segment, NG token groups of 8, one k slice.
 // P: warp steps whose weights a lane loads before it runs their MMAs (256 bytes in flight per lane at P = 2).
+// XLAZY: a step's x is loaded right before its MMAs instead of with the weights (n > 8: holding the x of both
+// steps would need ~140 registers; the x loads hit L1 and the other 15 warps of the SM cover them).
 // S > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
-template <int NG, int P, int SPLIT>
+template <int NG, int P, int XLAZY, int SPLIT>
 __global__ void __launch_bounds__(GV_THREADS, 2)
     k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
@@ -122,16 +146,14 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
     const int row_base = tile * GV_ROWS;
     const int kbeg = s * kslice, kend = min(k, kbeg + kslice);
 
-    const __nv_bfloat16 *wrow[R][2];
+    // Lane rows row_base + g + 8i (i = 2r + hf) from one base pointer: fewer registers than one per row.
+    const __nv_bfloat16 *wlane = W + (int64_t)(row_base + g) * k;
+    const int64_t wstep = (int64_t)8 * k;
     bool wok[R][2];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int row = row_base + 16 * r + 8 * hf + g;
-            wok[r][hf] = row < m;
-            wrow[r][hf] = W + (int64_t)(row < m ? row : 0) * k;
-        }
+        for (int hf = 0; hf < 2; hf++) wok[r][hf] = row_base + 16 * r + 8 * hf + g < m;
     const float *xrow[NG];
     bool xok[NG];
 #pragma unroll
@@ -150,7 +172,7 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     for (int k0 = kbeg + warp * GV_KSTEP; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
         // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
-        // the weights are still on their way; then the MMAs.
+        // the weights are still on their way (XLAZY: step by step); then the MMAs.
         uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
         for (int p = 0; p < P; p++)
@@ -162,31 +184,16 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
                 for (int r = 0; r < R; r++)
 #pragma unroll
                     for (int hf = 0; hf < 2; hf++)
-                        wv[p][r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wrow[r][hf] + kk) : zero4;
+                        wv[p][r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wlane + (2 * r + hf) * wstep + kk) : zero4;
             }
         uint32_t bh[P][2][NG][4], bl[P][2][NG][4]; // x as bf16 pairs: hi, and lo for bf16x2
+        if (!XLAZY)
 #pragma unroll
-        for (int p = 0; p < P; p++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int kk = k0 + p * GV_BLOCK_KSTEP + 32 * h + 8 * t;
-                const bool kin = kk < kend;
-#pragma unroll
-                for (int j = 0; j < NG; j++) {
-                    float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
-                    if (kin && xok[j]) {
-                        x0 = __ldg((const float4 *)(xrow[j] + kk));
-                        x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
-                    }
-                    gv_split(x0.x, x0.y, &bh[p][h][j][0], &bl[p][h][j][0], SPLIT);
-                    gv_split(x0.z, x0.w, &bh[p][h][j][1], &bl[p][h][j][1], SPLIT);
-                    gv_split(x1.x, x1.y, &bh[p][h][j][2], &bl[p][h][j][2], SPLIT);
-                    gv_split(x1.z, x1.w, &bh[p][h][j][3], &bl[p][h][j][3], SPLIT);
-                }
-            }
+            for (int p = 0; p < P; p++) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
 #pragma unroll
         for (int p = 0; p < P; p++) {
             if (k0 + p * GV_BLOCK_KSTEP >= kend) break; // warp-uniform: steps past the slice are not in the partition
+            if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -306,12 +313,12 @@ int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int coun
     return 1;
 }
 
-template <int NG, int P>
+template <int NG, int P, int XLAZY>
 static void gv_launch(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (split)
-        k_gemv<NG, P, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+        k_gemv<NG, P, XLAZY, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
     else
-        k_gemv<NG, P, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+        k_gemv<NG, P, XLAZY, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -354,12 +361,14 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     }
     const int split = c->gemm_act == CU_GEMM_BF16X2;
     c->gemv_launches++;
-    // n <= 8: one token group, two steps of weights in flight per lane. n > 8: two groups on the same 32-row
-    // blocks (same grid, same partition: invariance between the two holds by construction).
+    // n <= 8: one token group. n > 8: two groups on the same 32-row blocks (same grid, same partition: the two
+    // variants are bitwise interchangeable by construction), x loaded step by step. Both keep two steps of
+    // weights (256 bytes) in flight per lane with 2 blocks per SM: 128 KB per SM. (Round 1 ran n > 8 on 64-row
+    // blocks at one block per SM, 64 KB in flight, and reached only ~60 % of the n <= 8 bandwidth.)
     if (n <= 8)
-        gv_launch<1, 2>(c, blocks, split, job, x, n, k);
+        gv_launch<1, 2, 0>(c, blocks, split, job, x, n, k);
     else
-        gv_launch<2, GV_P16>(c, blocks, split, job, x, n, k);
+        gv_launch<2, 2, 1>(c, blocks, split, job, x, n, k);
 }
 
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
