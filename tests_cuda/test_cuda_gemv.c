@@ -298,14 +298,14 @@ TEST(cuda_gemv_multi_fused_equals_separate) {
                 gpu_multi(fused, dx, Wg, count, n);
                 EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "%s n=%d: %lld gemv launches, expected 1",
                        groups[gi].what, n, (long long)(fd_cuda_gemv_launches(gpu()) - l0));
-                EXPECT(small_calls("gemv") == c0 + count, "%s n=%d: gemv calls not counted per weight",
-                       groups[gi].what, n);
+                EXPECT(small_calls("gemv") == c0 + count, "%s n=%d: gemv calls not counted per weight", groups[gi].what,
+                       n);
                 for (int i = 0; i < count; i++) {
                     const int m = groups[gi].m[i];
                     float *sep = gpu_matmul(dx, Wg[i], n);
                     if (memcmp(fused[i], sep, (size_t)n * m * 4) && !bad++)
-                        EXPECT(0, "%s %s n=%d: weight %d fused differs from its separate matmul", groups[gi].what,
-                               an, n, i);
+                        EXPECT(0, "%s %s n=%d: weight %d fused differs from its separate matmul", groups[gi].what, an,
+                               n, i);
                     if (groups[gi].with_cpu && (n == 1 || n == 9 || n == 16)) {
                         float *oc = fd_malloc((size_t)n * m * 4);
                         cpu()->matmul(cpu(), oc, x, &W[i].c, n, 1);

@@ -66,9 +66,10 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
-#define CU_GEMV_MAX_N    16
-#define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
-#define CU_GEMV_MAX_SEGS 4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
+#define CU_GEMV_MAX_N         16
+#define CU_GEMV_COUNTERS      4096 // gemv split-k arrival counters allocated with the backend
+#define CU_GEMV_MAX_SEGS      4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
+#define CU_GEMV_BLOCKS_PER_SM 6    // default k slicing: enough 64-row blocks for ~6 per SM (gemv.cu gv_plan)
 
 typedef struct {
     int device;
@@ -87,7 +88,8 @@ typedef struct {
     fd_route routes[4]; // gemm_act, attn_kernel, kv, gemm_small (be->routes); calls counted where each op dispatches
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
-    int64_t gemv_launches; // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
+    int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
+    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
 } cu_impl;
 enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3 };
 // Route kv: the cache layout (attention.cu).

@@ -42,7 +42,6 @@
 #define GV_KSTEP         64                    // k per warp step: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8)
 #define GV_BLOCK_KSTEP   (GV_KSTEP * GV_WARPS) // 512: k covered by one step of all warps
 #define GV_ROWS          32                    // W rows per block: two 16-row MMA tiles
-#define GV_BLOCKS_PER_SM 6                     // k slices: enough 64-row blocks for ~6 per SM (wave tails)
 #define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
@@ -122,8 +121,7 @@ static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint3
 // steps would need ~140 registers; the x loads hit L1 and the other 15 warps of the SM cover them).
 // S > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
 template <int NG, int P, int XLAZY, int SPLIT>
-__global__ void __launch_bounds__(GV_THREADS, 2)
-    k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
+__global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
     __shared__ float red[GV_WARPS][GV_ROWS][NC];
     __shared__ int is_last;
@@ -138,10 +136,12 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
     const __nv_bfloat16 *W = job.seg[0].W;
     int m = job.seg[0].m, kslice = job.seg[0].kslice, tiles = job.seg[0].tiles, block0 = 0;
 #pragma unroll
-    for (int i = 1; i < GV_MAX_SEGS; i++)
-        if (i == si)
-            W = job.seg[i].W, m = job.seg[i].m, kslice = job.seg[i].kslice, tiles = job.seg[i].tiles,
+    for (int i = 1; i < GV_MAX_SEGS; i++) {
+        if (i == si) {
+            W = job.seg[i].W, m = job.seg[i].m, kslice = job.seg[i].kslice, tiles = job.seg[i].tiles;
             block0 = job.seg[i].block0;
+        }
+    }
     const int tile = (bid - block0) % tiles, s = (bid - block0) / tiles;
     const int row_base = tile * GV_ROWS;
     const int kbeg = s * kslice, kend = min(k, kbeg + kslice);
@@ -215,10 +215,12 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
     int *counters = job.seg[0].counters, S = job.seg[0].S;
     m = job.seg[0].m; // selected again: fewer registers live across the k loop
 #pragma unroll
-    for (int i = 1; i < GV_MAX_SEGS; i++)
-        if (i == si)
-            out = job.seg[i].out, partial = job.seg[i].partial, counters = job.seg[i].counters, S = job.seg[i].S,
+    for (int i = 1; i < GV_MAX_SEGS; i++) {
+        if (i == si) {
+            out = job.seg[i].out, partial = job.seg[i].partial, counters = job.seg[i].counters, S = job.seg[i].S;
             m = job.seg[i].m;
+        }
+    }
 
     // C fragment: {row g, token 2t, 2t+1}, {row g+8, token 2t, 2t+1} of each (tile, group).
 #pragma unroll
@@ -265,14 +267,14 @@ __global__ void __launch_bounds__(GV_THREADS, 2)
 }
 
 // The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
-// other weights of a fused launch). Enough blocks for ~GV_BLOCKS_PER_SM per SM counted in 64-row tiles (twice
+// other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
 // as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
 // Slices are multiples of GV_SLICE_QUANTUM (two steps per warp: one loop iteration at P = 2 loads both), so
 // every warp of a block gets the same work and a block is not all latency.
-static int gv_plan(int m, int k, int num_sms, int *kslice) {
+static int gv_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
     const int tiles64 = (m + 63) / 64;
     const int max_slices = (k + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM;
-    int S = (GV_BLOCKS_PER_SM * num_sms + tiles64 - 1) / tiles64;
+    int S = (blocks_per_sm * num_sms + tiles64 - 1) / tiles64;
     if (S > max_slices) S = max_slices;
     if (S < 1) S = 1;
     int ks = (k + S - 1) / S;
@@ -324,8 +326,8 @@ static void gv_launch(cu_impl *c, int blocks, int split, const gv_job &job, cons
 
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
     cu_impl *c = cu_of(be);
-    FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n,
-             count, Ws[0]->name ? Ws[0]->name : "?", (long long)Ws[0]->rows, (long long)Ws[0]->cols);
+    FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n, count,
+             Ws[0]->name ? Ws[0]->name : "?", (long long)Ws[0]->rows, (long long)Ws[0]->cols);
     const int k = (int)Ws[0]->cols;
     gv_job job;
     memset(&job, 0, sizeof job);
@@ -342,7 +344,7 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
         sg->W = (const __nv_bfloat16 *)Ws[i]->dev;
         sg->out = outs[i];
         sg->m = (int)Ws[i]->rows;
-        sg->S = gv_plan(sg->m, k, c->num_sms, &sg->kslice);
+        sg->S = gv_plan(sg->m, k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
         sg->tiles = (sg->m + GV_ROWS - 1) / GV_ROWS;
         sg->block0 = blocks;
         blocks += sg->tiles * sg->S;
@@ -357,7 +359,8 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
         float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
         int *counters = gv_counters(c, split_tiles);
         for (int i = 0; i < count; i++)
-            if (job.seg[i].S > 1) job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
+            if (job.seg[i].S > 1)
+                job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
     }
     const int split = c->gemm_act == CU_GEMM_BF16X2;
     c->gemv_launches++;
@@ -379,4 +382,12 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
 
 extern "C" int64_t fd_cuda_gemv_launches(fd_backend *be) {
     return cu_of(be)->gemv_launches;
+}
+
+extern "C" int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm) {
+    cu_impl *c = cu_of(be);
+    if (blocks_per_sm < 1 || blocks_per_sm > 64) return -1;
+    const int prev = c->gemv_blocks_per_sm;
+    c->gemv_blocks_per_sm = blocks_per_sm;
+    return prev;
 }
