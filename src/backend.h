@@ -81,6 +81,12 @@ struct fd_backend {
                     int plus_one);
     // out[n,m] = x[n,k] W[m,k]^T ; out act, or f32 when out_f32
     void (*matmul)(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
+    // outs[i] = matmul(x, Ws[i]) (act) for i < count: the projections of one input (GDN qkv|z|b|a, attention
+    // q|k|v, FFN gate|up). Each result equals what matmul gives for that weight alone, bitwise; a backend may run
+    // the group as one launch (cuda: one small-n GEMV launch when n <= 16 and every weight is bf16 with the same
+    // k; other groups, e.g. weights of different k, each reading x as [n, Ws[i].cols], run one by one).
+    void (*matmul_multi)(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x,
+                         int n);
     void (*add)(fd_backend *be, void *x, const void *y, int64_t count);      // x += y
     void (*silu_mul)(fd_backend *be, void *out, const void *g, const void *u, int64_t count); // silu(g)*u
     void (*sigmoid_mul)(fd_backend *be, void *x, const void *gate, int64_t count);           // x *= sigmoid(gate)

@@ -477,3 +477,124 @@ TEST(bench_cuda_dflash2_ops) {
     row("dflash2 same block, full non-causal attention at ctx 32K", time_ms(f_window, &c), 0, (double)ctx * kvb);
     B()->free(B(), c.q), B()->free(B(), c.out), B()->free(B(), c.cache);
 }
+
+// ---- fused projections (matmul_multi): a 27B decode/verify step's GEMMs as the engine issues them ----
+// Each group is timed three ways at n = 1, 8, 16: fused (one matmul_multi), separate (one gemv matmul per weight:
+// the engine before fusion) and cuBLAS (route gemm_small=cublas). Same pools as bench_cuda_gemv: >= 384 MB of
+// copies per group, so the weights come from HBM, back-to-back calls between two syncs.
+// FD_BENCH_GEMV_BPS=2,3,4,6,8 repeats it for each k-slicing target (fd_cuda_set_gemv_blocks_per_sm; default:
+// the backend's), the step totals labelled "bps=N", to tune CU_GEMV_BLOCKS_PER_SM.
+typedef struct {
+    fd_weight *Ws; // copies x count
+    void *outs[4];
+    int copies, count, reps, n, fused;
+    void *x;
+} gfuse_ctx;
+
+static void f_gfuse(void *p) {
+    gfuse_ctx *c = p;
+    for (int r = 0; r < c->reps; r++) {
+        const fd_weight *W[4];
+        for (int i = 0; i < c->count; i++) W[i] = &c->Ws[(r % c->copies) * c->count + i];
+        if (c->fused)
+            B()->matmul_multi(B(), c->outs, W, c->count, c->x, c->n);
+        else
+            for (int i = 0; i < c->count; i++) B()->matmul(B(), c->outs[i], c->x, W[i], c->n, 0);
+    }
+}
+
+TEST(bench_cuda_gemv_fused) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    // One Qwen3.5-27B token: 48 GDN layers, 16 attention layers, 64 dense FFNs, the LM head.
+    static const struct {
+        int count, k, per_token, m[4];
+        const char *what;
+    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
+                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
+                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
+                  {1, 6144, 64, {5120}, "GDN out, attn o"},
+                  {1, 17408, 64, {5120}, "FFN down"},
+                  {1, 5120, 1, {248320}, "lm_head"}};
+    const int ns[] = {1, 8, 16};
+    const char *modes[] = {"fused", "separate", "cublas"};
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gfuse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    int bps_list[16], n_bps = 0;
+    const int bps_default = fd_cuda_set_gemv_blocks_per_sm(B(), 6); // read the current value, then restore it
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    for (const char *p = getenv("FD_BENCH_GEMV_BPS"); p && *p && n_bps < 16;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v >= 1 && v <= 64) bps_list[n_bps++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (!n_bps) bps_list[n_bps++] = bps_default;
+    for (int bi = 0; bi < n_bps; bi++) {
+        fd_cuda_set_gemv_blocks_per_sm(B(), bps_list[bi]);
+        double step_ms[3][3] = {{0}}; // [n][mode]
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+            const int count = groups[g].count, k = groups[g].k;
+            size_t gbytes = 0, wbytes[4];
+            for (int i = 0; i < count; i++)
+                wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
+            int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
+            const size_t pool_bytes = gbytes * (size_t)copies;
+            char *pool = B()->alloc(B(), pool_bytes);
+            for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+                size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+                B()->copy(B(), pool + off, seed.dev, len);
+            }
+            c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
+            size_t off = 0;
+            for (int cp = 0; cp < copies; cp++)
+                for (int i = 0; i < count; i++) {
+                    fd_weight *w = &c.Ws[cp * count + i];
+                    w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
+                    w->dev = pool + off, w->dev_dtype = FD_BF16;
+                    off += (wbytes[i] + 255) / 256 * 256;
+                }
+            for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
+            c.copies = copies, c.count = count;
+            for (int in = 0; in < 3; in++)
+                for (int md = 0; md < 3; md++) {
+                    fd_cuda_set_route(B(), "gemm_small", md == 2 ? "cublas" : "gemv");
+                    c.fused = md == 0, c.n = ns[in];
+                    const double bytes = (double)gbytes + (double)c.n * k * 4;
+                    c.reps = (int)(2e9 / bytes);
+                    c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+                    double ms = time_ms(f_gfuse, &c) / c.reps;
+                    char what[96];
+                    snprintf(what, sizeof what, "%-8s n=%-2d %s (%.0f MB)", modes[md], c.n, groups[g].what,
+                             gbytes / 1e6);
+                    row(what, ms, 0, bytes);
+                    step_ms[in][md] += ms * groups[g].per_token;
+                }
+            for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
+            free(c.Ws);
+            B()->free(B(), pool);
+        }
+        double wsum = 0;
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+            for (int i = 0; i < groups[g].count; i++)
+                wsum += (double)groups[g].m[i] * groups[g].k * 2 * groups[g].per_token;
+        for (int in = 0; in < 3; in++)
+            for (int md = 0; md < 3; md++) {
+                char what[96];
+                snprintf(what, sizeof what, "%-8s n=%-2d bps=%d 27B step GEMMs (%.1f GB)", modes[md], ns[in],
+                         bps_list[bi], wsum / 1e9);
+                row(what, step_ms[in][md], 0, wsum);
+            }
+    }
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), seed.dev);
+}

@@ -34,7 +34,7 @@ if has tests; then
 fi
 if has bench; then
     stamp "bench"
-    for b in bench_cuda_gemv bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops; do
+    for b in bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
@@ -42,7 +42,7 @@ fi
 if has sanit; then
     stamp "sanitizers"
     for tool in memcheck racecheck synccheck; do
-        timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" cuda_gemv_fallbacks \
+        timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" cuda_gemv_fallbacks cuda_gemv_multi_unfused_groups \
             cuda_decode_attn_smoke cuda_attention_mma cuda_gdn $SANIT_EXTRA >"$OUT/sanit_$tool.log" 2>&1
         echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanit_$tool.log" | tr '\n' ' ')"
     done

@@ -7,7 +7,10 @@
 //     differs), which pins the k permutation far below the bf16 tolerance, also on 27B-sized shapes;
 //   - the fallbacks: k % 8 != 0, an unaligned x and n > 16 run cuBLAS and are counted so;
 //   - batch invariance, bitwise: row j of an n-row call equals the 1-row call on row j alone, for every n <= 16,
-//     also when the other rows hold huge values, Inf or NaN.
+//     also when the other rows hold huge values, Inf or NaN;
+//   - matmul_multi (fused projections): an eligible group runs as ONE gemv launch and every output is bitwise the
+//     separate matmul's, for n = 1..16 and both gemm_act values; groups it cannot fuse (an fp32 weight, weights
+//     of different k, n > 16, more than 4 weights) run one by one and are still right.
 // Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
 // mantissa bits: ~1e-5 expected), gemv vs cuBLAS with identical products 2e-5 (fp32 summation order).
 #include <stdlib.h>
@@ -108,11 +111,12 @@ static float *gpu_matmul(const void *dx, const fd_weight *W, int n) {
 // cuBLAS route only). With the H200's 132 SMs: 48 x 512 one slice, m % 32 = 16; 130 x 1096 two slices, the last
 // 72 wide (k % 64 = 8); 515 x 2048 two full slices, m % 16 = 3; 4100 x 1032 two slices, the second 8 wide;
 // 1000 x 5120 five slices at the 27B width; 33 x 8 the smallest k; 60000 x 2056 one slice with several loop
-// iterations per warp and a last step of 8; 5120 x 17408 and 17408 x 5120 the 27B FFN.
+// iterations per warp and a last step of 8; 5120 x 17408 and 17408 x 5120 the 27B FFN. 33 x 16 is the smallest
+// k of a bf16 device weight (matrices with fewer than 16 columns are uploaded fp32 and take the fp32 GEMM).
 static const struct {
     int m, k, with_cpu;
 } k_shapes[] = {{48, 512, 1}, {130, 1096, 1},   {515, 2048, 1},   {4100, 1032, 1}, {1000, 5120, 1},
-                {33, 8, 1},   {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
+                {33, 16, 1},  {60000, 2056, 0}, {5120, 17408, 0}, {17408, 5120, 0}};
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 static const int k_ns[] = {1, 2, 3, 7, 8, 9, 16};
 
@@ -238,5 +242,140 @@ TEST(cuda_gemv_batch_invariance) {
         free(x), gpu()->free(gpu(), dx), freew(&W);
     }
     set_route("gemm_act", prev_act);
+    set_route("gemm_small", prev_small);
+}
+
+// ---- matmul_multi: fused projections ----
+
+// One GPU matmul_multi into poisoned buffers; returns the host copies of each out [n, Ws[i]->rows] (caller frees).
+static void gpu_multi(float **res, const void *dx, const fd_weight *const Ws[], int count, int n) {
+    void *outs[8] = {0};
+    for (int i = 0; i < count; i++) {
+        size_t len = (size_t)n * (size_t)Ws[i]->rows;
+        outs[i] = gpu()->alloc(gpu(), len * 4 + 4);
+        poison(outs[i], len);
+    }
+    gpu()->matmul_multi(gpu(), outs, Ws, count, dx, n);
+    for (int i = 0; i < count; i++) {
+        res[i] = down(outs[i], (size_t)n * (size_t)Ws[i]->rows);
+        gpu()->free(gpu(), outs[i]);
+    }
+}
+
+// Groups shaped like the decode projections (the 27B sizes without the CPU reference). The weights are separate
+// cudaMallocs, so nothing about their placement is assumed. Checked for n = 1..16 under both gemm_act values:
+// one gemv launch per call, `count` gemv calls counted, each output bitwise equal to its separate matmul, and
+// (for the small groups) within the bf16 tolerance of the CPU.
+TEST(cuda_gemv_multi_fused_equals_separate) {
+    const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    set_route("gemm_small", "gemv");
+    static const struct {
+        int count, k, with_cpu, m[4];
+        const char *what;
+    } groups[] = {
+        {4, 1096, 1, {520, 300, 48, 48}, "qkv|z|b|a small (2 slices, k % 64 = 8)"},
+        {3, 2048, 1, {700, 130, 130}, "q|k|v small"},
+        {2, 512, 1, {33, 70}, "gate|up one slice"},
+        {4, 5120, 0, {10240, 6144, 48, 48}, "27B GDN qkv|z|b|a"},
+        {3, 5120, 0, {12288, 1024, 1024}, "27B attn q|k|v"},
+        {2, 5120, 0, {17408, 17408}, "27B FFN gate|up"},
+    };
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+        const int count = groups[gi].count, k = groups[gi].k;
+        tw W[4];
+        const fd_weight *Wg[4];
+        for (int i = 0; i < count; i++) W[i] = mkw(groups[gi].m[i], k), Wg[i] = &W[i].g;
+        float *x = rnd((size_t)16 * k, -1, 1);
+        void *dx = up(x, (size_t)16 * k);
+        for (int act = 0; act < 2; act++) {
+            const char *an = act ? "bf16x2" : "bf16";
+            set_route("gemm_act", an);
+            int bad = 0;
+            double worst_cpu = 0;
+            for (int n = 1; n <= 16; n++) {
+                float *fused[4];
+                const int64_t l0 = fd_cuda_gemv_launches(gpu()), c0 = small_calls("gemv");
+                gpu_multi(fused, dx, Wg, count, n);
+                EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "%s n=%d: %lld gemv launches, expected 1",
+                       groups[gi].what, n, (long long)(fd_cuda_gemv_launches(gpu()) - l0));
+                EXPECT(small_calls("gemv") == c0 + count, "%s n=%d: gemv calls not counted per weight", groups[gi].what,
+                       n);
+                for (int i = 0; i < count; i++) {
+                    const int m = groups[gi].m[i];
+                    float *sep = gpu_matmul(dx, Wg[i], n);
+                    if (memcmp(fused[i], sep, (size_t)n * m * 4) && !bad++)
+                        EXPECT(0, "%s %s n=%d: weight %d fused differs from its separate matmul", groups[gi].what, an,
+                               n, i);
+                    if (groups[gi].with_cpu && (n == 1 || n == 9 || n == 16)) {
+                        float *oc = fd_malloc((size_t)n * m * 4);
+                        cpu()->matmul(cpu(), oc, x, &W[i].c, n, 1);
+                        double e = test_rel_l2(fused[i], oc, (size_t)n * m);
+                        worst_cpu = e > worst_cpu ? e : worst_cpu;
+                        EXPECT(e <= (act ? TOL_BF16X2 : TOL_BF16), "%s %s n=%d weight %d vs CPU: rel-L2 %.3g",
+                               groups[gi].what, an, n, i, e);
+                        free(oc);
+                    }
+                    free(sep), free(fused[i]);
+                }
+            }
+            EXPECT(bad == 0, "%s %s: %d fused outputs differ from separate calls", groups[gi].what, an, bad);
+            printf("    multi %-6s %-40s n=1..16: %s", an, groups[gi].what,
+                   bad ? "NOT equal to separate" : "one launch, bitwise = separate");
+            if (groups[gi].with_cpu) printf(", worst vs CPU %.3g", worst_cpu);
+            printf("\n");
+        }
+        free(x), gpu()->free(gpu(), dx);
+        for (int i = 0; i < count; i++) freew(&W[i]);
+    }
+    set_route("gemm_act", prev_act);
+    set_route("gemm_small", prev_small);
+}
+
+// Groups the fused launch does not take run weight by weight (no gemv launch for the group as a whole) and
+// match the CPU: an fp32 weight (a single-row matrix is uploaded fp32), weights of different k (each reads x as
+// [n, its k]), n > 16 (cuBLAS), five weights (more than one launch holds), and route gemm_small=cublas.
+TEST(cuda_gemv_multi_unfused_groups) {
+    const char *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    static const struct {
+        int count, n, m[5], k[5], launches; // gemv launches expected
+        const char *small, *why;
+    } cases[] = {
+        {2, 4, {300, 1}, {512, 512}, 1, "gemv", "one fp32 weight"},
+        {2, 4, {300, 200}, {512, 1024}, 2, "gemv", "different k"},
+        {3, 17, {130, 64, 64}, {264, 264, 264}, 0, "gemv", "n > 16"},
+        {5, 3, {64, 64, 64, 64, 40}, {256, 256, 256, 256, 256}, 5, "gemv", "five weights"},
+        {2, 8, {300, 200}, {512, 512}, 0, "cublas", "route gemm_small=cublas"},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int count = cases[ci].count, n = cases[ci].n;
+        set_route("gemm_small", cases[ci].small);
+        tw W[5];
+        const fd_weight *Wg[5];
+        int kmax = 0;
+        for (int i = 0; i < count; i++) {
+            W[i] = mkw(cases[ci].m[i], cases[ci].k[i]), Wg[i] = &W[i].g;
+            kmax = cases[ci].k[i] > kmax ? cases[ci].k[i] : kmax;
+        }
+        float *x = rnd((size_t)n * kmax, -1, 1);
+        void *dx = up(x, (size_t)n * kmax);
+        float *res[5];
+        const int64_t l0 = fd_cuda_gemv_launches(gpu());
+        gpu_multi(res, dx, Wg, count, n);
+        EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + cases[ci].launches, "%s: %lld gemv launches, expected %d",
+               cases[ci].why, (long long)(fd_cuda_gemv_launches(gpu()) - l0), cases[ci].launches);
+        double worst = 0;
+        for (int i = 0; i < count; i++) {
+            const int m = cases[ci].m[i];
+            float *oc = fd_malloc((size_t)n * m * 4);
+            cpu()->matmul(cpu(), oc, x, &W[i].c, n, 1);
+            double e = test_rel_l2(res[i], oc, (size_t)n * m);
+            worst = e > worst ? e : worst;
+            EXPECT(e <= TOL_BF16, "%s: weight %d vs CPU rel-L2 %.3g", cases[ci].why, i, e);
+            free(oc), free(res[i]);
+        }
+        printf("    multi unfused %-24s n=%-2d count=%d: worst vs CPU %.3g\n", cases[ci].why, n, count, worst);
+        free(x), gpu()->free(gpu(), dx);
+        for (int i = 0; i < count; i++) freew(&W[i]);
+    }
     set_route("gemm_small", prev_small);
 }

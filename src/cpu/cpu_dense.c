@@ -117,6 +117,12 @@ static void cpu_matmul(fd_backend *be, void *out, const void *x, const fd_weight
     cpu_matmul_f32(out, x, W, n);
 }
 
+// The reference runs the group as separate matmuls: same results by definition.
+static void cpu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x,
+                             int n) {
+    for (int i = 0; i < count; i++) cpu_matmul(be, outs[i], x, Ws[i], n, 0);
+}
+
 static void cpu_add(fd_backend *be, void *x, const void *y, int64_t count) {
     (void)be;
     float *a = x;
@@ -152,6 +158,7 @@ void cpu_install_dense(fd_backend *be) {
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;
     be->matmul = cpu_matmul;
+    be->matmul_multi = cpu_matmul_multi;
     be->add = cpu_add;
     be->silu_mul = cpu_silu_mul;
     be->sigmoid_mul = cpu_sigmoid_mul;

@@ -66,8 +66,10 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
-#define CU_GEMV_MAX_N    16
-#define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
+#define CU_GEMV_MAX_N         16
+#define CU_GEMV_COUNTERS      4096 // gemv split-k arrival counters allocated with the backend
+#define CU_GEMV_MAX_SEGS      4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
+#define CU_GEMV_BLOCKS_PER_SM 6    // default k slicing: enough 64-row blocks for ~6 per SM (gemv.cu gv_plan)
 
 typedef struct {
     int device;
@@ -86,6 +88,8 @@ typedef struct {
     fd_route routes[4]; // gemm_act, attn_kernel, kv, gemm_small (be->routes); calls counted where each op dispatches
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
+    int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
+    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
 } cu_impl;
 enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3 };
 // Route kv: the cache layout (attention.cu).
@@ -164,6 +168,7 @@ const float *cu_wf32(const fd_weight *w);
 
 // ---- gemm.cu ----
 void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
+void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n);
 // Row-major out[n, m] (fp32) = x[n, k] (fp32) W[m, k]^T with W bf16 or fp32 on the device.
 void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
 
@@ -174,6 +179,11 @@ int cu_gemv_supported(const void *x, const fd_weight *W, int n);
 // out[n, m] f32 = x[n, k] f32 . W[m, k]^T (bf16), activations rounded per route gemm_act; row results are bitwise
 // independent of n.
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+// 1 when cu_gemv_multi can run these `count` weights in one launch: each one cu_gemv_supported, all the same k,
+// count <= CU_GEMV_MAX_SEGS.
+int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
+// outs[i][n, Ws[i]->rows] = x . Ws[i]^T for every i, in one launch; each result is bitwise cu_gemv's.
+void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n);
 
 // ---- norm_rope.cu ----
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,

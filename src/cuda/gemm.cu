@@ -137,3 +137,22 @@ void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int
     (void)out_f32; // activations are fp32, so both outputs are fp32
     cu_gemm_f32out(be, (float *)out, (const float *)x, W, n);
 }
+
+// `count` GEMMs of the same x. Route gemm_small=gemv with every weight gemv-eligible and the same k: one fused
+// launch (cu_gemv_multi; each result bitwise the separate call's). Otherwise one call per weight as above.
+// Every weight is counted as one call under the route value that ran it.
+void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n) {
+    cu_impl *c = cu_of(be);
+    if (n <= 0 || count <= 0) return;
+    if (count > 1 && c->gemm_small == CU_GEMM_SMALL_GEMV && cu_gemv_multi_supported(x, Ws, count, n)) {
+        const int split = c->gemm_act == CU_GEMM_BF16X2;
+        c->routes[CU_ROUTE_GEMM_ACT].calls[split] += count;
+        c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += (int64_t)n * count;
+        c->routes[CU_ROUTE_GEMM_SMALL].calls[CU_GEMM_SMALL_GEMV] += count;
+        c->routes[CU_ROUTE_GEMM_SMALL].tokens[CU_GEMM_SMALL_GEMV] += (int64_t)n * count;
+        cu_gemv_multi(be, (float *const *)outs, Ws, count, (const float *)x, n);
+        if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        return;
+    }
+    for (int i = 0; i < count; i++) cu_gemm_f32out(be, (float *)outs[i], (const float *)x, Ws[i], n);
+}

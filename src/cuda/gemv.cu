@@ -23,20 +23,42 @@
 //   - the 8 warp sums are added in warp order through shared memory, the S slice sums in slice order by the
 //     block that finishes a row tile last (a per-tile arrival counter; the order of the sum is fixed, only who
 //     computes it varies).
-// What varies with n is only how many row tiles a block covers (R) and how many token groups it runs (NG); both
-// leave every element's sequence of operations unchanged. Steps wholly past the slice end are skipped, never
-// run as zero MMAs.
+// What varies with n is only how many token groups a block runs (NG = 1 for n <= 8, 2 above) and how many
+// steps a lane loads at once (P); neither changes any element's sequence of operations. Steps wholly past the
+// slice end are skipped, never run as zero MMAs.
+//
+// Fused projections (cu_gemv_multi): one launch runs up to GV_MAX_SEGS weights that share the input x (GDN
+// qkv|z|b|a, attention q|k|v, FFN gate|up). Each weight is a segment with its own pointer, output, row tiles and
+// its own gv_plan (m of that weight, not of the group), so a fused result is bitwise the separate call's. The
+// weights need not be adjacent in memory: a block finds its segment in a small table passed by value.
 #include <stdint.h>
+#include <string.h>
 
+#include "cuda/cuda.h"
 #include "cuda/cuda_common.h"
 
 #define GV_WARPS         8
 #define GV_THREADS       (GV_WARPS * 32)
 #define GV_KSTEP         64                    // k per warp step: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8)
 #define GV_BLOCK_KSTEP   (GV_KSTEP * GV_WARPS) // 512: k covered by one step of all warps
-#define GV_LOADS         4                     // steps x row tiles whose weights one lane has in flight at once
-#define GV_BLOCKS_PER_SM 6                     // k slices: enough 64-row blocks for ~6 per SM (wave tails)
+#define GV_ROWS          32                    // W rows per block: two 16-row MMA tiles
 #define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
+#define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
+#define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
+
+// One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
+// tile fastest. partial/counters: its own regions of the shared split-k buffers (S > 1 only).
+typedef struct {
+    const __nv_bfloat16 *W;
+    float *out;
+    float *partial;
+    int *counters;
+    int m, kslice, S, tiles, block0;
+} gv_seg;
+typedef struct {
+    gv_seg seg[GV_MAX_SEGS];
+    int count;
+} gv_job;
 
 static __device__ __forceinline__ void gv_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1) {
@@ -68,31 +90,70 @@ static __device__ __forceinline__ void gv_split(float a, float b, uint32_t *hi, 
     if (split) *lo = gv_pack(a - __low2float(h), b - __high2float(h));
 }
 
-// Block: 8 warps, R row tiles of 16 (rows blockIdx.x * 16R ...), token groups NG (8 tokens each), k slice
-// blockIdx.y. S = gridDim.y > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
-template <int R, int NG, int SPLIT>
-__global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
-    k_gemv(const __nv_bfloat16 *__restrict__ W, const float *__restrict__ x, float *__restrict__ out,
-           float *__restrict__ partial, int *__restrict__ counters, int n, int m, int k, int kslice) {
-    constexpr int P = GV_LOADS / R; // warp steps per loop iteration (weights of all of them loaded up front)
-    constexpr int ROWS = 16 * R, NC = 8 * NG;
-    __shared__ float red[GV_WARPS][ROWS][NC];
+// x of one warp step (k from kstep: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8) of its token rows g, 8+g) as
+// bf16 pairs for the MMA B operand; zeros past the slice end and for token rows >= n.
+template <int NG, int SPLIT>
+static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint32_t (&bl)[2][NG][4],
+                                                 const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
+                                                 int kend, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int kk = kstep + 32 * h + 8 * t;
+        const bool kin = kk < kend;
+#pragma unroll
+        for (int j = 0; j < NG; j++) {
+            float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
+            if (kin && xok[j]) {
+                x0 = __ldg((const float4 *)(xrow[j] + kk));
+                x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
+            }
+            gv_split(x0.x, x0.y, &bh[h][j][0], &bl[h][j][0], SPLIT);
+            gv_split(x0.z, x0.w, &bh[h][j][1], &bl[h][j][1], SPLIT);
+            gv_split(x1.x, x1.y, &bh[h][j][2], &bl[h][j][2], SPLIT);
+            gv_split(x1.z, x1.w, &bh[h][j][3], &bl[h][j][3], SPLIT);
+        }
+    }
+}
+
+// Block: 8 warps, GV_ROWS weight rows (two 16-row MMA tiles) of one segment, NG token groups of 8, one k slice.
+// P: warp steps whose weights a lane loads before it runs their MMAs (256 bytes in flight per lane at P = 2).
+// XLAZY: a step's x is loaded right before its MMAs instead of with the weights (n > 8: holding the x of both
+// steps would need ~140 registers; the x loads hit L1 and the other 15 warps of the SM cover them).
+// S > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
+template <int NG, int P, int XLAZY, int SPLIT>
+__global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
+    constexpr int R = GV_ROWS / 16, NC = 8 * NG;
+    __shared__ float red[GV_WARPS][GV_ROWS][NC];
     __shared__ int is_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int row_base = blockIdx.x * ROWS;
-    const int s = blockIdx.y, S = gridDim.y;
+    // The segment of this block: the last one starting at or before it (block-uniform selects, no local copy).
+    // Only what the k loop needs is selected here; the output pointers after it (registers: bf16x2 at P = 2).
+    const int bid = blockIdx.x;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < GV_MAX_SEGS; i++)
+        if (i < job.count && bid >= job.seg[i].block0) si = i;
+    const __nv_bfloat16 *W = job.seg[0].W;
+    int m = job.seg[0].m, kslice = job.seg[0].kslice, tiles = job.seg[0].tiles, block0 = 0;
+#pragma unroll
+    for (int i = 1; i < GV_MAX_SEGS; i++) {
+        if (i == si) {
+            W = job.seg[i].W, m = job.seg[i].m, kslice = job.seg[i].kslice, tiles = job.seg[i].tiles;
+            block0 = job.seg[i].block0;
+        }
+    }
+    const int tile = (bid - block0) % tiles, s = (bid - block0) / tiles;
+    const int row_base = tile * GV_ROWS;
     const int kbeg = s * kslice, kend = min(k, kbeg + kslice);
 
-    const __nv_bfloat16 *wrow[R][2];
+    // Lane rows row_base + g + 8i (i = 2r + hf) from one base pointer: fewer registers than one per row.
+    const __nv_bfloat16 *wlane = W + (int64_t)(row_base + g) * k;
+    const int64_t wstep = (int64_t)8 * k;
     bool wok[R][2];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int row = row_base + 16 * r + 8 * hf + g;
-            wok[r][hf] = row < m;
-            wrow[r][hf] = W + (int64_t)(row < m ? row : 0) * k;
-        }
+        for (int hf = 0; hf < 2; hf++) wok[r][hf] = row_base + 16 * r + 8 * hf + g < m;
     const float *xrow[NG];
     bool xok[NG];
 #pragma unroll
@@ -111,7 +172,7 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     for (int k0 = kbeg + warp * GV_KSTEP; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
         // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
-        // the weights are still on their way; then the MMAs.
+        // the weights are still on their way (XLAZY: step by step); then the MMAs.
         uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
         for (int p = 0; p < P; p++)
@@ -123,31 +184,16 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
                 for (int r = 0; r < R; r++)
 #pragma unroll
                     for (int hf = 0; hf < 2; hf++)
-                        wv[p][r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wrow[r][hf] + kk) : zero4;
+                        wv[p][r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wlane + (2 * r + hf) * wstep + kk) : zero4;
             }
         uint32_t bh[P][2][NG][4], bl[P][2][NG][4]; // x as bf16 pairs: hi, and lo for bf16x2
+        if (!XLAZY)
 #pragma unroll
-        for (int p = 0; p < P; p++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int kk = k0 + p * GV_BLOCK_KSTEP + 32 * h + 8 * t;
-                const bool kin = kk < kend;
-#pragma unroll
-                for (int j = 0; j < NG; j++) {
-                    float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
-                    if (kin && xok[j]) {
-                        x0 = __ldg((const float4 *)(xrow[j] + kk));
-                        x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
-                    }
-                    gv_split(x0.x, x0.y, &bh[p][h][j][0], &bl[p][h][j][0], SPLIT);
-                    gv_split(x0.z, x0.w, &bh[p][h][j][1], &bl[p][h][j][1], SPLIT);
-                    gv_split(x1.x, x1.y, &bh[p][h][j][2], &bl[p][h][j][2], SPLIT);
-                    gv_split(x1.z, x1.w, &bh[p][h][j][3], &bl[p][h][j][3], SPLIT);
-                }
-            }
+            for (int p = 0; p < P; p++) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
 #pragma unroll
         for (int p = 0; p < P; p++) {
             if (k0 + p * GV_BLOCK_KSTEP >= kend) break; // warp-uniform: steps past the slice are not in the partition
+            if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -165,6 +211,17 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
         }
     }
 
+    float *out = job.seg[0].out, *partial = job.seg[0].partial;
+    int *counters = job.seg[0].counters, S = job.seg[0].S;
+    m = job.seg[0].m; // selected again: fewer registers live across the k loop
+#pragma unroll
+    for (int i = 1; i < GV_MAX_SEGS; i++) {
+        if (i == si) {
+            out = job.seg[i].out, partial = job.seg[i].partial, counters = job.seg[i].counters, S = job.seg[i].S;
+            m = job.seg[i].m;
+        }
+    }
+
     // C fragment: {row g, token 2t, 2t+1}, {row g+8, token 2t, 2t+1} of each (tile, group).
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -176,16 +233,17 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
             red[warp][16 * r + g + 8][8 * j + 2 * t + 1] = acc[r][j][3];
         }
     __syncthreads();
-    // Element e = (row e % ROWS, token e / ROWS): consecutive threads write consecutive rows of one output row.
-    for (int e = threadIdx.x; e < ROWS * NC; e += GV_THREADS) {
-        const int row = e % ROWS, col = e / ROWS;
+    // Element e = (row e % GV_ROWS, token e / GV_ROWS): consecutive threads write consecutive rows of one output row.
+    float *my_partial = partial + ((int64_t)s * tiles + tile) * GV_PARTIAL_TILE;
+    for (int e = threadIdx.x; e < GV_ROWS * NC; e += GV_THREADS) {
+        const int row = e % GV_ROWS, col = e / GV_ROWS;
         float v = red[0][row][col];
 #pragma unroll
         for (int w = 1; w < GV_WARPS; w++) v += red[w][row][col];
         if (S == 1) {
             if (row_base + row < m && col < n) out[(int64_t)col * m + row_base + row] = v;
         } else {
-            partial[((int64_t)s * gridDim.x + blockIdx.x) * (ROWS * NC) + e] = v;
+            my_partial[e] = v;
         }
     }
     if (S == 1) return;
@@ -193,29 +251,30 @@ __global__ void __launch_bounds__(GV_THREADS, R == 4 ? 1 : 2)
     // pattern: publish, fence, count; the last one to count sees every slice).
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[blockIdx.x], 1) == S - 1;
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == S - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < ROWS * NC; e += GV_THREADS) {
-        const int row = e % ROWS, col = e / ROWS;
+    for (int e = threadIdx.x; e < GV_ROWS * NC; e += GV_THREADS) {
+        const int row = e % GV_ROWS, col = e / GV_ROWS;
         if (row_base + row >= m || col >= n) continue;
-        float v = __ldcg(&partial[(int64_t)blockIdx.x * (ROWS * NC) + e]);
-        for (int s2 = 1; s2 < S; s2++) v += __ldcg(&partial[((int64_t)s2 * gridDim.x + blockIdx.x) * (ROWS * NC) + e]);
+        const float *pt = partial + (int64_t)tile * GV_PARTIAL_TILE + e;
+        float v = __ldcg(pt);
+        for (int s2 = 1; s2 < S; s2++) v += __ldcg(pt + (int64_t)s2 * tiles * GV_PARTIAL_TILE);
         out[(int64_t)col * m + row_base + row] = v;
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0; // ready for the next call (stream order)
+    if (threadIdx.x == 0) counters[tile] = 0; // ready for the next call (stream order)
 }
 
-// The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n. Enough blocks
-// for ~GV_BLOCKS_PER_SM per SM when a block covers 64 rows (the n > 8 case; twice as many for n <= 8), so the
-// blocks still running when the queue empties are a small part of the call. Slices are multiples of
-// GV_SLICE_QUANTUM (two steps per warp: with n <= 8 one loop iteration loads both, 256 bytes per lane in
-// flight), so every warp of a block gets the same work and a block is not all latency.
-static int gv_plan(int m, int k, int num_sms, int *kslice) {
+// The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
+// other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
+// as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
+// Slices are multiples of GV_SLICE_QUANTUM (two steps per warp: one loop iteration at P = 2 loads both), so
+// every warp of a block gets the same work and a block is not all latency.
+static int gv_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
     const int tiles64 = (m + 63) / 64;
     const int max_slices = (k + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM;
-    int S = (GV_BLOCKS_PER_SM * num_sms + tiles64 - 1) / tiles64;
+    int S = (blocks_per_sm * num_sms + tiles64 - 1) / tiles64;
     if (S > max_slices) S = max_slices;
     if (S < 1) S = 1;
     int ks = (k + S - 1) / S;
@@ -225,8 +284,8 @@ static int gv_plan(int m, int k, int num_sms, int *kslice) {
 }
 
 // Per-tile arrival counters: zeroed once when grown, and every kernel leaves them zero again. The backend
-// allocates CU_GEMV_COUNTERS at start (no allocation inside a captured graph); split-k calls have fewer than
-// 2 x GV_BLOCKS_PER_SM x SMs tiles, so this grows only on a GPU with more than ~340 SMs.
+// allocates CU_GEMV_COUNTERS at start (no allocation inside a captured graph); a launch needs one per 32-row
+// tile of its split-k segments (a 27B FFN gate|up pair: 1088), so this grows only for a much wider model.
 static int *gv_counters(cu_impl *c, int tiles) {
     if (c->gemv_counters_len < tiles) {
         if (c->gemv_counters) {
@@ -249,42 +308,86 @@ int cu_gemv_supported(const void *x, const fd_weight *W, int n) {
     return 1;
 }
 
-template <int R, int NG>
-static void gv_launch(cu_impl *c, dim3 grid, int split, const __nv_bfloat16 *W, const float *x, float *out,
-                      float *partial, int *counters, int n, int m, int k, int kslice) {
+int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n) {
+    if (count < 1 || count > GV_MAX_SEGS) return 0;
+    for (int i = 0; i < count; i++)
+        if (!cu_gemv_supported(x, Ws[i], n) || Ws[i]->cols != Ws[0]->cols) return 0;
+    return 1;
+}
+
+template <int NG, int P, int XLAZY>
+static void gv_launch(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (split)
-        k_gemv<R, NG, 1><<<grid, GV_THREADS, 0, c->stream>>>(W, x, out, partial, counters, n, m, k, kslice);
+        k_gemv<NG, P, XLAZY, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
     else
-        k_gemv<R, NG, 0><<<grid, GV_THREADS, 0, c->stream>>>(W, x, out, partial, counters, n, m, k, kslice);
+        k_gemv<NG, P, XLAZY, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
     FD_CUDA_LAUNCH_CHECK();
 }
 
-void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
     cu_impl *c = cu_of(be);
-    FD_CHECK(cu_gemv_supported(x, W, n), "gemv: unsupported call n=%d %s [%lld, %lld]", n, W->name ? W->name : "?",
-             (long long)W->rows, (long long)W->cols);
-    const int m = (int)W->rows, k = (int)W->cols;
-    const int split = c->gemm_act == CU_GEMM_BF16X2;
-    int kslice;
-    const int S = gv_plan(m, k, c->num_sms, &kslice);
-    // Row tiles per block by n: every block re-reads its x slice (n*4 bytes per k, from L1/L2) for 32R bytes of
-    // weights per k, so 16 tokens share it over 64 rows (x traffic <= half the weight bytes). n <= 8 runs one
-    // token group with R = 2, n > 8 two groups with R = 4. (Invariance: R changes no element's sum.)
-    const int R = n <= 8 ? 2 : 4;
-    const int tiles = (m + 16 * R - 1) / (16 * R);
-    dim3 grid((unsigned)tiles, (unsigned)S);
-    float *partial = NULL;
-    int *counters = NULL;
-    if (S > 1) {
-        // Sized for the largest block shape (64 rows x 16 tokens) whatever n is: a decode step (n = 1) then
-        // leaves the buffers big enough for a verify step, which can be captured in a CUDA graph right away.
-        const int tiles64 = (m + 63) / 64;
-        partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)S * tiles64 * 64 * 16 * sizeof(float));
-        counters = gv_counters(c, tiles64 * 2);
+    FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n, count,
+             Ws[0]->name ? Ws[0]->name : "?", (long long)Ws[0]->rows, (long long)Ws[0]->cols);
+    const int k = (int)Ws[0]->cols;
+    gv_job job;
+    memset(&job, 0, sizeof job);
+    job.count = count;
+    // Blocks and split-k buffer regions of each segment, in segment order. The partial sums are sized for 16
+    // tokens whatever n is, so a decode step (n = 1) leaves the buffers big enough for a verify step, which can
+    // then be captured in a CUDA graph right away.
+    int blocks = 0, split_tiles = 0;
+    size_t partial_elems = 0;
+    size_t part_off[GV_MAX_SEGS];
+    int ctr_off[GV_MAX_SEGS];
+    for (int i = 0; i < count; i++) {
+        gv_seg *sg = &job.seg[i];
+        sg->W = (const __nv_bfloat16 *)Ws[i]->dev;
+        sg->out = outs[i];
+        sg->m = (int)Ws[i]->rows;
+        sg->S = gv_plan(sg->m, k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
+        sg->tiles = (sg->m + GV_ROWS - 1) / GV_ROWS;
+        sg->block0 = blocks;
+        blocks += sg->tiles * sg->S;
+        part_off[i] = partial_elems;
+        ctr_off[i] = split_tiles;
+        if (sg->S > 1) {
+            partial_elems += (size_t)sg->S * sg->tiles * GV_PARTIAL_TILE;
+            split_tiles += sg->tiles;
+        }
     }
-    const __nv_bfloat16 *Wb = (const __nv_bfloat16 *)W->dev;
-    if (R == 2)
-        gv_launch<2, 1>(c, grid, split, Wb, x, out, partial, counters, n, m, k, kslice);
+    if (partial_elems) {
+        float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
+        int *counters = gv_counters(c, split_tiles);
+        for (int i = 0; i < count; i++)
+            if (job.seg[i].S > 1)
+                job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
+    }
+    const int split = c->gemm_act == CU_GEMM_BF16X2;
+    c->gemv_launches++;
+    // n <= 8: one token group. n > 8: two groups on the same 32-row blocks (same grid, same partition: the two
+    // variants are bitwise interchangeable by construction), x loaded step by step. Both keep two steps of
+    // weights (256 bytes) in flight per lane with 2 blocks per SM: 128 KB per SM. (Round 1 ran n > 8 on 64-row
+    // blocks at one block per SM, 64 KB in flight, and reached only ~60 % of the n <= 8 bandwidth.)
+    if (n <= 8)
+        gv_launch<1, 2, 0>(c, blocks, split, job, x, n, k);
     else
-        gv_launch<4, 2>(c, grid, split, Wb, x, out, partial, counters, n, m, k, kslice);
+        gv_launch<2, 2, 1>(c, blocks, split, job, x, n, k);
+}
+
+void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+    float *outs[1] = {out};
+    const fd_weight *Ws[1] = {W};
+    cu_gemv_multi(be, outs, Ws, 1, x, n);
+}
+
+extern "C" int64_t fd_cuda_gemv_launches(fd_backend *be) {
+    return cu_of(be)->gemv_launches;
+}
+
+extern "C" int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm) {
+    cu_impl *c = cu_of(be);
+    if (blocks_per_sm < 1 || blocks_per_sm > 64) return -1;
+    const int prev = c->gemv_blocks_per_sm;
+    c->gemv_blocks_per_sm = blocks_per_sm;
+    return prev;
 }

@@ -69,16 +69,24 @@ void dflash_reset(fd_dflash *s) {
     memset(&s->st, 0, sizeof s->st);
 }
 
-// K and V of `m` rows of `src` [m, d] for drafter layer l, normed and rotated, stored at positions pos0..
-static void draft_kv(fd_dflash *s, int l, const void *src, int m, int64_t pos0) {
+// K and V projections of `m` rows (in s->k, s->v) for drafter layer l, normed and rotated, stored at positions
+// pos0..
+static void draft_kv_store(fd_dflash *s, int l, int m, int64_t pos0) {
     fd_backend *be = s->be;
     const fd_drafter *d = s->dr;
     const fd_draft_layer *L = &d->layers[l];
-    be->matmul(be, s->k, src, &L->k_proj, m, 0);
-    be->matmul(be, s->v, src, &L->v_proj, m, 0);
     be->rmsnorm(be, s->k, s->k, &L->k_norm, (int64_t)m * d->num_kv_heads, d->head_dim, d->rms_norm_eps, 0);
     be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0);
     be->kv_store(be, s->kv[l], s->k, s->v, pos0, m, d->num_kv_heads, d->head_dim, s->capacity);
+}
+
+// K and V of `m` rows of `src` [m, d] for drafter layer l (draft_kv_store).
+static void draft_kv(fd_dflash *s, int l, const void *src, int m, int64_t pos0) {
+    const fd_draft_layer *L = &s->dr->layers[l];
+    void *const outs[] = {s->k, s->v};
+    const fd_weight *const Ws[] = {&L->k_proj, &L->v_proj};
+    s->be->matmul_multi(s->be, outs, Ws, 2, src, m);
+    draft_kv_store(s, l, m, pos0);
 }
 
 void dflash_context_append(fd_dflash *s, int m) {
@@ -105,11 +113,15 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
         const fd_draft_layer *L = &d->layers[l];
         be->rmsnorm(be, s->h, s->x, &L->input_norm, B, D, d->rms_norm_eps, 0);
         if (s->v2) dflash2_conv_in(s, l, 0, s->h); // DFlash2: dynamic conv before and after each sublayer
-        be->matmul(be, s->q, s->h, &L->q_proj, B, 0);
+        {
+            void *const outs[] = {s->q, s->k, s->v};
+            const fd_weight *const Ws[] = {&L->q_proj, &L->k_proj, &L->v_proj};
+            be->matmul_multi(be, outs, Ws, 3, s->h, B);
+        }
         be->rmsnorm(be, s->q, s->q, &L->q_norm, (int64_t)B * H, hd, d->rms_norm_eps, 0);
         be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx);
         // The block's own K/V go after the context; the next context append overwrites them.
-        draft_kv(s, l, s->h, B, s->n_ctx);
+        draft_kv_store(s, l, B, s->n_ctx);
         if (s->v2)
             dflash2_attention(s, l); // sliding-window layers
         else
@@ -120,8 +132,11 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
         be->add(be, s->x, s->y, (int64_t)B * D);
         be->rmsnorm(be, s->h, s->x, &L->post_norm, B, D, d->rms_norm_eps, 0);
         if (s->v2) dflash2_conv_in(s, l, 1, s->h);
-        be->matmul(be, s->g, s->h, &L->gate_proj, B, 0);
-        be->matmul(be, s->u, s->h, &L->up_proj, B, 0);
+        {
+            void *const outs[] = {s->g, s->u};
+            const fd_weight *const Ws[] = {&L->gate_proj, &L->up_proj};
+            be->matmul_multi(be, outs, Ws, 2, s->h, B);
+        }
         be->silu_mul(be, s->g, s->g, s->u, (int64_t)B * d->intermediate_size);
         be->matmul(be, s->y, s->g, &L->down_proj, B, 0);
         if (s->v2) dflash2_conv_out(s, l, 1, s->y);

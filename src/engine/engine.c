@@ -132,15 +132,16 @@ static void gdn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_se
     const int Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim, dv = c->gdn_v_dim;
     const int C = conv_dim(c), ab = be->act_bytes;
     // t1 = qkv [n, conv_dim], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out
+    // The in-projections of one input run as one matmul_multi (one launch for decode-sized n on the GPU).
     if (c->arch == FD_ARCH_QWEN3_NEXT) {
-        be->matmul(be, e->t0, e->h, &L->in_qkvz, n, 0);
-        be->matmul(be, e->t5, e->h, &L->in_ba, n, 0);
+        void *const outs[] = {e->t0, e->t5};
+        const fd_weight *const Ws[] = {&L->in_qkvz, &L->in_ba};
+        be->matmul_multi(be, outs, Ws, 2, e->h, n);
         be->gdn_split_qkvz(be, e->t1, e->t2, e->t3, e->t4, e->t0, e->t5, n, Hk, Hv, dk, dv);
     } else {
-        be->matmul(be, e->t1, e->h, &L->in_qkv, n, 0);
-        be->matmul(be, e->t2, e->h, &L->in_z, n, 0);
-        be->matmul(be, e->t3, e->h, &L->in_b, n, 0);
-        be->matmul(be, e->t4, e->h, &L->in_a, n, 0);
+        void *const outs[] = {e->t1, e->t2, e->t3, e->t4};
+        const fd_weight *const Ws[] = {&L->in_qkv, &L->in_z, &L->in_b, &L->in_a};
+        be->matmul_multi(be, outs, Ws, 4, e->h, n);
     }
     for (int k = 0; k < n_segs; k++) {
         fd_engine *q = segs[k].seq;
@@ -171,10 +172,12 @@ static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_s
     fd_backend *be = e->be;
     const int H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim, ab = be->act_bytes;
     // t0 = q|gate, t2 = q, t3 = gate, t4 = k, t5 = v, t1 = attention out
-    be->matmul(be, e->t0, e->h, &L->q_proj, n, 0);
+    {
+        void *const outs[] = {e->t0, e->t4, e->t5};
+        const fd_weight *const Ws[] = {&L->q_proj, &L->k_proj, &L->v_proj};
+        be->matmul_multi(be, outs, Ws, 3, e->h, n);
+    }
     be->split_q_gate(be, e->t2, e->t3, e->t0, n, H, hd);
-    be->matmul(be, e->t4, e->h, &L->k_proj, n, 0);
-    be->matmul(be, e->t5, e->h, &L->v_proj, n, 0);
     be->rmsnorm(be, e->t2, e->t2, &L->q_norm, (int64_t)n * H, hd, c->rms_norm_eps, 1);
     be->rmsnorm(be, e->t4, e->t4, &L->k_norm, (int64_t)n * Hkv, hd, c->rms_norm_eps, 1);
     for (int k = 0; k < n_segs; k++) {
@@ -200,8 +203,9 @@ static void ffn(fd_engine *e, int li, int n) {
         be->moe(be, e->y, e->h, &L->moe, n, c->hidden_size);
         return;
     }
-    be->matmul(be, e->t0, e->h, &L->gate_proj, n, 0);
-    be->matmul(be, e->t1, e->h, &L->up_proj, n, 0);
+    void *const outs[] = {e->t0, e->t1};
+    const fd_weight *const Ws[] = {&L->gate_proj, &L->up_proj};
+    be->matmul_multi(be, outs, Ws, 2, e->h, n);
     be->silu_mul(be, e->t0, e->t0, e->t1, (int64_t)n * c->intermediate_size);
     be->matmul(be, e->y, e->t0, &L->down_proj, n, 0);
 }

@@ -75,6 +75,12 @@ static void tr_rmsnorm(fd_backend *be, void *o, const void *x, const fd_weight *
 static void tr_matmul(fd_backend *be, void *o, const void *x, const fd_weight *W, int n, int f32) {
     TRACED(W->name ? W->name : "matmul", n, IN(be)->matmul(IN(be), o, x, W, n, f32));
 }
+// One event for the group, named after its first weight (e.g. in_proj_qkv): the fused call cannot be timed per
+// weight.
+static void tr_matmul_multi(fd_backend *be, void *const o[], const fd_weight *const W[], int count, const void *x,
+                            int n) {
+    TRACED(W[0]->name ? W[0]->name : "matmul_multi", n, IN(be)->matmul_multi(IN(be), o, W, count, x, n));
+}
 static void tr_add(fd_backend *be, void *x, const void *y, int64_t c) { TRACED("add", c, IN(be)->add(IN(be), x, y, c)); }
 static void tr_silu_mul(fd_backend *be, void *o, const void *g, const void *u, int64_t c) {
     TRACED("silu_mul", c, IN(be)->silu_mul(IN(be), o, g, u, c));
@@ -158,6 +164,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->embed = tr_embed;
     be->rmsnorm = tr_rmsnorm;
     be->matmul = tr_matmul;
+    be->matmul_multi = tr_matmul_multi;
     be->add = tr_add;
     be->silu_mul = tr_silu_mul;
     be->sigmoid_mul = tr_sigmoid_mul;
