@@ -124,7 +124,7 @@ static __device__ void tile_load(float *dst, int ld, const float *src, int64_t s
 }
 
 // gam[i] = g_0 + ... + g_i over the chunk (g = 0 past L), by one warp: two elements per lane and a shuffle scan.
-static __device__ void chunk_cumsum(float *gam, const float *g_row, int64_t step, int L) {
+static __device__ void chunk_cumsum(float *gam, const float *g_row, int step, int L) {
     if (threadIdx.x >= 32) return;
     const int lane = threadIdx.x;
     float x0 = 2 * lane < L ? g_row[(int64_t)(2 * lane) * step] : 0.f;
@@ -137,6 +137,11 @@ static __device__ void chunk_cumsum(float *gam, const float *g_row, int64_t step
     }
     gam[2 * lane] = incl - s + x0;
     gam[2 * lane + 1] = incl;
+}
+
+// gam[i] = gcum[i] (the intra kernel's cumulative sums) for i < L, 0 past L (rows whose results are dropped).
+static __device__ void chunk_load_gam(float *gam, const float *gcum_row, int L) {
+    if (threadIdx.x < GDN_C) gam[threadIdx.x] = (int)threadIdx.x < L ? gcum_row[threadIdx.x] : 0.f;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -328,7 +333,7 @@ __global__ void __launch_bounds__(256)
 
     for (int ch = 0; ch < nch; ch++) {
         const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
-        chunk_cumsum(gam, gcum + (int64_t)h * n + t0, 1, L);
+        chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
         // chunk-start state -> Ss (for W S) and Hs (for the output kernel)
         float *Hc = Hs + ((int64_t)h * nch + ch) * dk * dv;
 #pragma unroll
@@ -428,7 +433,7 @@ __global__ void __launch_bounds__(256)
     tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
     tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
     cp_async_commit();
-    chunk_cumsum(gam, gcum + (int64_t)h * n + t0, 1, L);
+    chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
     cp_async_wait<0>();
     __syncthreads();
 
