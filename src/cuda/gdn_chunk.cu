@@ -17,6 +17,9 @@
 // fp32 in memory. Plain TF32 (10-bit mantissa) would put ~3e-4 relative error into every product feeding the
 // state; bf16 ~4e-3.
 //
+// Exponentials only ever see gamma_i - gamma_j <= 0 (i >= j) or gamma <= 0, so nothing overflows. Calls longer
+// than GDN_SEG tokens run as consecutive passes (the state carries), which bounds the scratch.
+//
 // mma.sync m16n8k8 tf32 fragments (PTX ISA), g = lane / 4, c = lane % 4:
 //   A (16 x 8, row): a0 (g, c)  a1 (g + 8, c)  a2 (g, c + 4)  a3 (g + 8, c + 4)
 //   B (8 x 8, col):  b0 (k c, n g)  b1 (k c + 4, n g)
@@ -330,10 +333,14 @@ __global__ void __launch_bounds__(256)
     cp_async_commit();
     tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dk);
     cp_async_commit();
+    // gamma of the next chunk travels in a register (thread i < 64 holds row i), so its load is off the chain
+    const float *gh = gcum + (int64_t)h * n;
+    float gnext = (int)threadIdx.x < min(GDN_C, n) ? gh[threadIdx.x] : 0.f;
 
     for (int ch = 0; ch < nch; ch++) {
         const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
-        chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
+        if (threadIdx.x < GDN_C) gam[threadIdx.x] = gnext;
+        gnext = ch + 1 < nch && (int)threadIdx.x < min(GDN_C, n - t0 - GDN_C) ? gh[t0 + GDN_C + threadIdx.x] : 0.f;
         // chunk-start state -> Ss (for W S) and Hs (for the output kernel)
         float *Hc = Hs + ((int64_t)h * nch + ch) * dk * dv;
 #pragma unroll
