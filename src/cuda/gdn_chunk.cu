@@ -306,7 +306,8 @@ __global__ void __launch_bounds__(256)
 // state: grid (Hv, ceil(dv / 32)), 256 threads = 8 warps; block owns state columns col0 = 32 blockIdx.y .. + 32
 // of head h for the whole call. The state slice [dk][32] lives in mma accumulators: warp w owns rows
 // 16 w.. and 16 (w + 8).. (dk <= 256). Shared: Ws [64][dk+4], Ks [64][dk+8], Ss [dk][40], Vs [64][40], gam.
-// Next chunk's W is fetched (cp.async) while K^T Vnew runs, next chunk's K while Hs/W S run.
+// Next chunk's W is fetched (cp.async) while K^T Vnew runs, next chunk's K while Hs/W S run; three barriers
+// per chunk.
 __global__ void __launch_bounds__(256)
     k_gdn_state_tc(float *Hs, float *UV, float *state, const float *W, const float *kn, const float *gcum, int n,
                    int Hk, int Hv, int dk, int dv) {
@@ -383,12 +384,11 @@ __global__ void __launch_bounds__(256)
                     Vs[t * LD_COL + cl] = t < L ? v * expf(glast - gam[t]) : 0.f;
                 }
         }
-        __syncthreads(); // Ws consumed, Vs complete
+        cp_async_wait<0>(); // this chunk's K
+        __syncthreads();    // Ws consumed, Vs and Ks complete
         if (ch + 1 < nch) tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk,
                       dk);
         cp_async_commit();
-        cp_async_wait<1>(); // this chunk's K
-        __syncthreads();
         // S <- exp(gamma_last) S + K^T Vs
         {
             const float eg = expf(gam[L - 1]);
