@@ -430,10 +430,10 @@ static const int gdn_shapes[][6] = {
     // n1, n2, Hk, Hv, dk, dv
     {1, 0, 2, 6, 128, 128},  {7, 0, 2, 6, 128, 128},  {64, 0, 2, 6, 128, 128}, {200, 0, 2, 6, 128, 128},
     {64, 1, 2, 6, 128, 128}, {130, 70, 2, 4, 96, 48}, {7, 200, 1, 3, 64, 32},  {3, 5, 2, 2, 256, 256},
-    // Hv / Hk = 1, 2, 3 at the 27B head size; n not a multiple of 64; odd dv (scalar tile loads); dk = 48
-    // (not a multiple of 32: the chunked route falls back to the serial kernel)
+    // Hv / Hk = 1, 2, 3 at the 27B head size; n not a multiple of 64; odd dv (scalar tile loads); head sizes
+    // that are not multiples of 32 (zero-padded tiles in the chunked kernels; the fixtures use 16)
     {129, 63, 3, 3, 128, 128}, {191, 0, 2, 4, 128, 128}, {65, 127, 1, 3, 128, 128}, {100, 28, 2, 6, 64, 37},
-    {150, 0, 1, 2, 256, 128},  {70, 3, 1, 2, 48, 40},
+    {150, 0, 1, 2, 256, 128},  {70, 3, 1, 2, 48, 40},     {90, 40, 2, 4, 16, 16},    {66, 0, 1, 1, 24, 20},
 };
 
 TEST(cuda_gdn_serial_vs_cpu_and_fp64) {

@@ -166,7 +166,7 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
                  float *state_slots);
 
 // ---- gdn_chunk.cu ----
-// The chunked route of gdn_core (fp32 in/out, dk % 32 == 0, dk, dv <= 256); state [Hv, dk, dv] fp32 updated.
+// The chunked route of gdn_core (fp32 in/out, dk, dv <= 256); state [Hv, dk, dv] fp32 updated.
 void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
                     const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv);
 

@@ -6,8 +6,7 @@
 //  FD_GDN_SERIAL  - one kernel, token-recurrent; each block owns 32 state columns of one head in registers. With
 //                   state_slots (f32 [n, Hv, dk, dv]) it also writes the state after every token to slot t
 //                   (speculative verify: committing k accepted tokens = taking slot k-1). Slots imply this route.
-//  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu); shapes it does not cover (dk not a multiple of
-//                   32) run the serial kernel, which computes the same thing.
+//  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu).
 #include <math.h>
 
 #include "cuda/cuda_common.h"
@@ -155,8 +154,7 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
              GDN_MAXD);
     FD_CHECK(route == FD_GDN_CHUNKED || route == FD_GDN_SERIAL, "unknown GDN route %d", (int)route);
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
-    // per-token slots only exist in the recurrence; the tensor-core chunked kernels tile dk by 32
-    if (route == FD_GDN_SERIAL || state_slots || dk % 32) {
+    if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
             (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv,
             dk, dv);

@@ -171,7 +171,8 @@ __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const f
 
 // ---------------------------------------------------------------------------------------------------------
 // intra: grid (Hv, nch) (heads fastest: the r heads of a key group share K/Q reads in L2), 256 threads = 8 warps.
-// Shared: Ks [64][dk+4], QV [64][..] (Q, then V), As, Ts [64][68], Xs [3][16][16], gam, bet.
+// Shared: Ks [64][dkp+4], QV [64][..] (Q, then V), As, Ts [64][68], Xs [3][16][16], gam, bet. dkp, dvp: dk, dv
+// rounded up to 32 (zero-filled columns, so any head size runs the same tiles).
 // Writes P [Hv, nch, 64, 64], U [Hv, n, dv], W [Hv, n, dk], gcum [Hv, n].
 __global__ void __launch_bounds__(256)
     k_gdn_intra_tc(float *P, float *U, float *W, float *gcum, const float *qn, const float *kn, const float *beta,
@@ -180,12 +181,12 @@ __global__ void __launch_bounds__(256)
     const int h = blockIdx.x, ch = blockIdx.y, nch = gridDim.y, grp = h / (Hv / Hk);
     const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int ldk = dk + 4, dvp = (dv + 31) & ~31, ldv = dvp + 8;
+    const int dkp = (dk + 31) & ~31, ldk = dkp + 4, dvp = (dv + 31) & ~31, ldv = dvp + 8;
     float *Ks = (float *)sm4, *QV = Ks + GDN_C * ldk, *As = QV + GDN_C * max(ldk, ldv), *Ts = As + GDN_C * LD_T;
     float *Xs = Ts + GDN_C * LD_T, *gam = Xs + 3 * 256, *bet = gam + GDN_C;
 
-    tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dk);
-    tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dk);
+    tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
     cp_async_commit();
     if (threadIdx.x < GDN_C) bet[threadIdx.x] = threadIdx.x < L ? beta[(int64_t)(t0 + threadIdx.x) * Hv + h] : 0.f;
     chunk_cumsum(gam, gg + (int64_t)t0 * Hv + h, Hv, L);
@@ -203,8 +204,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
         if (n0 <= mt * 16 + 15) {
-            warp_mma3<4, false, true>(kk, Ks + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dk / 8);
-            warp_mma3<4, false, true>(qk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dk / 8);
+            warp_mma3<4, false, true>(kk, Ks + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
+            warp_mma3<4, false, true>(qk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
         }
         float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
 #pragma unroll
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(256)
     {
         const int mt = w & 3, ks = 2 * (mt + 1), i0 = mt * 16 + g;
         for (int pass = 0; pass < 2; pass++) {
-            const int ncol = pass ? dk : dv, ncolp = pass ? dk : dvp, ldb = pass ? ldk : ldv;
+            const int ncol = pass ? dk : dv, ncolp = pass ? dkp : dvp, ldb = pass ? ldk : ldv;
             const float *Bm = pass ? Ks : QV;
             float *dst = pass ? W + ((int64_t)h * n + t0) * dk : U + ((int64_t)h * n + t0) * dv;
             for (int cb = w >> 2; cb * 32 < ncolp; cb += 2) {
@@ -304,8 +305,9 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------------------------------------
 // state: grid (Hv, ceil(dv / 32)), 256 threads = 8 warps; block owns state columns col0 = 32 blockIdx.y .. + 32
-// of head h for the whole call. The state slice [dk][32] lives in mma accumulators: warp w owns rows
-// 16 w.. and 16 (w + 8).. (dk <= 256). Shared: Ws [64][dk+4], Ks [64][dk+8], Ss [dk][40], Vs [64][40], gam.
+// of head h for the whole call. The state slice [dkp][32] lives in mma accumulators: warp w owns rows
+// 16 w.. and 16 (w + 8).. (dk <= 256; rows past dk stay 0). Shared: Ws [64][dkp+4], Ks [64][dkp+8], Ss [dkp][40],
+// Vs [64][40], gam.
 // Next chunk's W is fetched (cp.async) while K^T Vnew runs, next chunk's K while Hs/W S run; three barriers
 // per chunk.
 __global__ void __launch_bounds__(256)
@@ -314,8 +316,8 @@ __global__ void __launch_bounds__(256)
     extern __shared__ float4 sm4[];
     const int h = blockIdx.x, col0 = blockIdx.y * 32, grp = h / (Hv / Hk), nch = (n + GDN_C - 1) / GDN_C;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int ldw = dk + 4, ldk = dk + 8, nmt = dk / 16;
-    float *Ws = (float *)sm4, *Ks = Ws + GDN_C * ldw, *Ss = Ks + GDN_C * ldk, *Vs = Ss + dk * LD_COL;
+    const int dkp = (dk + 31) & ~31, ldw = dkp + 4, ldk = dkp + 8, nmt = dkp / 16;
+    float *Ws = (float *)sm4, *Ks = Ws + GDN_C * ldw, *Ss = Ks + GDN_C * ldk, *Vs = Ss + dkp * LD_COL;
     float *gam = Vs + GDN_C * LD_COL;
     const float *Wh = W + (int64_t)h * n * dk;
     float *Uh = UV + (int64_t)h * n * dv, *Sg = state + (int64_t)h * dk * dv;
@@ -328,11 +330,11 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                S[m][j][e] = mt < nmt && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
+                S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
             }
-    tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dk);
+    tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
     cp_async_commit();
-    tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dk);
+    tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
     cp_async_commit();
     // gamma of the next chunk travels in a register (thread i < 64 holds row i), so its load is off the chain
     const float *gh = gcum + (int64_t)h * n;
@@ -353,7 +355,7 @@ __global__ void __launch_bounds__(256)
                     for (int e = 0; e < 4; e++) {
                         const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), cl = 8 * j + 2 * c + (e & 1);
                         Ss[i * LD_COL + cl] = S[m][j][e];
-                        if (col0 + cl < dv) Hc[(int64_t)i * dv + col0 + cl] = S[m][j][e];
+                        if (i < dk && col0 + cl < dv) Hc[(int64_t)i * dv + col0 + cl] = S[m][j][e];
                     }
         // this thread's U elements of the Vnew tile (rows 16 (w & 3).., columns 16 (w >> 2)..), loaded early
         const int vm = w & 3, vn0 = (w >> 2) * 16;
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(256)
             float ws[2][4];
 #pragma unroll
             for (int j = 0; j < 2; j++) ws[j][0] = ws[j][1] = ws[j][2] = ws[j][3] = 0.f;
-            warp_mma3<2, false, false>(ws, Ws + vm * 16 * ldw, ldw, Ss + vn0, LD_COL, dk / 8);
+            warp_mma3<2, false, false>(ws, Ws + vm * 16 * ldw, ldw, Ss + vn0, LD_COL, dkp / 8);
             const float glast = gam[L - 1];
 #pragma unroll
             for (int j = 0; j < 2; j++)
@@ -386,8 +388,8 @@ __global__ void __launch_bounds__(256)
         }
         cp_async_wait<0>(); // this chunk's K
         __syncthreads();    // Ws consumed, Vs and Ks complete
-        if (ch + 1 < nch) tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk,
-                      dk);
+        if (ch + 1 < nch)
+            tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cp_async_commit();
         // S <- exp(gamma_last) S + K^T Vs
         {
@@ -405,7 +407,7 @@ __global__ void __launch_bounds__(256)
         __syncthreads(); // Ks, Vs, gam, Ss consumed
         if (ch + 1 < nch)
             tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
-                      min(GDN_C, n - t0 - GDN_C), dk, dk);
+                      min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cp_async_commit();
     }
 #pragma unroll
@@ -416,13 +418,13 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                    if (col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
+                    if (i < dk && col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
                 }
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // out: grid (ceil(dv / 64), Hv, nch), 256 threads = 8 warps; block computes O[chunk rows][64 columns] of head h.
-// Shared: Qs [64][dk+4], Hsm [dk][72], Pm [64][68], Vm [64][72], gam. Warp w: rows 16 (w & 3).., columns
+// Shared: Qs [64][dkp+4], Hsm [dkp][72], Pm [64][68], Vm [64][72], gam. Warp w: rows 16 (w & 3).., columns
 // 32 (w >> 2)...
 __global__ void __launch_bounds__(256)
     k_gdn_out_tc(float *o, const float *Hs, const float *Vnew, const float *P, const float *qn, const float *gcum,
@@ -431,12 +433,12 @@ __global__ void __launch_bounds__(256)
     const int col0 = blockIdx.x * 64, h = blockIdx.y, ch = blockIdx.z, nch = gridDim.z, grp = h / (Hv / Hk);
     const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int ldq = dk + 4, cols = min(64, dv - col0);
-    float *Qs = (float *)sm4, *Hsm = Qs + GDN_C * ldq, *Pm = Hsm + dk * LD_OCOL, *Vm = Pm + GDN_C * LD_T;
+    const int dkp = (dk + 31) & ~31, ldq = dkp + 4, cols = min(64, dv - col0);
+    float *Qs = (float *)sm4, *Hsm = Qs + GDN_C * ldq, *Pm = Hsm + dkp * LD_OCOL, *Vm = Pm + GDN_C * LD_T;
     float *gam = Vm + GDN_C * LD_OCOL;
 
-    tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dk);
-    tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dk, dk, cols, 64);
+    tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
     tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
     tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
     cp_async_commit();
@@ -448,7 +450,7 @@ __global__ void __launch_bounds__(256)
     float acc[4][4];
 #pragma unroll
     for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    warp_mma3<4, false, false>(acc, Qs + mt * 16 * ldq, ldq, Hsm + n0, LD_OCOL, dk / 8);
+    warp_mma3<4, false, false>(acc, Qs + mt * 16 * ldq, ldq, Hsm + n0, LD_OCOL, dkp / 8);
     const float ea = expf(gam[mt * 16 + g]), eb = expf(gam[mt * 16 + g + 8]);
 #pragma unroll
     for (int j = 0; j < 4; j++) acc[j][0] *= ea, acc[j][1] *= ea, acc[j][2] *= eb, acc[j][3] *= eb;
@@ -465,21 +467,23 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------------------------------------
 static size_t smem_intra(int dk, int dv) {
-    int ldk = dk + 4, ldv = ((dv + 31) & ~31) + 8;
+    int ldk = ((dk + 31) & ~31) + 4, ldv = ((dv + 31) & ~31) + 8;
     return ((size_t)GDN_C * ldk + (size_t)GDN_C * (ldk > ldv ? ldk : ldv) + 2 * GDN_C * LD_T + 3 * 256 + 2 * GDN_C) *
            sizeof(float);
 }
 static size_t smem_state(int dk) {
+    dk = (dk + 31) & ~31;
     return ((size_t)GDN_C * (dk + 4) + (size_t)GDN_C * (dk + 8) + (size_t)dk * LD_COL + GDN_C * LD_COL + GDN_C) *
            sizeof(float);
 }
 static size_t smem_out(int dk) {
+    dk = (dk + 31) & ~31;
     return ((size_t)GDN_C * (dk + 4) + (size_t)dk * LD_OCOL + GDN_C * LD_T + GDN_C * LD_OCOL + GDN_C) * sizeof(float);
 }
 
 void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
                     const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
-    FD_CHECK(dk % 32 == 0 && dk <= GDN_MAXD && dv <= GDN_MAXD, "gdn chunked: dk %d / dv %d not covered", dk, dv);
+    FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "gdn chunked: dk %d / dv %d not covered", dk, dv);
     cudaStream_t s = cu_of(be)->stream;
     const int cq = 2 * Hk * dk + Hv * dv, seg = n_all < GDN_SEG ? n_all : GDN_SEG, nch_max = (seg + GDN_C - 1) / GDN_C;
     float *qn = (float *)cu_scratch(be, CU_SCR_B, (size_t)seg * Hk * dk * 4);
