@@ -93,6 +93,36 @@ static __device__ __forceinline__ void warp_mma3(float (*acc)[4], const float *A
     }
 }
 
+// acc1[j] += A1 B and acc2[j] += A2 B for two row-major A (same lda) and one B read as B(k, n) = B[n * ldb + k]:
+// the B fragments are loaded and split once for both products (K K^T and Q K^T share K^T).
+template <int NT>
+static __device__ __forceinline__ void warp_mma3_pair(float (*acc1)[4], float (*acc2)[4], const float *A1,
+                                                      const float *A2, int lda, const float *B, int ldb, int ksteps) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    for (int ks = 0; ks < ksteps; ks++) {
+        const int k0 = ks * 8;
+        uint32_t h1[4], l1[4], h2[4], l2[4];
+        split_tf32(A1[g * lda + k0 + c], &h1[0], &l1[0]), split_tf32(A1[(g + 8) * lda + k0 + c], &h1[1], &l1[1]);
+        split_tf32(A1[g * lda + k0 + c + 4], &h1[2], &l1[2]);
+        split_tf32(A1[(g + 8) * lda + k0 + c + 4], &h1[3], &l1[3]);
+        split_tf32(A2[g * lda + k0 + c], &h2[0], &l2[0]), split_tf32(A2[(g + 8) * lda + k0 + c], &h2[1], &l2[1]);
+        split_tf32(A2[g * lda + k0 + c + 4], &h2[2], &l2[2]);
+        split_tf32(A2[(g + 8) * lda + k0 + c + 4], &h2[3], &l2[3]);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            uint32_t bh0, bl0, bh1, bl1;
+            split_tf32(B[(8 * j + g) * ldb + k0 + c], &bh0, &bl0);
+            split_tf32(B[(8 * j + g) * ldb + k0 + c + 4], &bh1, &bl1);
+            mma_tf32(acc1[j], l1, bh0, bh1);
+            mma_tf32(acc1[j], h1, bl0, bl1);
+            mma_tf32(acc1[j], h1, bh0, bh1);
+            mma_tf32(acc2[j], l2, bh0, bh1);
+            mma_tf32(acc2[j], h2, bl0, bl1);
+            mma_tf32(acc2[j], h2, bh0, bh1);
+        }
+    }
+}
+
 // ---- asynchronous tile loads ----
 static __device__ __forceinline__ void cp_async16(float *dst, const float *src, bool valid) {
     unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -203,10 +233,8 @@ __global__ void __launch_bounds__(256)
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
-        if (n0 <= mt * 16 + 15) {
-            warp_mma3<4, false, true>(kk, Ks + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
-            warp_mma3<4, false, true>(qk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
-        }
+        if (n0 <= mt * 16 + 15)
+            warp_mma3_pair<4>(kk, qk, Ks + mt * 16 * ldk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
         float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
 #pragma unroll
         for (int j = 0; j < 4; j++)
