@@ -41,7 +41,7 @@ echo "exit $?"
 tail -n 4 "$OUT/demo.log"
 
 echo "== compute-sanitizer memcheck (op tests only)"
-timeout 240 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
+timeout 80 compute-sanitizer --tool memcheck --print-limit 8 "$BIN/fd_cuda_tests" cuda_matmul cuda_rmsnorm \
     cuda_conv cuda_gdn cuda_attention cuda_moe cuda_embed cuda_split cuda_gated cuda_elementwise cuda_copy \
     >"$OUT/memcheck.log" 2>&1
 echo "exit $?"
