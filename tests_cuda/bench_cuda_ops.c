@@ -159,8 +159,12 @@ TEST(bench_cuda_27b_ops) {
             c.route = r, c.n = gn[i];
             char what[80];
             snprintf(what, sizeof what, "gdn_core %s n=%d (Hk16 Hv48 128/128)", r ? "serial" : "chunked", c.n);
-            // bytes: read qkv + write o + read/write state
-            row(what, time_ms(f_gdn, &c), 0, (double)c.n * (cq + 48 * 128) * 4 + 2.0 * 48 * 128 * 128 * 4);
+            // bytes: read qkv + write o + read/write state. FLOP (chunked form, per 64-token chunk and value head,
+            // MACs): K K^T, Q K^T 2*64*64*dk; T V, T K 64*64*(dv+dk); W S, K^T Vnew, Q S 3*64*dk*dv; P Vnew
+            // 64*64*dv (the 3xTF32 tensor-core work is 3x this; docs/perf-notes.md)
+            double mac = 64.0 * 64 * (3 * 128 + 2 * 128) + 3.0 * 64 * 128 * 128;
+            double flop = r ? 0 : 2.0 * mac * 48 * ((c.n + 63) / 64);
+            row(what, time_ms(f_gdn, &c), flop, (double)c.n * (cq + 48 * 128) * 4 + 2.0 * 48 * 128 * 128 * 4);
         }
     B()->free(B(), c.x), B()->free(B(), c.a), B()->free(B(), c.b), B()->free(B(), c.out), B()->free(B(), c.st);
     // ---- attention: prefill over its own 4096 tokens, decode at 32K context ----

@@ -347,9 +347,14 @@ static double rel_l2_64(const float *a, const double *b, size_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-// Two consecutive calls (n1 then n2 tokens) from a random initial state, so the state carries across calls.
-static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk, int dv, int slots) {
-    int cq = 2 * Hk * dk + Hv * dv, n = n1 + n2;
+// Consecutive calls of calls[0], calls[1], ... tokens from a random initial state, so the state carries across
+// calls; the whole sequence is compared with the fp64 recurrence and the CPU reference. With `slots`, the last call
+// (if not the first) also writes per-token state slots. Returns the worst of the four errors; `quiet` prints
+// nothing unless a check fails (sweeps print their own summary).
+static double check_gdn_calls(fd_gdn_route route, const int *calls, int ncalls, int Hk, int Hv, int dk, int dv,
+                              int slots, int quiet) {
+    int cq = 2 * Hk * dk + Hv * dv, n = 0;
+    for (int i = 0; i < ncalls; i++) n += calls[i];
     size_t ns = (size_t)Hv * dk * dv;
     tw A_log = mkw("A_log", Hv, 1, FD_F32, -1.0f, 1.5f), dt_bias = mkw("dt_bias", Hv, 1, FD_F32, -1, 1);
     float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
@@ -361,15 +366,15 @@ static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk
     void *dS = up(S0, ns);
     float *og = fd_malloc((size_t)n * Hv * dv * 4), *oc = fd_malloc((size_t)n * Hv * dv * 4);
     int t0 = 0;
-    for (int call = 0; call < 2; call++) {
-        int m = call ? n2 : n1;
+    for (int call = 0; call < ncalls; call++) {
+        int m = calls[call];
         if (!m) continue;
         size_t no = (size_t)m * Hv * dv;
         void *dqkv = up(qkv + (size_t)t0 * cq, (size_t)m * cq), *db = up(b + (size_t)t0 * Hv, (size_t)m * Hv);
         void *da = up(a + (size_t)t0 * Hv, (size_t)m * Hv), *dout = dalloc(no);
         poison(dout, no);
-        // slots (second call only): the state after every token; the CPU computes them with the serial route
-        int use_slots = slots && call == 1;
+        // slots (last call only): the state after every token; the CPU computes them with the serial route
+        int use_slots = slots && call > 0 && call == ncalls - 1;
         size_t nsl = (size_t)m * ns;
         void *dsl = use_slots ? dalloc(nsl) : NULL;
         float *slc = use_slots ? fd_malloc(nsl * 4) : NULL;
@@ -395,19 +400,40 @@ static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk
     double eo = rel_l2_64(og, o64, no), es = rel_l2_64(Sg, S64, ns);
     double eoc = test_rel_l2(og, oc, no), esc = test_rel_l2(Sg, Sc, ns);
     double cpu_o = rel_l2_64(oc, o64, no);
-    printf("    gdn %s n=%d+%d Hk=%d Hv=%d dk=%d dv=%d: vs fp64 out %.3g state %.3g | vs cpu out %.3g state %.3g "
-           "| cpu vs fp64 out %.3g\n",
-           rn, n1, n2, Hk, Hv, dk, dv, eo, es, eoc, esc, cpu_o);
-    EXPECT(eo <= TOL_GDN && es <= TOL_GDN, "gdn %s vs fp64: out %.3g state %.3g", rn, eo, es);
-    EXPECT(eoc <= TOL_GDN && esc <= TOL_GDN, "gdn %s vs cpu: out %.3g state %.3g", rn, eoc, esc);
+    char split[96];
+    int len = 0;
+    split[0] = 0;
+    for (int i = 0; i < ncalls && len < (int)sizeof split - 12; i++)
+        len += snprintf(split + len, sizeof split - (size_t)len, i ? "+%d" : "%d", calls[i]);
+    int bad = !(eo <= TOL_GDN && es <= TOL_GDN && eoc <= TOL_GDN && esc <= TOL_GDN);
+    if (!quiet || bad)
+        printf("    gdn %s n=%s Hk=%d Hv=%d dk=%d dv=%d: vs fp64 out %.3g state %.3g | vs cpu out %.3g state %.3g "
+               "| cpu vs fp64 out %.3g\n",
+               rn, split, Hk, Hv, dk, dv, eo, es, eoc, esc, cpu_o);
+    EXPECT(eo <= TOL_GDN && es <= TOL_GDN, "gdn %s n=%s vs fp64: out %.3g state %.3g", rn, split, eo, es);
+    EXPECT(eoc <= TOL_GDN && esc <= TOL_GDN, "gdn %s n=%s vs cpu: out %.3g state %.3g", rn, split, eoc, esc);
     free(qkv), free(b), free(a), free(S0), free(Sc), free(S64), free(o64), free(og), free(oc), free(Sg);
     dfree(dS), freew(&A_log), freew(&dt_bias);
+    double worst = eo > es ? eo : es;
+    if (eoc > worst) worst = eoc;
+    if (esc > worst) worst = esc;
+    return isfinite(worst) ? worst : INFINITY;
+}
+
+// Two consecutive calls (n1 then n2 tokens).
+static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk, int dv, int slots) {
+    int calls[2] = {n1, n2};
+    check_gdn_calls(route, calls, 2, Hk, Hv, dk, dv, slots, 0);
 }
 
 static const int gdn_shapes[][6] = {
     // n1, n2, Hk, Hv, dk, dv
     {1, 0, 2, 6, 128, 128},  {7, 0, 2, 6, 128, 128},  {64, 0, 2, 6, 128, 128}, {200, 0, 2, 6, 128, 128},
     {64, 1, 2, 6, 128, 128}, {130, 70, 2, 4, 96, 48}, {7, 200, 1, 3, 64, 32},  {3, 5, 2, 2, 256, 256},
+    // Hv / Hk = 1, 2, 3 at the 27B head size; n not a multiple of 64; odd dv (scalar tile loads); head sizes
+    // that are not multiples of 32 (zero-padded tiles in the chunked kernels; the fixtures use 16)
+    {129, 63, 3, 3, 128, 128}, {191, 0, 2, 4, 128, 128}, {65, 127, 1, 3, 128, 128}, {100, 28, 2, 6, 64, 37},
+    {150, 0, 1, 2, 256, 128},  {70, 3, 1, 2, 48, 40},     {90, 40, 2, 4, 16, 16},    {66, 0, 1, 1, 24, 20},
 };
 
 TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
@@ -422,6 +448,32 @@ TEST(cuda_gdn_chunked_vs_cpu_and_fp64) {
         const int *c = gdn_shapes[s];
         check_gdn(FD_GDN_CHUNKED, c[0], c[1], c[2], c[3], c[4], c[5], 0);
     }
+}
+
+// Every n from 1 to 200 (all chunk tails), Hv / Hk cycling through 1, 2, 3, one call each from a random state;
+// every 5th n at the 27B head size 128/128, the others at 64/48. One summary line with the worst error.
+TEST(cuda_gdn_chunked_sweep_n) {
+    double worst = 0;
+    int worst_n = 0;
+    for (int n = 1; n <= 200; n++) {
+        int r = 1 + n % 3, Hk = 1 + n % 2, big = n % 5 == 0;
+        int calls[1] = {n};
+        double e = check_gdn_calls(FD_GDN_CHUNKED, calls, 1, Hk, Hk * r, big ? 128 : 64, big ? 128 : 48, 0, 1);
+        if (!(e <= worst)) worst = e, worst_n = n;
+    }
+    printf("    gdn chunked n=1..200 (Hv/Hk 1..3): worst rel-L2 (out/state vs fp64 and cpu) %.3g at n=%d\n", worst,
+           worst_n);
+    EXPECT(worst <= TOL_GDN, "gdn chunked sweep worst %.3g at n=%d", worst, worst_n);
+}
+
+// The state carried over several calls of uneven sizes, one of them longer than a 4096-token pass of the
+// chunked route (so it is split into passes internally).
+TEST(cuda_gdn_chunked_multi_call) {
+    const int c1[] = {100, 64, 1, 137, 4200, 33};
+    check_gdn_calls(FD_GDN_CHUNKED, c1, 6, 1, 2, 64, 64, 0, 0);
+    const int c2[] = {63, 65, 1, 129, 2};
+    check_gdn_calls(FD_GDN_CHUNKED, c2, 5, 2, 6, 128, 128, 0, 0);
+    check_gdn_calls(FD_GDN_SERIAL, c2, 5, 2, 6, 128, 128, 0, 0);
 }
 
 // Verify-style calls: a prefill of 30 tokens, then 16 (and 1) tokens that write per-token state slots. Both routes

@@ -207,6 +207,11 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
                  float *state_slots);
 
+// ---- gdn_chunk.cu ----
+// The chunked route of gdn_core (fp32 in/out, dk, dv <= 256); state [Hv, dk, dv] fp32 updated.
+void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
+                    const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv);
+
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
 void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
