@@ -474,6 +474,15 @@ int cmd_bench(int argc, char **argv) {
                s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
         routes_print_hits(&s.eng, stdout);
+        const fd_graph_stats *gs = &s.eng.graph_stats;
+        printf("graphs: route %s%s; %lld replays, %lld recordings, %lld discarded, %lld stale, %lld eager eligible "
+               "forwards\n",
+               s.eng.routes[FD_ROUTE_GRAPHS].values[s.eng.graphs_sel],
+               s.eng.graphs_capable || !strcmp(s.eng.routes[FD_ROUTE_GRAPHS].values[s.eng.graphs_sel], "off")
+                   ? ""
+                   : " (not used: MoE model)",
+               (long long)gs->replayed, (long long)gs->recorded, (long long)gs->failed, (long long)gs->stale,
+               (long long)gs->eager);
         if (routes_verify(&s.eng)) { // the bench must have measured the routes it names
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             rc = 1;
@@ -617,10 +626,10 @@ static int demo_trained(const cli_opts *po, const char *root, int n_given) {
         t0 = fd_time_s();
         rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 0);
         t1 = fd_time_s();
+        if (!rc && o.n_new > 0) out[0] = engine_argmax(logits, V);
         for (int i = 0; !rc && i < o.n_new; i++) {
-            out[i] = engine_argmax(logits, V);
             if ((piece = tok_stream_push(ts, out[i], &len)) && len) fwrite(piece, 1, len, stdout), fflush(stdout);
-            if (i + 1 < o.n_new) rc = engine_forward(&s.eng, &out[i], 1, logits, 0);
+            if (i + 1 < o.n_new) rc = engine_forward_greedy(&s.eng, &out[i], 1, &out[i + 1]);
         }
         t2 = fd_time_s();
         if ((piece = tok_stream_flush(ts, &len)) && len) fwrite(piece, 1, len, stdout);
@@ -721,10 +730,8 @@ int cmd_run(int argc, char **argv) {
     double t0 = fd_time_s();
     rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 0);
     double t1 = fd_time_s();
-    for (int i = 0; !rc && i < o.n_new; i++) {
-        out[i] = engine_argmax(logits, V);
-        if (i + 1 < o.n_new) rc = engine_forward(&s.eng, &out[i], 1, logits, 0);
-    }
+    if (!rc && o.n_new > 0) out[0] = engine_argmax(logits, V);
+    for (int i = 0; !rc && i + 1 < o.n_new; i++) rc = engine_forward_greedy(&s.eng, &out[i], 1, &out[i + 1]);
     double t2 = fd_time_s();
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
