@@ -306,21 +306,18 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
     memcpy(e->step_host, &pos, sizeof pos);
     memcpy((char *)e->step_host + sizeof(int64_t), ids, (size_t)n * sizeof(int32_t));
     be->to_device(be, e->step_dev, e->step_host, sizeof(int64_t) + (size_t)n * sizeof(int32_t));
-    // Decode steps and verify blocks of one sequence read the position on the device, graphs or not, so both ways
-    // launch the same kernels (and attention sizes its grid from the capacity: one shape for every step).
-    const int small = n_segs == 1 && n <= FD_GRAPH_MAX_N;
-    if (small) segs[0].pos_dev = e->pos_dev;
     const int want = logits || out_ids;
     const int head_in_body = want && n - first <= ENGINE_LOGIT_ROWS;
     fwd_body body = {e, n, n_segs, first, head_in_body, segs};
-    if (small && e->graphs_capable) { // eligible: counted under the selected value
-        routes_count(&e->routes[FD_ROUTE_GRAPHS], e->graphs_sel, n);
-        if (engine_graphs_on(e)) {
-            const int head = !head_in_body ? FD_HEAD_NONE : first == 0 ? FD_HEAD_ALL : FD_HEAD_LAST;
-            engine_graphs_run(e, n, e->use_slots, head, forward_body, &body);
-        } else {
-            forward_body(&body);
-        }
+    const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N;
+    if (eligible) routes_count(&e->routes[FD_ROUTE_GRAPHS], e->graphs_sel, n); // under the selected value
+    if (eligible && engine_graphs_on(e)) {
+        // The position is read on the device (attention then sizes its grid from the capacity: one launch shape
+        // for every step). With graphs off it stays a host argument, as before graphs existed; both give the same
+        // bits (backend.h), which tests_cuda/test_cuda_graphs.c checks.
+        segs[0].pos_dev = e->pos_dev;
+        const int head = !head_in_body ? FD_HEAD_NONE : first == 0 ? FD_HEAD_ALL : FD_HEAD_LAST;
+        engine_graphs_run(e, n, e->use_slots, head, forward_body, &body);
     } else {
         forward_body(&body);
     }

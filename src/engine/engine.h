@@ -13,8 +13,9 @@ typedef struct {
 // The engine's own routes (the backend adds its own).
 enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ROUTE_GRAPHS, FD_ENGINE_ROUTES };
 
-// Forwards of at most this many rows of one sequence (decode steps, verify blocks) read their position from
-// backend memory (pos_dev) and may be recorded once and replayed as a CUDA graph (route graphs, engine_graphs.h).
+// Forwards of at most this many rows of one sequence (decode steps, verify blocks) are recorded once and replayed
+// as a CUDA graph when route graphs is on; they then read their position from backend memory (pos_dev) so a
+// replay computes the current step (engine_graphs.h).
 #define FD_GRAPH_MAX_N 16
 
 // Recorded forwards of one engine: recordings made, replays, recordings discarded (something in the forward
