@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "engine/bench.h"
 #include "engine/dflash.h"
+#include "engine/engine_graphs.h"
 #include "engine/routes.h"
 #include "engine/trace.h"
 #include "io/tokenizer.h"
@@ -396,6 +397,7 @@ int cmd_generate(int argc, char **argv) {
         FD_INFO("%lld prompt + %d new tokens in %.3f s", (long long)o.n_ids, o.n_new, dt);
         if (s.has_draft && o.stats) dflash_print_stats(&s.spec, stderr);
         if (o.stats) routes_print_hits(&s.eng, stderr);
+        if (o.stats) engine_graphs_print(&s.eng, stderr);
     }
     free(out);
     free(o.ids);
@@ -474,15 +476,7 @@ int cmd_bench(int argc, char **argv) {
                s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
         routes_print_hits(&s.eng, stdout);
-        const fd_graph_stats *gs = &s.eng.graph_stats;
-        printf("graphs: route %s%s; %lld replays, %lld recordings, %lld discarded, %lld stale, %lld eager eligible "
-               "forwards\n",
-               s.eng.routes[FD_ROUTE_GRAPHS].values[s.eng.graphs_sel],
-               s.eng.graphs_capable || !strcmp(s.eng.routes[FD_ROUTE_GRAPHS].values[s.eng.graphs_sel], "off")
-                   ? ""
-                   : " (not used: MoE model)",
-               (long long)gs->replayed, (long long)gs->recorded, (long long)gs->failed, (long long)gs->stale,
-               (long long)gs->eager);
+        engine_graphs_print(&s.eng, stdout);
         if (routes_verify(&s.eng)) { // the bench must have measured the routes it names
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             rc = 1;

@@ -136,3 +136,12 @@ void engine_graphs_free(fd_engine *e) {
     free(e->graphs);
     e->graphs = NULL;
 }
+
+void engine_graphs_print(const fd_engine *e, FILE *f) {
+    const fd_route *r = &e->routes[FD_ROUTE_GRAPHS];
+    const char *sel = r->values[*r->sel];
+    const fd_graph_stats *g = &e->graph_stats;
+    fprintf(f, "graphs: route %s%s; %lld replays, %lld recordings, %lld discarded, %lld stale, %lld eager (eligible)\n",
+            sel, !strcmp(sel, "on") && !e->graphs_capable ? " (unused: MoE layers)" : "", (long long)g->replayed,
+            (long long)g->recorded, (long long)g->failed, (long long)g->stale, (long long)g->eager);
+}

@@ -11,6 +11,8 @@
 // engine_set_taps / engine_enable_slots, which drop every graph.
 #ifndef FD_ENGINE_GRAPHS_H
 #define FD_ENGINE_GRAPHS_H
+#include <stdio.h>
+
 #include "engine/engine.h"
 
 // LM-head rows a forward computes into logits_dev: none, the last row, every row.
@@ -22,4 +24,6 @@ void engine_graphs_run(fd_engine *e, int n, int use_slots, int head, void (*body
 // Frees every recorded graph (the engine's buffers they point at are about to change).
 void engine_graphs_drop(fd_engine *e);
 void engine_graphs_free(fd_engine *e);
+// One line: "graphs: route R; N replays, N recordings, ..." (bench and generate --stats).
+void engine_graphs_print(const fd_engine *e, FILE *f);
 #endif
