@@ -67,8 +67,10 @@ static void print_stats(const char *what, const fd_engine *e) {
 // counts a logits mismatch. greedy: the on engine takes engine_forward_greedy (device argmax) instead of logits.
 static int32_t step_both(pair *p, int32_t tok, float *la, float *lb, int greedy, int *mismatch) {
     int32_t ga = -1;
-    if (greedy) ASSERT(engine_forward_greedy(&p->on, &tok, 1, &ga) == 0, "%s", fd_error_msg());
-    else ASSERT(engine_forward(&p->on, &tok, 1, la, 0) == 0, "%s", fd_error_msg());
+    if (greedy)
+        ASSERT(engine_forward_greedy(&p->on, &tok, 1, &ga) == 0, "%s", fd_error_msg());
+    else
+        ASSERT(engine_forward(&p->on, &tok, 1, la, 0) == 0, "%s", fd_error_msg());
     ASSERT(engine_forward(&p->off, &tok, 1, lb, 0) == 0, "%s", fd_error_msg());
     const int32_t gb = engine_argmax(lb, p->V);
     if (greedy ? ga != gb : memcmp(la, lb, sizeof(float) * (size_t)p->V) != 0) (*mismatch)++;
@@ -119,8 +121,7 @@ TEST(cuda_graphs_decode_equal_off) {
         printf("    %-20s %d decode steps: logits mismatches %d, restored ids mismatches %d, after reset %d\n",
                k_fixture_names[f], STEPS, bad_logits, bad_ids, bad_reset);
         print_stats("graphs=on", &p.on);
-        EXPECT(bad_logits == 0 && bad_ids == 0 && bad_reset == 0, "%s: graphs on and off disagree",
-               k_fixture_names[f]);
+        EXPECT(bad_logits == 0 && bad_ids == 0 && bad_reset == 0, "%s: graphs on and off disagree", k_fixture_names[f]);
         if (p.on.graphs_capable)
             EXPECT(p.on.graph_stats.replayed >= 2 * STEPS, "%s: only %lld replays", k_fixture_names[f],
                    (long long)p.on.graph_stats.replayed);

@@ -183,7 +183,7 @@ __global__ void k_embed(float *out, const void *table, int bf16, const int32_t *
         int64_t row = ids[i];
         const int ok = row >= 0 && row < rows;
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
-            float v = !ok  ? 0.f
+            float v = !ok    ? 0.f
                       : bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
                              : ((const float *)table)[row * d + j];
             out[(int64_t)i * d + j] = v;

@@ -141,8 +141,8 @@ void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, 
         c->argmax_host_len = rows < 64 ? 64 : rows;
         FD_CUDA_CHECK(cudaMallocHost((void **)&c->argmax_host, (size_t)c->argmax_host_len * sizeof(int32_t)));
     }
-    FD_CUDA_CHECK(cudaMemcpyAsync(c->argmax_host, ids, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                  c->stream));
+    FD_CUDA_CHECK(
+        cudaMemcpyAsync(c->argmax_host, ids, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     memcpy(out_host, c->argmax_host, (size_t)rows * sizeof(int32_t));
 }

@@ -13,12 +13,12 @@ typedef struct {
 } counters;
 
 typedef struct {
-    void *graph;      // NULL until recorded
-    uint64_t gen;     // backend graph generation it was recorded under
-    int seen;         // eager runs so far: recording starts at the second call
-    int failures;     // discarded recordings; after two the shape stays eager
+    void *graph;            // NULL until recorded
+    uint64_t gen;           // backend graph generation it was recorded under
+    int seen;               // eager runs so far: recording starts at the second call
+    int failures;           // discarded recordings; after two the shape stays eager
     int sel[FD_MAX_ROUTES]; // every route's selected value when recorded (the ops it chose are baked in)
-    counters counted; // what one run of the recorded ops counts
+    counters counted;       // what one run of the recorded ops counts
 } graph_slot;
 
 #define SLOTS (FD_GRAPH_MAX_N * 2 * 3)
@@ -31,7 +31,8 @@ static void counters_read(fd_engine *e, counters *c) {
     const int n = routes_list(e, r);
     memset(c, 0, sizeof *c);
     for (int i = 0; i < n; i++)
-        for (int v = 0; v < FD_ROUTE_MAX_VALUES; v++) c->calls[i][v] = r[i]->calls[v], c->tokens[i][v] = r[i]->tokens[v];
+        for (int v = 0; v < FD_ROUTE_MAX_VALUES; v++)
+            c->calls[i][v] = r[i]->calls[v], c->tokens[i][v] = r[i]->tokens[v];
     c->chunked = e->gdn_chunked;
     c->serial = e->gdn_serial;
 }
