@@ -60,7 +60,7 @@ void *cu_scratch(fd_backend *be, int slot, size_t bytes) {
             FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
             FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
         }
-        c->graph_gen++; // graphs recorded earlier point at the old buffer
+        if (c->scratch[slot]) c->graph_gen++; // graphs recorded earlier point at the old buffer
         size_t want = bytes + bytes / 4; // grow geometrically-ish to avoid re-allocating on every new shape
         FD_CUDA_CHECK(cudaMalloc(&c->scratch[slot], want));
         c->scratch_bytes[slot] = want;

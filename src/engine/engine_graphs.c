@@ -14,10 +14,10 @@ typedef struct {
 
 typedef struct {
     void *graph;            // NULL until recorded
-    uint64_t gen;           // backend graph generation it was recorded under
-    int seen;               // eager runs so far: recording starts at the second call
+    uint64_t gen;           // backend graph generation at the last call of this shape
+    int seen;               // eager runs since the last change: recording starts at the second call
     int failures;           // discarded recordings; after two the shape stays eager
-    int sel[FD_MAX_ROUTES]; // every route's selected value when recorded (the ops it chose are baked in)
+    int sel[FD_MAX_ROUTES]; // every route's selected value at the last call (a graph bakes in the kernels chosen)
     counters counted;       // what one run of the recorded ops counts
 } graph_slot;
 
@@ -82,13 +82,18 @@ void engine_graphs_run(fd_engine *e, int n, int use_slots, int head, void (*body
     FD_CHECK(n >= 1 && n <= FD_GRAPH_MAX_N && head >= 0 && head <= 2, "graph of %d rows, head %d", n, head);
     if (!e->graphs) e->graphs = fd_calloc(1, sizeof *e->graphs);
     graph_slot *s = &e->graphs->slot[((n - 1) * 2 + (use_slots ? 1 : 0)) * 3 + head];
+    // A buffer it points at was reallocated, or a route now selects other kernels: record again, after one
+    // eager run (the new buffers or kernels may need scratch of other sizes, which a recording cannot grow).
     const uint64_t gen = be->graph_generation(be);
-    // A buffer it points at was reallocated, or a route now selects other kernels: record again.
     const int moved = routes_changed(e, s->sel) | (s->gen != gen);
-    if (s->graph && moved) {
-        be->graph_free(be, s->graph);
-        s->graph = NULL;
-        e->graph_stats.stale++;
+    s->gen = gen;
+    if (moved) {
+        if (s->graph) {
+            be->graph_free(be, s->graph);
+            s->graph = NULL;
+            e->graph_stats.stale++;
+        }
+        s->seen = 0;
     }
     if (s->graph) {
         be->graph_launch(be, s->graph);
@@ -118,7 +123,6 @@ void engine_graphs_run(fd_engine *e, int n, int use_slots, int head, void (*body
         return;
     }
     s->graph = g;
-    s->gen = be->graph_generation(be);
     be->graph_launch(be, g);
     e->graph_stats.recorded++;
 }

@@ -7,8 +7,9 @@
 // Route hit counters: a replay runs no host code, so the counts a recording made (routes, GDN forms) are stored
 // with the graph and added again on every replay; routes_verify therefore sees the same counts as an eager run.
 // Stale graphs: the backend's graph_generation changes when memory a graph may reference is reallocated (scratch
-// growth, weight release); such graphs are freed and recorded again. The engine's own buffers change only in
-// engine_set_taps / engine_enable_slots, which drop every graph.
+// growth, weight release), and a graph holds the kernels its routes chose: on either change it is freed, the shape
+// runs eagerly once more and is then recorded again. The engine's own buffers change only in engine_set_taps /
+// engine_enable_slots, which drop every graph.
 #ifndef FD_ENGINE_GRAPHS_H
 #define FD_ENGINE_GRAPHS_H
 #include <stdio.h>
