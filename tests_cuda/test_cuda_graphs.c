@@ -137,7 +137,7 @@ TEST(cuda_graphs_decode_equal_off) {
 
 TEST(cuda_graphs_verify_equal_off) {
     const int lens[] = {8, 4, 8, 3, 8, 4, 8, 8, 1, 8, 4, 8};
-    const int n_rounds = (int)(sizeof lens / sizeof lens[0]);
+    const int n_lens = (int)(sizeof lens / sizeof lens[0]), n_rounds = 2 * n_lens;
     for (int f = 0; k_fixture_names[f]; f++) {
         pair p;
         pair_open(&p, k_fixture_names[f], 64, 8 * n_rounds + 8);
@@ -158,7 +158,7 @@ TEST(cuda_graphs_verify_equal_off) {
         int bad_logits = 0, bad_taps = 0;
         uint64_t st = 12345;
         for (int r = 0; r < n_rounds; r++) {
-            const int n = lens[r];
+            const int n = lens[r % n_lens];
             int32_t block[8];
             block[0] = anchor;
             for (int i = 1; i < n; i++) { // a mix of plausible and arbitrary drafts
@@ -223,7 +223,7 @@ TEST(cuda_graphs_rerecord_after_scratch_growth) {
            (long long)(s1->recorded - s0.recorded), (long long)(s1->replayed - s0.replayed), bad);
     EXPECT(bad == 0, "graphs on and off disagree around a scratch growth");
     EXPECT(s1->stale - s0.stale >= 1 && s1->recorded - s0.recorded >= 1, "the stale decode graph was not re-recorded");
-    EXPECT(s1->replayed - s0.replayed >= 6, "only %lld replays after the re-recording",
+    EXPECT(s1->replayed - s0.replayed >= 4, "only %lld replays after the re-recording",
            (long long)(s1->replayed - s0.replayed));
     EXPECT(s1->failed == 0, "%lld recordings discarded", (long long)s1->failed);
     EXPECT(routes_verify(&p.on) == 0, "%s", fd_error_msg());
