@@ -74,8 +74,9 @@ struct fd_backend {
     void (*destroy)(fd_backend *be);
 
     // ---- dense ops ----
-    // out[n,d] act = table[ids[i]] ; ids are host memory
-    void (*embed)(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n);
+    // out[n,d] act = table[ids_dev[i]] ; ids_dev is backend memory (the engine copies ids in with to_device, so
+    // a captured CUDA graph reads the ids of the step it is replayed for). The caller checks the ids' range.
+    void (*embed)(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids_dev, int n);
     // out[n,d] = rmsnorm(x[n,d]) * (plus_one ? 1+w : w); w [d]; out may alias x
     void (*rmsnorm)(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
                     int plus_one);
@@ -121,13 +122,17 @@ struct fd_backend {
     // ---- gated attention ----
     // qg [n, H, 2hd] (per head: query | gate) -> q [n, H, hd], gate [n, H*hd]
     void (*split_q_gate)(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
-    // NeoX rotary on the first rot_dim dims of each head; positions pos0 .. pos0+n-1
-    void (*rope)(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0);
+    // NeoX rotary on the first rot_dim dims of each head; positions pos0 .. pos0+n-1. pos_dev: NULL, or backend
+    // memory holding one int64 whose value when the op executes replaces pos0 (as for attention below).
+    void (*rope)(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
+                 const int64_t *pos_dev);
     // Bytes per cached token per layer for K and V together (layout is the backend's).
     size_t (*kv_bytes_per_token)(fd_backend *be, int Hkv, int hd);
-    // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache
-    void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
-                     int64_t capacity);
+    // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache. pos_dev: NULL, or backend memory holding one
+    // int64 whose value when the op executes replaces pos0 (rows that would land at or beyond capacity are dropped;
+    // the engine checks capacity on the host before every forward).
+    void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
+                     int n, int Hkv, int hd, int64_t capacity);
     // copy positions [src_pos, src_pos+n) of cache `src` (capacity src_cap) to [dst_pos, ...) of `dst` (dst_cap),
     // in the backend's layout (prefix-cache snapshots are caches of capacity n)
     void (*kv_copy)(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
@@ -156,6 +161,27 @@ struct fd_backend {
     // key j < pos0 + n only when |pos0 + i - j| < window.
     void (*attention_window)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
                              int Hkv, int hd, int64_t capacity, float scale, int window);
+
+    // ---- greedy decoding ----
+    // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest
+    // index wins ties (as engine_argmax). Only the ids cross to the host.
+    void (*argmax_rows)(fd_backend *be, int32_t *out_host, const float *logits_dev, int rows, int V);
+
+    // ---- recorded forwards (CUDA graphs; optional: all NULL where a backend has none, e.g. cpu) ----
+    // graph_begin: the ops issued from now until graph_end are recorded, not run. Returns 0, or -1 when this
+    // backend cannot record now (nothing changed; run the ops eagerly).
+    int (*graph_begin)(fd_backend *be);
+    // Ends the recording and returns it as a replayable handle, or NULL when the recording failed (an op needed
+    // something a recording cannot hold, e.g. a scratch buffer grew): then none of the recorded ops ran and the
+    // caller runs them again eagerly. A handle's ops have NOT run yet either: launch it.
+    void *(*graph_end)(fd_backend *be);
+    // Runs a handle's ops in stream order (asynchronous like any op). The ops read every buffer, weight and
+    // position (pos_dev, ids_dev) when they execute, so a replay computes the current step.
+    void (*graph_launch)(fd_backend *be, void *graph);
+    void (*graph_free)(fd_backend *be, void *graph);
+    // Changes whenever memory a handle may reference was reallocated (scratch growth, weight release): a handle
+    // made under another value must be freed, not launched.
+    uint64_t (*graph_generation)(fd_backend *be);
 };
 
 fd_backend *fd_backend_cpu_create(int n_threads);

@@ -158,7 +158,7 @@ TEST(cpu_attention_matches_naive_and_chunks) {
     test_fill_uniform(k, (size_t)n * Hkv * hd, -1, 1, &seed);
     test_fill_uniform(v, (size_t)n * Hkv * hd, -1, 1, &seed);
     void *cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * cap);
-    be->kv_store(be, cache, k, v, 0, n, Hkv, hd, cap);
+    be->kv_store(be, cache, k, v, 0, NULL, n, Hkv, hd, cap);
     be->attention(be, o1, q, cache, 0, NULL, n, H, Hkv, hd, cap, 0.2f, 1);
     be->attention(be, o2, q, cache, 0, NULL, 10, H, Hkv, hd, cap, 0.2f, 1); // first 10 queries as their own call
     be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, NULL, n - 10, H, Hkv, hd, cap, 0.2f, 1);
@@ -203,7 +203,7 @@ TEST(cpu_rope_is_neox_partial) {
     uint64_t seed = 5;
     test_fill_uniform(x, 16, -1, 1, &seed);
     memcpy(y, x, sizeof y);
-    be->rope(be, y, 1, 1, hd, rot, 10000.0f, 7);
+    be->rope(be, y, 1, 1, hd, rot, 10000.0f, 7, NULL);
     for (int i = 0; i < rot / 2; i++) {
         double f = 7.0 / pow(10000.0, 2.0 * i / rot);
         EXPECT(fabs(y[i] - (x[i] * cos(f) - x[i + 4] * sin(f))) < 1e-5);
@@ -244,7 +244,7 @@ TEST(cpu_kv_copy_both_layouts) {
         test_fill_uniform(q, sizeof q / 4, -1, 1, &seed);
         const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
         void *a = be->alloc(be, tb * cap), *b = be->alloc(be, tb * cap), *snap = be->alloc(be, tb * snap_cap);
-        be->kv_store(be, a, k, v, 0, n, Hkv, hd, cap);
+        be->kv_store(be, a, k, v, 0, NULL, n, Hkv, hd, cap);
         be->attention(be, o1, q, a, 0, NULL, n, H, Hkv, hd, cap, 0.25f, 1);
         // b gets positions 0..7 directly and 8..19 through a 12-token snapshot
         be->kv_copy(be, b, 0, cap, a, 0, cap, 8, Hkv, hd);
@@ -256,7 +256,7 @@ TEST(cpu_kv_copy_both_layouts) {
             fd_backend *ref = fd_backend_cpu_create(0);
             void *c = ref->alloc(ref, ref->kv_bytes_per_token(ref, Hkv, hd) * cap);
             float o3[20 * 4 * 16];
-            ref->kv_store(ref, c, k, v, 0, n, Hkv, hd, cap);
+            ref->kv_store(ref, c, k, v, 0, NULL, n, Hkv, hd, cap);
             ref->attention(ref, o3, q, c, 0, NULL, n, H, Hkv, hd, cap, 0.25f, 1);
             const double e = test_rel_l2(o1, o3, sizeof o1 / 4);
             EXPECT(e > 0 && e < 3e-2, "e4m3 attention rel-L2 vs fp32 %.3g", e);

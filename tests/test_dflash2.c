@@ -386,7 +386,7 @@ TEST(dflash2_attention_window_both_kv_layouts) {
         ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
         const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
         unsigned char *cache = calloc((size_t)cap, tb);
-        be->kv_store(be, cache, k, v, 0, (int)tot, Hkv, hd, cap);
+        be->kv_store(be, cache, k, v, 0, NULL, (int)tot, Hkv, hd, cap);
         be->attention(be, o1, q, cache, n0, NULL, n, H, Hkv, hd, cap, scale, 0);
         be->attention_window(be, o2, q, cache, n0, n, H, Hkv, hd, cap, scale, (int)tot);
         EXPECT(!memcmp(o1, o2, sizeof(float) * n * H * hd), "%s: a wide window differs from attention", spec);

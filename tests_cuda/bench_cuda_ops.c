@@ -174,7 +174,7 @@ TEST(bench_cuda_27b_ops) {
     c.st = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 4 * 256, -1, 1), *v = dev_rand((size_t)4096 * 4 * 256, -1, 1);
-        for (int64_t p = 0; p < 32768; p += 4096) B()->kv_store(B(), c.st, k, v, p, 4096, 4, 256, c.cap);
+        for (int64_t p = 0; p < 32768; p += 4096) B()->kv_store(B(), c.st, k, v, p, NULL, 4096, 4, 256, c.cap);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.x = dev_rand((size_t)N * 24 * 256, -1, 1);
@@ -219,7 +219,7 @@ static void bench_dattn(const char *kv) {
     test_fill_uniform(h, (size_t)chunk * 4 * 256, -1, 1, &g_seed);
     void *k = be->alloc(be, (size_t)chunk * 4 * 256 * 4);
     be->to_device(be, k, h, (size_t)chunk * 4 * 256 * 4);
-    for (int64_t p = 0; p < cap - 16; p += chunk) be->kv_store(be, d.cache, k, k, p, (int)chunk, 4, 256, cap);
+    for (int64_t p = 0; p < cap - 16; p += chunk) be->kv_store(be, d.cache, k, k, p, NULL, (int)chunk, 4, 256, cap);
     test_fill_uniform(h, (size_t)16 * 24 * 256, -1, 1, &g_seed);
     d.q = be->alloc(be, (size_t)16 * 24 * 256 * 4);
     be->to_device(be, d.q, h, (size_t)16 * 24 * 256 * 4);
@@ -310,7 +310,7 @@ TEST(bench_cuda_attn_prefill) {
             be->to_device(be, k, h, kvn * 4);
             test_fill_uniform(h, kvn, -1, 1, &g_seed);
             be->to_device(be, v, h, kvn * 4);
-            be->kv_store(be, a.cache, k, v, p, N, Hkv, hd, cap);
+            be->kv_store(be, a.cache, k, v, p, NULL, N, Hkv, hd, cap);
         }
         test_fill_uniform(h, qn, -1, 1, &g_seed);
         a.q = be->alloc(be, qn * 4);
@@ -467,7 +467,7 @@ TEST(bench_cuda_dflash2_ops) {
     c.cache = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 8 * 128, -1, 1), *v = dev_rand((size_t)4096 * 8 * 128, -1, 1);
-        for (int64_t p = 0; p < ctx; p += 4096) B()->kv_store(B(), c.cache, k, v, p, 4096, 8, 128, c.cap);
+        for (int64_t p = 0; p < ctx; p += 4096) B()->kv_store(B(), c.cache, k, v, p, NULL, 4096, 8, 128, c.cap);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.q = dev_rand((size_t)n * 32 * 128, -1, 1);

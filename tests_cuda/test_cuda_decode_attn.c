@@ -58,8 +58,8 @@ static rig mkrig(pair *p, int64_t tokens, int64_t cap, int Hkv, int hd, uint64_t
     test_fill_uniform(k, count, -2, 2, seed);
     test_fill_uniform(v, count, -1, 1, seed);
     void *dk = up(p->g, k, count * sizeof(float)), *dv = up(p->g, v, count * sizeof(float));
-    p->c->kv_store(p->c, r.cc, k, v, 0, (int)tokens, Hkv, hd, cap);
-    p->g->kv_store(p->g, r.cg, dk, dv, 0, (int)tokens, Hkv, hd, cap);
+    p->c->kv_store(p->c, r.cc, k, v, 0, NULL, (int)tokens, Hkv, hd, cap);
+    p->g->kv_store(p->g, r.cg, dk, dv, 0, NULL, (int)tokens, Hkv, hd, cap);
     p->g->free(p->g, dk), p->g->free(p->g, dv);
     free(k), free(v);
     return r;

@@ -103,8 +103,8 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     for (int i = 0; i < 2; i++) {
         if (!counts[i]) continue;
         const size_t o = (size_t)starts[i] * row;
-        c->kv_store(c, cc, k + o, v + o, starts[i], (int)counts[i], Hkv, hd, cap);
-        g->kv_store(g, cg, (const float *)dk + o, (const float *)dv + o, starts[i], (int)counts[i], Hkv, hd, cap);
+        c->kv_store(c, cc, k + o, v + o, starts[i], NULL, (int)counts[i], Hkv, hd, cap);
+        g->kv_store(g, cg, (const float *)dk + o, (const float *)dv + o, starts[i], NULL, (int)counts[i], Hkv, hd, cap);
     }
     const float scale = 1.0f / sqrtf((float)hd);
     float *oc = fd_malloc(qn * 4), *og = fd_malloc(qn * 4);

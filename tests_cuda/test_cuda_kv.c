@@ -37,8 +37,8 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     k[5] = 0; // a zero row exercises the amax == 0 scale
     void *cc = c->alloc(c, tb * cap), *cg = g->alloc(g, tb * cap);
     void *dk = up(g, k, sizeof(float) * tot * row), *dv = up(g, v, sizeof(float) * tot * row);
-    c->kv_store(c, cc, k, v, 0, (int)tot, Hkv, hd, cap);
-    g->kv_store(g, cg, dk, dv, 0, (int)tot, Hkv, hd, cap);
+    c->kv_store(c, cc, k, v, 0, NULL, (int)tot, Hkv, hd, cap);
+    g->kv_store(g, cg, dk, dv, 0, NULL, (int)tot, Hkv, hd, cap);
     unsigned char *gb = malloc(tb * cap);
     g->to_host(g, gb, cg, tb * cap);
     // bytes of the stored positions: K and V planes, then their scales

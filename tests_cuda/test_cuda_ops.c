@@ -186,11 +186,13 @@ TEST(cuda_embed) {
     float *oc = fd_malloc((size_t)n * d * 4);
     void *dout = dalloc((size_t)n * d);
     poison(dout, (size_t)n * d);
-    gpu()->embed(gpu(), dout, &table.g, ids, n);
+    int32_t *dids = gpu()->alloc(gpu(), sizeof ids); // embed reads the ids from device memory
+    gpu()->to_device(gpu(), dids, ids, sizeof ids);
+    gpu()->embed(gpu(), dout, &table.g, dids, n);
     cpu()->embed(cpu(), oc, &table.c, ids, n);
     float *og = down(dout, (size_t)n * d);
     cmp("embed bf16 table V=1001 d=333 n=64", og, oc, (size_t)n * d, TOL_EXACT);
-    free(oc), free(og), dfree(dout), freew(&table);
+    free(oc), free(og), dfree(dout), dfree(dids), freew(&table);
 }
 
 TEST(cuda_split_q_gate_and_rope) {
@@ -213,12 +215,21 @@ TEST(cuda_split_q_gate_and_rope) {
             cmp(what, qgpu, qc, cnt, TOL_EXACT);
             snprintf(what, sizeof what, "split_q_gate n=%d H=%d hd=%d (gate)", n, H, hd);
             cmp(what, ggpu, gc, cnt, TOL_EXACT);
-            gpu()->rope(gpu(), dq, n, H, hd, rot, 1e7f, pos0);
-            cpu()->rope(cpu(), qc, n, H, hd, rot, 1e7f, pos0);
+            // the same rotation with the position read on the device (a wrong host pos0 must not matter)
+            void *dq2 = dalloc(cnt);
+            gpu()->copy(gpu(), dq2, dq, cnt * 4);
+            int64_t *dpos = gpu()->alloc(gpu(), sizeof(int64_t));
+            gpu()->to_device(gpu(), dpos, &pos0, sizeof pos0);
+            gpu()->rope(gpu(), dq, n, H, hd, rot, 1e7f, pos0, NULL);
+            gpu()->rope(gpu(), dq2, n, H, hd, rot, 1e7f, pos0 + 12345, dpos);
+            cpu()->rope(cpu(), qc, n, H, hd, rot, 1e7f, pos0, NULL);
             free(qgpu);
             qgpu = down(dq, cnt);
             snprintf(what, sizeof what, "rope n=%d H=%d hd=%d rot=%d pos0=%lld", n, H, hd, rot, (long long)pos0);
             cmp(what, qgpu, qc, cnt, TOL_F32);
+            float *q2 = down(dq2, cnt);
+            EXPECT(!memcmp(q2, qgpu, cnt * 4), "rope with pos_dev differs from rope with pos0 (%s)", what);
+            free(q2), dfree(dq2), dfree(dpos);
             free(qg), free(qc), free(gc), free(qgpu), free(ggpu), dfree(dqg), dfree(dq), dfree(dg);
         }
 }
@@ -501,8 +512,13 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
         if (!m) continue;
         float *k = rnd((size_t)m * row, -2, 2), *v = rnd((size_t)m * row, -1, 1);
         void *dk = up(k, (size_t)m * row), *dv = up(v, (size_t)m * row);
-        gpu()->kv_store(gpu(), cg, dk, dv, starts[call], m, Hkv, hd, cap);
-        cpu()->kv_store(cpu(), cc, k, v, starts[call], m, Hkv, hd, cap);
+        // the second store reads its position on the device (host pos0 0: a kernel ignoring pos_dev would
+        // overwrite the first store's rows and the attention below would differ)
+        int64_t *dpos = gpu()->alloc(gpu(), sizeof(int64_t)), at = starts[call];
+        gpu()->to_device(gpu(), dpos, &at, sizeof at);
+        gpu()->kv_store(gpu(), cg, dk, dv, call ? 0 : starts[call], call ? dpos : NULL, m, Hkv, hd, cap);
+        cpu()->kv_store(cpu(), cc, k, v, starts[call], NULL, m, Hkv, hd, cap);
+        dfree(dpos);
         free(k), free(v), dfree(dk), dfree(dv);
     }
     q = rnd(qn, -2, 2);

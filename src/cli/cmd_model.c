@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "engine/bench.h"
 #include "engine/dflash.h"
+#include "engine/engine_graphs.h"
 #include "engine/routes.h"
 #include "engine/trace.h"
 #include "io/tokenizer.h"
@@ -396,6 +397,7 @@ int cmd_generate(int argc, char **argv) {
         FD_INFO("%lld prompt + %d new tokens in %.3f s", (long long)o.n_ids, o.n_new, dt);
         if (s.has_draft && o.stats) dflash_print_stats(&s.spec, stderr);
         if (o.stats) routes_print_hits(&s.eng, stderr);
+        if (o.stats) engine_graphs_print(&s.eng, stderr);
     }
     free(out);
     free(o.ids);
@@ -474,6 +476,7 @@ int cmd_bench(int argc, char **argv) {
                s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
         routes_print_hits(&s.eng, stdout);
+        engine_graphs_print(&s.eng, stdout);
         if (routes_verify(&s.eng)) { // the bench must have measured the routes it names
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             rc = 1;
@@ -617,10 +620,10 @@ static int demo_trained(const cli_opts *po, const char *root, int n_given) {
         t0 = fd_time_s();
         rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 0);
         t1 = fd_time_s();
+        if (!rc && o.n_new > 0) out[0] = engine_argmax(logits, V);
         for (int i = 0; !rc && i < o.n_new; i++) {
-            out[i] = engine_argmax(logits, V);
             if ((piece = tok_stream_push(ts, out[i], &len)) && len) fwrite(piece, 1, len, stdout), fflush(stdout);
-            if (i + 1 < o.n_new) rc = engine_forward(&s.eng, &out[i], 1, logits, 0);
+            if (i + 1 < o.n_new) rc = engine_forward_greedy(&s.eng, &out[i], 1, &out[i + 1]);
         }
         t2 = fd_time_s();
         if ((piece = tok_stream_flush(ts, &len)) && len) fwrite(piece, 1, len, stdout);
@@ -721,10 +724,8 @@ int cmd_run(int argc, char **argv) {
     double t0 = fd_time_s();
     rc = engine_prefill(&s.eng, o.ids, o.n_ids, o.prefill_chunk, logits, 0);
     double t1 = fd_time_s();
-    for (int i = 0; !rc && i < o.n_new; i++) {
-        out[i] = engine_argmax(logits, V);
-        if (i + 1 < o.n_new) rc = engine_forward(&s.eng, &out[i], 1, logits, 0);
-    }
+    if (!rc && o.n_new > 0) out[0] = engine_argmax(logits, V);
+    for (int i = 0; !rc && i + 1 < o.n_new; i++) rc = engine_forward_greedy(&s.eng, &out[i], 1, &out[i + 1]);
     double t2 = fd_time_s();
     if (rc) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

@@ -19,8 +19,10 @@ static void cpu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg
 }
 
 // Angles follow HF: inv_freq = 1 / theta^(2i/rot) and angle = pos * inv_freq, both in fp32.
-static void cpu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0) {
+static void cpu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
+                     const int64_t *pos_dev) {
     (void)be;
+    if (pos_dev) pos0 = *pos_dev; // backend memory is host memory here
     float *X = x;
     const int half = rot_dim / 2;
     for (int64_t t = 0; t < n; t++) {
@@ -69,8 +71,9 @@ static void quantize_row(uint8_t *dst, float *scale, const float *x, int hd) {
     *scale = s;
 }
 
-static void cpu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv,
-                         int hd, int64_t capacity) {
+static void cpu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0,
+                         const int64_t *pos_dev, int n, int Hkv, int hd, int64_t capacity) {
+    if (pos_dev) pos0 = *pos_dev;
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store [%lld, %lld) beyond capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
     const size_t row = (size_t)Hkv * hd;

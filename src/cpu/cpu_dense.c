@@ -153,7 +153,20 @@ static void cpu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const vo
         memmove((char *)dst + (size_t)r * dst_stride, (const char *)src + (size_t)r * src_stride, row_bytes);
 }
 
+// Lowest index wins ties, as engine_argmax (the engine's host greedy pick).
+static void cpu_argmax_rows(fd_backend *be, int32_t *out, const float *logits, int rows, int V) {
+    (void)be;
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (int64_t)r * V;
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (l[i] > l[best]) best = i;
+        out[r] = best;
+    }
+}
+
 void cpu_install_dense(fd_backend *be) {
+    be->argmax_rows = cpu_argmax_rows;
     be->copy_rows = cpu_copy_rows;
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;

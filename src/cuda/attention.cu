@@ -47,31 +47,47 @@ cu_kv cu_kv_view(fd_backend *be, const void *cache, int64_t capacity, int Hkv, i
     return v;
 }
 
-__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k, const float *v, int64_t count) {
+// Both store kernels take the cache base and the first position: pos_dev (when not NULL) is read when the kernel
+// runs, so a replayed CUDA graph stores at the step's position. Rows at or beyond capacity are dropped.
+static __device__ __forceinline__ int64_t kv_first_pos(int64_t pos0, const int64_t *pos_dev) {
+    return pos_dev ? *pos_dev : pos0;
+}
+
+// count = n * Hkv * hd elements of k and v; row = Hkv * hd elements per token.
+__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k, const float *v, int64_t pos0,
+                           const int64_t *pos_dev, int64_t count, int64_t row, int64_t capacity) {
+    const int64_t base = kv_first_pos(pos0, pos_dev) * row, end = capacity * row;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        kc[i] = __float2bfloat16_rn(k[i]);
-        vc[i] = __float2bfloat16_rn(v[i]);
+        if (base + i < 0 || base + i >= end) continue;
+        kc[base + i] = __float2bfloat16_rn(k[i]);
+        vc[base + i] = __float2bfloat16_rn(v[i]);
     }
 }
 
 // One warp per (token, head) row of K or V: amax, scale = amax / 448, e4m3(x / scale) with saturation.
-__global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, const float *src, int64_t rows, int hd) {
+__global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, const float *src, int64_t pos0, const int64_t *pos_dev,
+                                int64_t rows, int Hkv, int hd, int64_t capacity) {
     const int lane = threadIdx.x & 31;
+    const int64_t at0 = kv_first_pos(pos0, pos_dev) * Hkv, end = capacity * Hkv;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / 32) {
+        const int64_t at = at0 + r; // warp-uniform
+        if (at < 0 || at >= end) continue;
         const float *x = src + r * hd;
         float amax = 0.f;
         for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(x[i]));
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float s = amax > 0.f ? amax / 448.0f : 1.0f;
-        for (int i = lane; i < hd; i += 32) dst[r * hd + i] = __nv_cvt_float_to_fp8(x[i] / s, __NV_SATFINITE, __NV_E4M3);
-        if (lane == 0) scales[r] = s;
+        for (int i = lane; i < hd; i += 32)
+            dst[at * hd + i] = __nv_cvt_float_to_fp8(x[i] / s, __NV_SATFINITE, __NV_E4M3);
+        if (lane == 0) scales[at] = s;
     }
 }
 
-void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
-                 int64_t capacity) {
+void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
+                 int n, int Hkv, int hd, int64_t capacity) {
     if (n <= 0) return;
+    // With pos_dev the host's pos0 is the position at recording time; the engine checks capacity before a replay.
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
     cu_impl *c = cu_of(be);
@@ -82,19 +98,18 @@ void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int6
         uint8_t *k8 = (uint8_t *)cache, *v8 = k8 + plane;
         float *ks = (float *)(k8 + 2 * plane), *vs = ks + capacity * Hkv;
         unsigned grid = (unsigned)((rows * 32 + 255) / 256 < 8192 ? (rows * 32 + 255) / 256 : 8192);
-        k_kv_store_e4m3<<<grid, 256, 0, cu_of(be)->stream>>>(k8 + pos0 * Hkv * hd, ks + pos0 * Hkv, (const float *)k,
-                                                             rows, hd);
+        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(k8, ks, (const float *)k, pos0, pos_dev, rows, Hkv, hd, capacity);
         FD_CUDA_LAUNCH_CHECK();
-        k_kv_store_e4m3<<<grid, 256, 0, cu_of(be)->stream>>>(v8 + pos0 * Hkv * hd, vs + pos0 * Hkv, (const float *)v,
-                                                             rows, hd);
+        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(v8, vs, (const float *)v, pos0, pos_dev, rows, Hkv, hd, capacity);
         FD_CUDA_LAUNCH_CHECK();
         return;
     }
-    __nv_bfloat16 *kc = (__nv_bfloat16 *)cache + pos0 * Hkv * hd;
-    __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd + pos0 * Hkv * hd;
-    int64_t count = (int64_t)n * Hkv * hd;
+    __nv_bfloat16 *kc = (__nv_bfloat16 *)cache;
+    __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd;
+    const int64_t row = (int64_t)Hkv * hd, count = (int64_t)n * row;
     unsigned grid = cu_blocks(count, 256) > 8192 ? 8192 : cu_blocks(count, 256);
-    k_kv_store<<<grid, 256, 0, cu_of(be)->stream>>>(kc, vc, (const float *)k, (const float *)v, count);
+    k_kv_store<<<grid, 256, 0, c->stream>>>(kc, vc, (const float *)k, (const float *)v, pos0, pos_dev, count, row,
+                                            capacity);
     FD_CUDA_LAUNCH_CHECK();
 }
 

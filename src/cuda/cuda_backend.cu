@@ -49,11 +49,18 @@ void *cu_scratch(fd_backend *be, int slot, size_t bytes) {
     FD_CHECK(slot >= 0 && slot < CU_SCR_COUNT);
     if (bytes == 0) bytes = 256;
     if (c->scratch_bytes[slot] < bytes) {
-        // An earlier op may still be reading the old buffer: drain the stream before freeing it.
-        if (c->scratch[slot]) {
+        if (c->capturing) {
+            // A recording may not synchronise or free: keep the old buffer until graph_end (which discards this
+            // recording; the caller re-runs the ops eagerly).
+            cu_capture_fail(be, "a scratch buffer grew");
+            FD_CHECK(c->n_deferred < CU_DEFERRED_MAX, "scratch grew %d times in one recording", c->n_deferred);
+            if (c->scratch[slot]) c->deferred_free[c->n_deferred++] = c->scratch[slot];
+        } else if (c->scratch[slot]) {
+            // An earlier op may still be reading the old buffer: drain the stream before freeing it.
             FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
             FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
         }
+        if (c->scratch[slot]) c->graph_gen++; // graphs recorded earlier point at the old buffer
         size_t want = bytes + bytes / 4; // grow geometrically-ish to avoid re-allocating on every new shape
         FD_CUDA_CHECK(cudaMalloc(&c->scratch[slot], want));
         c->scratch_bytes[slot] = want;
@@ -164,31 +171,33 @@ static void cu_release_weight(fd_backend *be, fd_weight *w) {
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // no kernel may still read it
     FD_CUDA_CHECK(cudaFree(w->dev));
     w->dev = NULL;
+    c->graph_gen++; // a recorded graph may read this weight's old address
 }
 
 // ---- embedding: out[n, d] f32 = table[ids[i]] ----
-__global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int n, int d) {
+// ids are device memory, read when the kernel runs (a replayed CUDA graph embeds the current step's ids); the
+// engine checks their range on the host before copying them in. An id outside the table still never reads out of
+// bounds: its row is written as zeros.
+__global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int n, int d, int64_t rows) {
     for (int i = blockIdx.y; i < n; i += gridDim.y) { // grid.y is capped at 65535
         int64_t row = ids[i];
+        const int ok = row >= 0 && row < rows;
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x) {
-            float v = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
-                           : ((const float *)table)[row * d + j];
+            float v = !ok    ? 0.f
+                      : bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[row * d + j])
+                             : ((const float *)table)[row * d + j];
             out[(int64_t)i * d + j] = v;
         }
     }
 }
 
-static void cu_embed(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n) {
+static void cu_embed(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids_dev, int n) {
     cu_impl *c = cu_of(be);
     if (n <= 0) return;
-    for (int i = 0; i < n; i++)
-        FD_CHECK(ids[i] >= 0 && ids[i] < table->rows, "token id %d out of range [0, %lld)", ids[i],
-                 (long long)table->rows);
-    int32_t *dids = (int32_t *)cu_scratch(be, CU_SCR_H, (size_t)n * sizeof(int32_t));
-    FD_CUDA_CHECK(cudaMemcpyAsync(dids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
     int d = (int)table->cols;
     dim3 grid(cu_blocks(d, 256) < 8 ? cu_blocks(d, 256) : 8, n < 65535 ? (unsigned)n : 65535u);
-    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, dids, n, d);
+    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, ids_dev, n, d,
+                                         table->rows);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -201,6 +210,8 @@ static void cu_destroy(fd_backend *be) {
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     for (int i = 0; i < CU_SCR_COUNT; i++)
         if (c->scratch[i]) FD_CUDA_CHECK(cudaFree(c->scratch[i]));
+    for (int i = 0; i < c->n_rope_tab; i++) FD_CUDA_CHECK(cudaFree(c->rope_tab[i].inv));
+    if (c->argmax_host) FD_CUDA_CHECK(cudaFreeHost(c->argmax_host));
     if (c->lt_workspace) FD_CUDA_CHECK(cudaFree(c->lt_workspace));
     if (c->gemv_counters) FD_CUDA_CHECK(cudaFree(c->gemv_counters));
     FD_CUBLAS_CHECK(cublasLtDestroy(c->lt));
@@ -308,6 +319,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->attention = cu_attention;
     be->moe = cu_moe;
     cu_install_dflash2(be);
+    cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
     fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];

@@ -70,6 +70,8 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 #define CU_GEMV_COUNTERS      4096 // gemv split-k arrival counters allocated with the backend
 #define CU_GEMV_MAX_SEGS      4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
 #define CU_GEMV_BLOCKS_PER_SM 6    // default k slicing: enough 64-row blocks for ~6 per SM (gemv.cu gv_plan)
+#define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
+#define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
 
 typedef struct {
     int device;
@@ -90,6 +92,22 @@ typedef struct {
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
     int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
+    // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
+    // call copies nothing (a copy from host memory could not sit in a CUDA graph).
+    struct {
+        float theta;
+        int rot_dim;
+        float *inv;
+    } rope_tab[CU_ROPE_TABLES];
+    int n_rope_tab;
+    // CUDA graphs (cuda_graph.cu)
+    int capturing;            // the stream is recording (graph_begin .. graph_end)
+    const char *capture_fail; // why the current recording cannot be used (it is then discarded and re-run)
+    uint64_t graph_gen;       // bumped when memory a graph may reference is reallocated
+    void *deferred_free[CU_DEFERRED_MAX]; // buffers replaced during a recording, freed once it has ended
+    int n_deferred;
+    int32_t *argmax_host; // pinned staging for argmax_rows' ids
+    int argmax_host_len;
 } cu_impl;
 enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3 };
 // Route kv: the cache layout (attention.cu).
@@ -139,8 +157,14 @@ static inline cu_impl *cu_of(fd_backend *be) {
     return (cu_impl *)be->impl;
 }
 
-// Returns a device buffer of at least `bytes` for slot `slot` (contents undefined).
+// Returns a device buffer of at least `bytes` for slot `slot` (contents undefined). Growth bumps graph_gen; during a
+// recording it also marks the recording unusable (cu_capture_fail).
 void *cu_scratch(fd_backend *be, int slot, size_t bytes);
+// Marks the recording in progress unusable (no-op when not recording); graph_end then discards it.
+void cu_capture_fail(fd_backend *be, const char *why);
+// ---- cuda_graph.cu ----
+void cu_install_graphs(fd_backend *be);
+void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, int rows, int V);
 void cu_after_launch(const char *file, int line);
 extern int cu_debug_sync;
 
@@ -194,7 +218,8 @@ void cu_sigmoid_mul(fd_backend *be, void *x, const void *gate, int64_t count);
 void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows, int dv,
                       float eps);
 void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
-void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0);
+void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
+             const int64_t *pos_dev);
 
 // ---- conv.cu ----
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
@@ -214,8 +239,8 @@ void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, 
 
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
-void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
-                 int64_t capacity);
+void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
+                 int n, int Hkv, int hd, int64_t capacity);
 void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
                 int64_t src_cap, int64_t n, int Hkv, int hd);
 void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,

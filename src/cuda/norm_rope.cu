@@ -128,10 +128,12 @@ void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n,
 // NeoX rotary on dims [0, rot_dim) of each head: pairs (i, i + rot_dim/2) rotate by pos * inv_freq[i].
 // Angles follow HF (and the CPU reference) bit for bit where it matters: inv_freq = 1 / theta^(2i/rot) in fp32
 // on the host, angle = (float)pos * inv_freq in fp32; only cos/sin differ (full-precision sincosf).
-__global__ void k_rope(float *x, int n, int H, int hd, int half, const float *inv_freq, int64_t pos0) {
+__global__ void k_rope(float *x, int n, int H, int hd, int half, const float *inv_freq, int64_t pos0,
+                       const int64_t *pos_dev) {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // over n*H*half
     int64_t total = (int64_t)n * H * half;
     if (idx >= total) return;
+    if (pos_dev) pos0 = *pos_dev; // read at execution time: a replayed CUDA graph rotates for the current step
     int i = (int)(idx % half);
     int64_t th = idx / half;
     int64_t t = th / H;
@@ -144,16 +146,39 @@ __global__ void k_rope(float *x, int n, int H, int hd, int half, const float *in
     xh[i + half] = x2 * c + x1 * s;
 }
 
-void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0) {
+// The device table of inverse frequencies for (theta, rot_dim), made on first use. NULL when it would have to be
+// made during a CUDA graph recording (a host copy cannot be recorded): the recording is then discarded and re-run.
+static const float *rope_inv_freq(fd_backend *be, float theta, int rot_dim) {
+    cu_impl *c = cu_of(be);
+    for (int i = 0; i < c->n_rope_tab; i++)
+        if (c->rope_tab[i].theta == theta && c->rope_tab[i].rot_dim == rot_dim) return c->rope_tab[i].inv;
+    if (c->capturing) {
+        cu_capture_fail(be, "rope: first use of a (theta, rot_dim) pair");
+        return NULL;
+    }
+    FD_CHECK(c->n_rope_tab < CU_ROPE_TABLES, "rope: more than %d distinct (theta, rot_dim) pairs", CU_ROPE_TABLES);
+    const int half = rot_dim / 2;
+    float inv[512];
+    for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)rot_dim);
+    float *dinv = NULL;
+    FD_CUDA_CHECK(cudaMalloc(&dinv, (size_t)half * sizeof(float)));
+    // From pageable memory the copy is staged before the call returns, so `inv` may go out of scope.
+    FD_CUDA_CHECK(cudaMemcpyAsync(dinv, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    c->rope_tab[c->n_rope_tab].theta = theta;
+    c->rope_tab[c->n_rope_tab].rot_dim = rot_dim;
+    c->rope_tab[c->n_rope_tab++].inv = dinv;
+    return dinv;
+}
+
+void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
+             const int64_t *pos_dev) {
     if (n <= 0 || rot_dim <= 0) return;
     if ((rot_dim & 1) || rot_dim > hd || rot_dim > 1024)
         FD_PANIC("rope: rot_dim %d unsupported (head_dim %d)", rot_dim, hd);
-    int half = rot_dim / 2;
-    float inv[512];
-    for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)rot_dim);
-    float *dinv = (float *)cu_scratch(be, CU_SCR_H, sizeof inv);
-    FD_CUDA_CHECK(cudaMemcpyAsync(dinv, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice, cu_of(be)->stream));
+    const int half = rot_dim / 2;
+    const float *dinv = rope_inv_freq(be, theta, rot_dim);
+    if (!dinv) return;
     int64_t total = (int64_t)n * H * half;
-    k_rope<<<cu_blocks(total, 256), 256, 0, cu_of(be)->stream>>>((float *)x, n, H, hd, half, dinv, pos0);
+    k_rope<<<cu_blocks(total, 256), 256, 0, cu_of(be)->stream>>>((float *)x, n, H, hd, half, dinv, pos0, pos_dev);
     FD_CUDA_LAUNCH_CHECK();
 }

@@ -53,11 +53,12 @@ static void oracle_schedule(double tau, int B, int *sched, int n) {
     }
 }
 
-static int decode_steps(fd_engine *e, int32_t first, int n, int32_t *out, float *logits) {
+// Greedy steps with the argmax on the backend (4 bytes per token back to the host, as a server's greedy decode).
+static int decode_steps(fd_engine *e, int32_t first, int n, int32_t *out) {
     int32_t tok = first;
     for (int i = 0; i < n; i++) {
-        FD_TRY(engine_forward(e, &tok, 1, logits, 0));
-        out[i] = tok = engine_argmax(logits, e->m->cfg.vocab_size);
+        FD_TRY(engine_forward_greedy(e, &tok, 1, &out[i]));
+        tok = out[i];
     }
     return 0;
 }
@@ -122,22 +123,27 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         const int64_t draft_ctx = s ? s->n_ctx : 0;
         // pure decode, then the same again from the snapshot (determinism)
         ref[0] = anchor;
+        const fd_graph_stats gs0 = e->graph_stats;
         sync(e);
         t0 = fd_time_s();
-        if ((rc = decode_steps(e, anchor, D, ref + 1, logits))) break;
+        if ((rc = decode_steps(e, anchor, D, ref + 1))) break;
         sync(e);
         const double dt = fd_time_s() - t0;
+        r->graphs = e->routes[FD_ROUTE_GRAPHS].values[e->graphs_sel];
+        r->decode_graph_replays = e->graph_stats.replayed - gs0.replayed;
+        r->decode_graph_recordings = e->graph_stats.recorded - gs0.recorded;
         r->decode_tok_s = D / dt;
         bench_count(e->m, L + D / 2, &flops, &bytes);
         r->decode_gbs = bytes * D / dt / 1e9;
         r->decode_roof = o->copy_ceiling > 0 ? bytes * D / dt / o->copy_ceiling : NAN;
-        if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1, logits))) break; // untimed
+        if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1))) break; // untimed
         es_state_load(e, &g, snap);
         e->n_past = L;
-        if ((rc = decode_steps(e, anchor, D, again, logits))) break;
+        if ((rc = decode_steps(e, anchor, D, again))) break;
         r->deterministic = !memcmp(again, ref + 1, sizeof(int32_t) * (size_t)D);
-        fprintf(stderr, "bench: ctx %lld: decode %.1f tok/s%s\n", (long long)L, r->decode_tok_s,
-                r->deterministic ? "" : " (NOT deterministic)");
+        fprintf(stderr, "bench: ctx %lld: decode %.1f tok/s%s (graphs=%s: %lld replays, %lld recordings in %d steps)\n",
+                (long long)L, r->decode_tok_s, r->deterministic ? "" : " (NOT deterministic)", r->graphs,
+                (long long)r->decode_graph_replays, (long long)r->decode_graph_recordings, D);
         if (!s) continue;
         // DFlash rounds with the oracle drafter proposing the target's own continuation
         es_state_load(e, &g, snap);
@@ -223,6 +229,9 @@ int bench_write_json(const char *path, const char *what, const fd_bench_opts *o,
         json_object_set_new(row, "decode_gb_s", json_real(r->decode_gbs));
         if (!isnan(r->decode_roof)) json_object_set_new(row, "decode_roofline", json_real(r->decode_roof));
         json_object_set_new(row, "deterministic", json_boolean(r->deterministic));
+        if (r->graphs) json_object_set_new(row, "graphs", json_string(r->graphs));
+        json_object_set_new(row, "decode_graph_replays", json_integer(r->decode_graph_replays));
+        json_object_set_new(row, "decode_graph_recordings", json_integer(r->decode_graph_recordings));
         if (r->has_spec) {
             json_object_set_new(row, "round_ms", json_real(r->round_ms));
             json_object_set_new(row, "accepted_drafts_per_round", json_real(r->accepted_per_round));

@@ -22,6 +22,9 @@ typedef struct {
     double prefill_s, prefill_tok_s, prefill_tflops, prefill_roof;
     double decode_tok_s, decode_gbs, decode_roof;
     int deterministic;
+    const char *graphs;             // route graphs during the timed decode (on | off)
+    int64_t decode_graph_replays;   // graph launches during the timed decode (0 with graphs off)
+    int64_t decode_graph_recordings; // recordings made during it (1 on the first context, 0 after)
     int has_spec;
     double round_ms, accepted_per_round, emitted_per_round, spec_tok_s;
 } fd_bench_row;

@@ -39,6 +39,7 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     s->g = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
     s->u = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
     s->logits_dev = be->alloc(be, (size_t)(s->B - 1) * dr->vocab_size * sizeof(float));
+    s->ids_dev = be->alloc(be, (size_t)s->B * sizeof(int32_t));
     s->h_logits = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_q = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_p = fd_malloc((size_t)dr->vocab_size * sizeof(float));
@@ -55,7 +56,7 @@ void dflash_free(fd_dflash *s) {
     dflash2_release(s);
     for (int i = 0; s->kv && i < s->dr->num_layers; i++) be->free(be, s->kv[i]);
     free(s->kv);
-    void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev};
+    void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev, s->ids_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     free(s->h_logits);
@@ -76,8 +77,8 @@ static void draft_kv_store(fd_dflash *s, int l, int m, int64_t pos0) {
     const fd_drafter *d = s->dr;
     const fd_draft_layer *L = &d->layers[l];
     be->rmsnorm(be, s->k, s->k, &L->k_norm, (int64_t)m * d->num_kv_heads, d->head_dim, d->rms_norm_eps, 0);
-    be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0);
-    be->kv_store(be, s->kv[l], s->k, s->v, pos0, m, d->num_kv_heads, d->head_dim, s->capacity);
+    be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0, NULL);
+    be->kv_store(be, s->kv[l], s->k, s->v, pos0, NULL, m, d->num_kv_heads, d->head_dim, s->capacity);
 }
 
 // K and V of `m` rows of `src` [m, d] for drafter layer l (draft_kv_store).
@@ -108,7 +109,13 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
     int32_t ids[FD_SPEC_MAX_BLOCK];
     ids[0] = anchor;
     for (int i = 1; i < B; i++) ids[i] = d->mask_token_id;
-    be->embed(be, s->x, &s->tgt->m->embed, ids, B);
+    // embed reads the ids on the device, unchecked: check them here
+    const int64_t vocab = s->tgt->m->embed.rows;
+    if (anchor < 0 || anchor >= vocab || d->mask_token_id < 0 || d->mask_token_id >= vocab)
+        return fd_error_set("draft block ids (anchor %d, mask %d) outside the vocabulary [0, %lld)", anchor,
+                            d->mask_token_id, (long long)vocab);
+    be->to_device(be, s->ids_dev, ids, (size_t)B * sizeof(int32_t));
+    be->embed(be, s->x, &s->tgt->m->embed, s->ids_dev, B);
     for (int l = 0; l < d->num_layers; l++) {
         const fd_draft_layer *L = &d->layers[l];
         be->rmsnorm(be, s->h, s->x, &L->input_norm, B, D, d->rms_norm_eps, 0);
@@ -119,7 +126,7 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
             be->matmul_multi(be, outs, Ws, 3, s->h, B);
         }
         be->rmsnorm(be, s->q, s->q, &L->q_norm, (int64_t)B * H, hd, d->rms_norm_eps, 0);
-        be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx);
+        be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx, NULL);
         // The block's own K/V go after the context; the next context append overwrites them.
         draft_kv_store(s, l, B, s->n_ctx);
         if (s->v2)

@@ -37,6 +37,7 @@ typedef struct fd_dflash {
     void **kv;        // [drafter layers] draft KV caches
     void *ctx, *x, *h, *q, *k, *v, *att, *y, *g, *u; // scratch (backend memory)
     float *logits_dev; // f32 [B-1, V]
+    int32_t *ids_dev;  // [B] the draft block's ids in backend memory (embed reads them there)
     float *h_logits, *h_q, *h_p; // host scratch: verify logits [B, V], draft distributions [B-1, V], one row [V]
     const fd_spec_oracle *oracle;
     struct fd_dflash2_state *v2; // DFlash2 scratch (engine/dflash2.c) when the drafter is a DFlash2 one

@@ -1,6 +1,7 @@
 // Engine: the decoder forward pass over the backend interface, and prefill / greedy generation on top of it.
 #include "engine/engine.h"
 
+#include "engine/engine_graphs.h"
 #include "engine/routes.h"
 #include "engine/sampling.h"
 
@@ -48,6 +49,11 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
     e->t4 = be->alloc(be, (size_t)(B * mid * ab));
     e->t5 = be->alloc(be, (size_t)(B * mid * ab));
     e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * c->vocab_size * sizeof(float));
+    const size_t step_bytes = sizeof(int64_t) + (size_t)B * sizeof(int32_t);
+    e->step_dev = be->alloc(be, step_bytes);
+    e->pos_dev = (int64_t *)e->step_dev;
+    e->ids_dev = (int32_t *)((char *)e->step_dev + sizeof(int64_t));
+    e->step_host = fd_calloc(1, step_bytes);
     for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
     e->gdn_prefill_sel = opt->gdn_prefill == FD_GDN_SERIAL ? 1 : 0;
     e->routes[FD_ROUTE_GDN_PREFILL] = (fd_route){.name = "gdn_prefill",
@@ -58,6 +64,27 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
                                                 .values = {"serial"},
                                                 .sel = &e->gdn_decode_sel,
                                                 .help = "GDN for decode steps and verify blocks (per-token states)"};
+    // Graphs need the backend's recording entry points (cuda, not under --trace / FD_CUDA_SYNC / FD_CUDA_PROFILE);
+    // a MoE layer copies its routing to the host mid-forward, which a recording cannot hold.
+    int moe = 0;
+    for (int i = 0; i < c->num_layers; i++) moe |= m->layers[i].is_moe;
+    e->graphs_capable = be->graph_begin && be->graph_end && be->graph_launch && be->graph_free &&
+                        be->graph_generation && !moe;
+    e->graphs_sel = 0;
+    if (be->graph_begin)
+        e->routes[FD_ROUTE_GRAPHS] = (fd_route){
+            .name = "graphs",
+            .values = {"on", "off"},
+            .sel = &e->graphs_sel,
+            .help = "decode steps and verify blocks (<= 16 rows of one sequence) recorded once as a CUDA graph and "
+                    "replayed (MoE models, batched decode and prefill always run op by op, uncounted)"};
+    else
+        e->routes[FD_ROUTE_GRAPHS] = (fd_route){
+            .name = "graphs",
+            .values = {"off"},
+            .sel = &e->graphs_sel,
+            .help = "forwards recorded as CUDA graphs: not on this backend (cpu, or cuda under --trace, "
+                    "FD_CUDA_SYNC=1 or FD_CUDA_PROFILE=1, which need every op run as it is issued)"};
     e->kv = fd_calloc((size_t)c->num_layers, sizeof(void *));
     e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
@@ -87,6 +114,7 @@ void engine_reset(fd_engine *e) {
 void engine_free(fd_engine *e) {
     fd_backend *be = e->be;
     if (!be) return;
+    engine_graphs_free(e); // before the buffers they point at
     const fd_config *c = &e->m->cfg;
     for (int i = 0; i < c->num_layers; i++) {
         if (e->kv[i]) be->free(be, e->kv[i]);
@@ -103,8 +131,10 @@ void engine_free(fd_engine *e) {
     free(e->kv);
     free(e->conv_state);
     free(e->gdn_state);
-    void *bufs[] = {e->x, e->h, e->y, e->t0, e->t1, e->t2, e->t3, e->t4, e->t5, e->logits_dev};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    void *bufs[] = {e->x, e->h, e->y, e->t0, e->t1, e->t2, e->t3, e->t4, e->t5, e->logits_dev, e->step_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    free(e->step_host);
     memset(e, 0, sizeof *e);
 }
 
@@ -121,8 +151,9 @@ static int first_gdn_layer(const fd_config *c) {
 // state, RoPE positions, KV cache, attention) segment by segment: one segment for an ordinary forward, one per
 // sequence for a batched decode step (engine_decode_batch).
 typedef struct {
-    fd_engine *seq; // whose state, cache and position
-    int row0, n;    // its rows in the scratch
+    fd_engine *seq;         // whose state, cache and position
+    int row0, n;            // its rows in the scratch
+    const int64_t *pos_dev; // NULL: the position is seq->n_past; else read on the device (recordable forwards)
 } fwd_seg;
 
 static void gdn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_segs) {
@@ -184,11 +215,12 @@ static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_s
         fd_engine *q = segs[k].seq;
         const int r0 = segs[k].row0, m = segs[k].n;
         void *qr = row(e->t2, r0, (int64_t)H * hd, ab), *kr = row(e->t4, r0, (int64_t)Hkv * hd, ab);
-        be->rope(be, qr, m, H, hd, c->rotary_dim, c->rope_theta, q->n_past);
-        be->rope(be, kr, m, Hkv, hd, c->rotary_dim, c->rope_theta, q->n_past);
-        be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, m, Hkv, hd,
+        const int64_t *pd = segs[k].pos_dev;
+        be->rope(be, qr, m, H, hd, c->rotary_dim, c->rope_theta, q->n_past, pd);
+        be->rope(be, kr, m, Hkv, hd, c->rotary_dim, c->rope_theta, q->n_past, pd);
+        be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, pd, m, Hkv, hd,
                      q->opt.capacity);
-        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, NULL, m, H, Hkv, hd,
+        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, pd, m, H, Hkv, hd,
                       q->opt.capacity, 1.0f / sqrtf((float)hd), 1);
     }
     be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
@@ -218,18 +250,35 @@ static int check_ids(const fd_config *c, const int32_t *ids, int n) {
     return 0;
 }
 
-// The decoder over n rows in e's scratch (segments as in gdn_mixer), then the logits of rows [first, n) to host.
-static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg *segs, int n_segs, float *logits,
-                         int first) {
+// One forward's ops, from the ids in e->ids_dev to (when head) the logits of rows [first, n) in logits_dev.
+typedef struct {
+    fd_engine *e;
+    int n, n_segs, first, head;
+    const fwd_seg *segs;
+} fwd_body;
+
+static void final_norm(fd_engine *e, int n, int first) {
+    const fd_config *c = &e->m->cfg;
+    e->be->rmsnorm(e->be, e->h, row(e->x, first, c->hidden_size, e->be->act_bytes), &e->m->final_norm, n - first,
+                   c->hidden_size, c->rms_norm_eps, 1);
+}
+
+// The decoder over n rows in e's scratch (segments as in gdn_mixer); with head, also the final norm and the LM head
+// of rows [first, n) (at most ENGINE_LOGIT_ROWS) into logits_dev. Host-side effects other than route counters
+// stay outside: a recorded forward replays only what the backend ops do.
+static void forward_body(void *ctx) {
+    const fwd_body *f = ctx;
+    fd_engine *e = f->e;
     const fd_config *c = &e->m->cfg;
     fd_backend *be = e->be;
+    const int n = f->n;
     const int64_t d = c->hidden_size;
-    be->embed(be, e->x, &e->m->embed, ids, n);
+    be->embed(be, e->x, &e->m->embed, e->ids_dev, n);
     for (int li = 0; li < c->num_layers; li++) {
         fd_layer *L = &e->m->layers[li];
         be->rmsnorm(be, e->h, e->x, &L->input_norm, n, (int)d, c->rms_norm_eps, 1);
-        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n, segs, n_segs);
-        else attn_mixer(e, li, n, segs, n_segs);
+        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n, f->segs, f->n_segs);
+        else attn_mixer(e, li, n, f->segs, f->n_segs);
         be->add(be, e->x, e->y, (int64_t)n * d);
         be->rmsnorm(be, e->h, e->x, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
         ffn(e, li, n);
@@ -239,30 +288,81 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg 
             be->copy_rows(be, (char *)e->taps + (size_t)e->tap_col[li] * rb, rb * (size_t)e->n_taps, e->x, rb, n, rb);
         }
     }
+    if (!f->head) return;
+    final_norm(e, n, f->first);
+    be->matmul(be, e->logits_dev, e->h, &e->m->lm_head, n - f->first, 1);
+}
+
+int engine_graphs_on(const fd_engine *e) {
+    const fd_route *r = &e->routes[FD_ROUTE_GRAPHS];
+    return e->graphs_capable && !strcmp(r->values[*r->sel], "on");
+}
+
+// The forward over n rows of e's scratch (segments as in gdn_mixer). Outputs of rows [first, n): host logits
+// (logits != NULL), greedy ids (out_ids != NULL), or nothing.
+static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs, int n_segs, float *logits,
+                         int32_t *out_ids, int first) {
+    const fd_config *c = &e->m->cfg;
+    fd_backend *be = e->be;
+    const int V = c->vocab_size;
+    // Step inputs to the device in one copy: the position (one sequence) and the ids.
+    int64_t pos = segs[0].seq->n_past;
+    memcpy(e->step_host, &pos, sizeof pos);
+    memcpy((char *)e->step_host + sizeof(int64_t), ids, (size_t)n * sizeof(int32_t));
+    be->to_device(be, e->step_dev, e->step_host, sizeof(int64_t) + (size_t)n * sizeof(int32_t));
+    const int want = logits || out_ids;
+    const int head_in_body = want && n - first <= ENGINE_LOGIT_ROWS;
+    fwd_body body = {e, n, n_segs, first, head_in_body, segs};
+    const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N;
+    if (eligible) routes_count(&e->routes[FD_ROUTE_GRAPHS], e->graphs_sel, n); // under the selected value
+    if (eligible && engine_graphs_on(e)) {
+        // The position is read on the device (attention then sizes its grid from the capacity: one launch shape
+        // for every step). With graphs off it stays a host argument, as before graphs existed; both give the same
+        // bits (backend.h), which tests_cuda/test_cuda_graphs.c checks.
+        segs[0].pos_dev = e->pos_dev;
+        const int head = !head_in_body ? FD_HEAD_NONE : first == 0 ? FD_HEAD_ALL : FD_HEAD_LAST;
+        engine_graphs_run(e, n, e->use_slots, head, forward_body, &body);
+    } else {
+        forward_body(&body);
+    }
     for (int k = 0; k < n_segs; k++) {
         segs[k].seq->n_past += segs[k].n;
         segs[k].seq->tokens_computed += segs[k].n;
     }
-    if (!logits) return;
-    be->rmsnorm(be, e->h, row(e->x, first, d, be->act_bytes), &e->m->final_norm, n - first, (int)d,
-                c->rms_norm_eps, 1);
+    if (!want) return;
+    if (!head_in_body) final_norm(e, n, first);
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
         const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
-        be->matmul(be, e->logits_dev, row(e->h, r0 - first, d, be->act_bytes), &e->m->lm_head, rows, 1);
-        be->to_host(be, logits + (int64_t)(r0 - first) * c->vocab_size, e->logits_dev,
-                    (size_t)rows * c->vocab_size * sizeof(float));
+        if (!head_in_body)
+            be->matmul(be, e->logits_dev, row(e->h, r0 - first, c->hidden_size, be->act_bytes), &e->m->lm_head, rows,
+                       1);
+        if (logits)
+            be->to_host(be, logits + (int64_t)(r0 - first) * V, e->logits_dev, (size_t)rows * V * sizeof(float));
+        else
+            be->argmax_rows(be, out_ids + (r0 - first), e->logits_dev, rows, V);
     }
 }
 
-int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+static int check_forward(fd_engine *e, const int32_t *ids, int n) {
     if (n < 1 || n > e->opt.max_batch)
         return fd_error_set("forward of %d tokens: must be 1..%d (the prefill token budget)", n, e->opt.max_batch);
-    if (e->n_past + n > e->opt.capacity)
+    if (e->n_past < 0 || e->n_past + n > e->opt.capacity)
         return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
-    FD_TRY(check_ids(&e->m->cfg, ids, n));
-    const fwd_seg seg = {e, 0, n};
-    forward_rows(e, ids, n, &seg, 1, logits, all_logits ? 0 : n - 1);
+    return check_ids(&e->m->cfg, ids, n);
+}
+
+int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+    FD_TRY(check_forward(e, ids, n));
+    fwd_seg seg = {e, 0, n, NULL};
+    forward_rows(e, ids, n, &seg, 1, logits, NULL, all_logits ? 0 : n - 1);
+    return 0;
+}
+
+int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids) {
+    FD_TRY(check_forward(e, ids, n));
+    fwd_seg seg = {e, 0, n, NULL};
+    forward_rows(e, ids, n, &seg, 1, NULL, out_ids, 0);
     return 0;
 }
 
@@ -285,9 +385,10 @@ int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logi
                        : fd_error_set("decode batch: sequence %d is at its capacity of %lld tokens", i,
                                       (long long)q->opt.capacity);
         }
-        segs[i] = (fwd_seg){q, i, 1};
+        segs[i] = (fwd_seg){q, i, 1, NULL};
     }
-    forward_rows(e, ids, n, segs, n, logits, 0);
+    // Not recorded: the set of sequences (whose caches and states the ops address) changes from step to step.
+    forward_rows(e, ids, n, segs, n, logits, NULL, 0);
     free(segs);
     return 0;
 }
@@ -317,13 +418,36 @@ int32_t engine_argmax(const float *logits, int V) {
     return best;
 }
 
+// Greedy picks come from the backend (argmax_rows): no [V] logits row crosses to the host per token.
+static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
+    if (chunk <= 0 || chunk > e->opt.max_batch) chunk = e->opt.max_batch;
+    if (n < 1) return fd_error_set("empty prompt");
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    if (n_new < 1) return engine_prefill(e, ids, n, chunk, NULL, 0);
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int len = (int)(n - i < chunk ? n - i : chunk);
+        if (i + len < n) {
+            FD_TRY(engine_forward(e, ids + i, len, NULL, 0));
+        } else { // the last chunk: only its last row's pick
+            FD_TRY(check_forward(e, ids + i, len));
+            fwd_seg seg = {e, 0, len, NULL};
+            forward_rows(e, ids + i, len, &seg, 1, NULL, out, len - 1);
+        }
+    }
+    for (int i = 1; i < n_new; i++) FD_TRY(engine_forward_greedy(e, &out[i - 1], 1, &out[i]));
+    return 0;
+}
+
 int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
                     int32_t *out) {
+    if (!smp || sampler_is_greedy(smp)) return generate_greedy(e, ids, n, chunk, n_new, out);
     const int V = e->m->cfg.vocab_size;
-    float *logits = fd_malloc((size_t)V * sizeof(float)), *scratch = smp ? fd_malloc((size_t)V * sizeof(float)) : NULL;
+    float *logits = fd_malloc((size_t)V * sizeof(float)), *scratch = fd_malloc((size_t)V * sizeof(float));
     int rc = engine_prefill(e, ids, n, chunk, logits, 0);
     for (int i = 0; rc == 0 && i < n_new; i++) {
-        out[i] = smp ? sampler_sample(smp, logits, V, scratch) : engine_argmax(logits, V);
+        out[i] = sampler_sample(smp, logits, V, scratch);
         if (i + 1 < n_new) rc = engine_forward(e, &out[i], 1, logits, 0);
     }
     free(logits);
@@ -346,6 +470,7 @@ int engine_set_taps(fd_engine *e, const int *layers, int n) {
         e->tap_col[layers[j]] = j;
     }
     e->n_taps = n;
+    engine_graphs_drop(e); // recorded forwards copy to the old taps columns
     if (e->taps) e->be->free(e->be, e->taps);
     e->taps = e->be->alloc(e->be, (size_t)e->opt.max_batch * n * c->hidden_size * e->be->act_bytes);
     return 0;
@@ -365,6 +490,7 @@ int engine_enable_slots(fd_engine *e, int block) {
         return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
                             e->opt.max_batch);
     if (e->gdn_slots) return block <= e->spec_block ? 0 : fd_error_set("state slots already sized for %d", e->spec_block);
+    engine_graphs_drop(e);
     e->gdn_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->conv_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
     for (int i = 0; i < c->num_layers; i++)

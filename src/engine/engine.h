@@ -11,7 +11,19 @@ typedef struct {
 } fd_route_count;
 
 // The engine's own routes (the backend adds its own).
-enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ENGINE_ROUTES };
+enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ROUTE_GRAPHS, FD_ENGINE_ROUTES };
+
+// Forwards of at most this many rows of one sequence (decode steps, verify blocks) are recorded once and replayed
+// as a CUDA graph when route graphs is on; they then read their position from backend memory (pos_dev) so a
+// replay computes the current step (engine_graphs.h).
+#define FD_GRAPH_MAX_N 16
+
+// Recorded forwards of one engine: recordings made, replays, recordings discarded (something in the forward
+// could not be recorded; it ran eagerly), graphs freed because memory they referenced moved, and eligible
+// forwards that ran eagerly (first call of a shape, route off, backend busy recording).
+typedef struct {
+    int64_t recorded, replayed, failed, stale, eager;
+} fd_graph_stats;
 
 typedef struct {
     int max_batch;        // scratch rows: the largest n one forward call takes (the prefill token budget)
@@ -46,6 +58,19 @@ typedef struct {
     float **gdn_slots;          // [num_layers] f32 [spec_block, Hv, dk, dv]
     float **conv_slots;         // [num_layers] f32 [spec_block, conv_dim, K-1]
     int use_slots;              // set for the duration of engine_verify
+    // Device-side step inputs (backend memory), written with one to_device before every forward: the position
+    // n_past (pos_dev, int64) and the forward's token ids (ids_dev, int32 [max_batch]). Kernels read them when
+    // they run, so a replayed graph computes the current step; n_past may be set freely between forwards
+    // (commit, reset, prefix-cache restore) since pos_dev is rewritten from it each time.
+    void *step_dev;    // pos_dev then ids_dev
+    int64_t *pos_dev;
+    int32_t *ids_dev;
+    void *step_host;   // host staging of the same layout
+    // route graphs: on | off where the backend records graphs (cuda), else only off
+    int graphs_sel;
+    int graphs_capable; // the backend records graphs and the model has no MoE layer (MoE routing syncs the host)
+    struct fd_engine_graphs *graphs; // engine_graphs.c; NULL until the first eligible forward
+    fd_graph_stats graph_stats;
 } fd_engine;
 
 void engine_default_opts(fd_engine_opts *o);
@@ -69,6 +94,11 @@ struct fd_sampler_s;
 int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, struct fd_sampler_s *smp,
                     int32_t *out);
 int32_t engine_argmax(const float *logits, int V);
+// Like engine_forward, but instead of logits returns the greedy id (argmax, lowest index on ties) of every row in
+// out_ids [n], computed by the backend next to the logits: only 4 bytes per row reach the host.
+int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids);
+// 1 when route graphs is on (and the backend can record graphs).
+int engine_graphs_on(const fd_engine *e);
 
 // ---- speculative decoding ----
 // Every forward from now on also writes the outputs of `layers` (HF hidden_states[i+1]) to e->taps.

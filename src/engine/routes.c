@@ -47,7 +47,9 @@ static int select_value(fd_route *r, const char *value, const char *from) {
         }
     char buf[256];
     values(r, buf, sizeof buf);
-    return fd_error_set("%s: route %s has no value '%s' (values: %s)", from, r->name, value, buf);
+    // The help says why a route offers fewer values here (e.g. graphs under --trace or on the cpu backend).
+    return fd_error_set("%s: route %s has no value '%s' (values: %s; %s: %s)", from, r->name, value, buf, r->name,
+                        r->help ? r->help : "");
 }
 
 int routes_set(fd_engine *e, const char *spec) {

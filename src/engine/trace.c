@@ -115,12 +115,13 @@ static void tr_gated_rmsnorm(fd_backend *be, void *o, const void *x, const void 
 static void tr_split_q_gate(fd_backend *be, void *q, void *g, const void *qg, int n, int H, int hd) {
     TRACED("split_q_gate", n, IN(be)->split_q_gate(IN(be), q, g, qg, n, H, hd));
 }
-static void tr_rope(fd_backend *be, void *x, int n, int H, int hd, int rot, float theta, int64_t pos0) {
-    TRACED("rope", n, IN(be)->rope(IN(be), x, n, H, hd, rot, theta, pos0));
+static void tr_rope(fd_backend *be, void *x, int n, int H, int hd, int rot, float theta, int64_t pos0,
+                    const int64_t *pos_dev) {
+    TRACED("rope", n, IN(be)->rope(IN(be), x, n, H, hd, rot, theta, pos0, pos_dev));
 }
-static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, int64_t pos0, int n, int Hkv, int hd,
-                        int64_t cap) {
-    TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, n, Hkv, hd, cap));
+static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
+                        int n, int Hkv, int hd, int64_t cap) {
+    TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, pos_dev, n, Hkv, hd, cap));
 }
 static void tr_kv_copy(fd_backend *be, void *d, int64_t dp, int64_t dc, const void *s, int64_t sp, int64_t sc,
                        int64_t n, int Hkv, int hd) {
@@ -139,6 +140,9 @@ static void tr_attention_window(fd_backend *be, void *o, const void *q, const vo
                                 int Hkv, int hd, int64_t cap, float scale, int window) {
     TRACED("attention[window]", pos0 + n,
            IN(be)->attention_window(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, window));
+}
+static void tr_argmax_rows(fd_backend *be, int32_t *o, const float *l, int rows, int V) {
+    TRACED("argmax_rows", rows, IN(be)->argmax_rows(IN(be), o, l, rows, V));
 }
 static void tr_moe(fd_backend *be, void *o, const void *x, const fd_moe_weights *mw, int n, int d) {
     TRACED("moe", n, IN(be)->moe(IN(be), o, x, mw, n, d));
@@ -184,6 +188,14 @@ fd_backend *trace_wrap(fd_backend *inner) {
     // optional ops stay NULL where the wrapped backend lacks them (the engine checks for NULL)
     be->dyn_conv = inner->dyn_conv ? tr_dyn_conv : NULL;
     be->attention_window = inner->attention_window ? tr_attention_window : NULL;
+    be->argmax_rows = tr_argmax_rows;
+    // No recorded forwards under a trace: every op must run (and be timed) one by one, so the graphs route offers
+    // only "off" on a traced backend.
+    be->graph_begin = NULL;
+    be->graph_end = NULL;
+    be->graph_launch = NULL;
+    be->graph_free = NULL;
+    be->graph_generation = NULL;
     return be;
 }
 
