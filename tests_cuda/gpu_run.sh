@@ -41,9 +41,10 @@ if has bench; then
 fi
 if has sanit; then
     stamp "sanitizers"
-    for tool in memcheck racecheck synccheck; do
-        timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" cuda_gemv_fallbacks cuda_gemv_multi_unfused_groups \
-            cuda_decode_attn_smoke cuda_attention_mma cuda_gdn $SANIT_EXTRA >"$OUT/sanit_$tool.log" 2>&1
+    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn}
+    for tool in ${SANIT_TOOLS:-memcheck racecheck synccheck}; do
+        timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
+            >"$OUT/sanit_$tool.log" 2>&1
         echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanit_$tool.log" | tr '\n' ' ')"
     done
 fi
