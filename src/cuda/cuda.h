@@ -20,6 +20,11 @@ int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
 // The active value of a route, NULL for an unknown route.
 const char *fd_cuda_route(fd_backend *be, const char *route);
 
+// The distribution sample_rows draws from, for tests: probs [rows, V] (device) = sampler_probs of each row under
+// params[r] (zero outside the top-k / top-p set; one-hot argmax for greedy rows). src/cuda/sampling.cu.
+void fd_cuda_sample_probs(fd_backend *be, float *probs, const float *logits, int rows, int V,
+                          const fd_sample_params *params);
+
 #ifdef __cplusplus
 }
 #endif

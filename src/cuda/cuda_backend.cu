@@ -299,6 +299,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->kv_copy = cu_kv_copy;
     be->attention = cu_attention;
     be->moe = cu_moe;
+    be->sample_rows = cu_sample_rows;
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
     fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];

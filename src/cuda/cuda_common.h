@@ -223,4 +223,8 @@ void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
 
+// ---- sampling.cu ----
+void cu_sample_rows(fd_backend *be, int32_t *out_host, const float *logits, int rows, int V,
+                    const fd_sample_params *params, const double *uniforms);
+
 #endif

@@ -214,9 +214,18 @@ static int check_ids(const fd_config *c, const int32_t *ids, int n) {
     return 0;
 }
 
-// The decoder over n rows in e's scratch (segments as in gdn_mixer), then the logits of rows [first, n) to host.
-static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg *segs, int n_segs, float *logits,
-                         int first) {
+// Where the logits of a forward go: to host `logits`, or (ids != NULL) sampled on the backend, one id per row
+// with params[r] and uniforms[r] (sample_rows), so only the ids cross to the host.
+typedef struct {
+    float *logits;
+    int32_t *ids;
+    const fd_sample_params *params;
+    const double *uniforms;
+} logits_sink;
+
+// The decoder over n rows in e's scratch (segments as in gdn_mixer), then the logits of rows [first, n) to the sink.
+static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg *segs, int n_segs,
+                         const logits_sink *sink, int first) {
     const fd_config *c = &e->m->cfg;
     fd_backend *be = e->be;
     const int64_t d = c->hidden_size;
@@ -239,18 +248,24 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, const fwd_seg 
         segs[k].seq->n_past += segs[k].n;
         segs[k].seq->tokens_computed += segs[k].n;
     }
-    if (!logits) return;
+    if (!sink || (!sink->logits && !sink->ids)) return;
     be->rmsnorm(be, e->h, row(e->x, first, d, be->act_bytes), &e->m->final_norm, n - first, (int)d,
                 c->rms_norm_eps, 1);
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
-        const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
-        be->matmul(be, e->logits_dev, row(e->h, r0 - first, d, be->act_bytes), &e->m->lm_head, rows, 1);
-        be->to_host(be, logits + (int64_t)(r0 - first) * c->vocab_size, e->logits_dev,
-                    (size_t)rows * c->vocab_size * sizeof(float));
+        const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS, k = r0 - first;
+        be->matmul(be, e->logits_dev, row(e->h, k, d, be->act_bytes), &e->m->lm_head, rows, 1);
+        if (sink->ids)
+            be->sample_rows(be, sink->ids + k, e->logits_dev, rows, c->vocab_size, sink->params + k,
+                            sink->uniforms ? sink->uniforms + k : NULL);
+        else
+            be->to_host(be, sink->logits + (int64_t)k * c->vocab_size, e->logits_dev,
+                        (size_t)rows * c->vocab_size * sizeof(float));
     }
 }
 
-int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logits_sink *sink);
+
+static int forward_one(fd_engine *e, const int32_t *ids, int n, const logits_sink *sink, int all_logits) {
     if (n < 1 || n > e->opt.max_batch)
         return fd_error_set("forward of %d tokens: must be 1..%d (the prefill token budget)", n, e->opt.max_batch);
     if (e->n_past + n > e->opt.capacity)
@@ -258,11 +273,51 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
     FD_TRY(check_ids(&e->m->cfg, ids, n));
     const fwd_seg seg = {e, 0, n};
-    forward_rows(e, ids, n, &seg, 1, logits, all_logits ? 0 : n - 1);
+    forward_rows(e, ids, n, &seg, 1, sink, all_logits ? 0 : n - 1);
     return 0;
 }
 
-int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
+int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
+    const logits_sink sink = {.logits = logits};
+    return forward_one(e, ids, n, &sink, all_logits);
+}
+
+// The host side of backend sampling: the op's parameters from a sampler, and its one uniform per sampled token
+// (none for greedy, exactly as sampler_sample consumes them), so the generator's stream is the host path's.
+static double draw_uniform(fd_sampler *smp) { return sampler_is_greedy(smp) ? 0 : sampler_uniform(smp); }
+
+int engine_forward_sample(fd_engine *e, const int32_t *ids, int n, fd_sampler *smp, int32_t *out) {
+    FD_CHECK(e->be->sample_rows, "backend %s has no sample_rows", e->be->name);
+    const fd_sample_params params = sampler_params(smp);
+    fd_sampler saved = *smp; // a refused forward must not consume the uniform
+    const double u = draw_uniform(smp);
+    const logits_sink sink = {.ids = out, .params = &params, .uniforms = &u};
+    const int rc = forward_one(e, ids, n, &sink, 0);
+    if (rc) *smp = saved;
+    return rc;
+}
+
+int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, fd_sampler **smps, int32_t *out) {
+    if (n < 1) return fd_error_set("decode batch of %d sequences", n);
+    FD_CHECK(seqs[0]->be->sample_rows, "backend %s has no sample_rows", seqs[0]->be->name);
+    fd_sample_params *params = fd_malloc(sizeof *params * (size_t)n);
+    double *u = fd_malloc(sizeof *u * (size_t)n);
+    fd_sampler *saved = fd_malloc(sizeof *saved * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        saved[i] = *smps[i];
+        params[i] = sampler_params(smps[i]);
+        u[i] = draw_uniform(smps[i]);
+    }
+    const logits_sink sink = {.ids = out, .params = params, .uniforms = u};
+    const int rc = decode_batch(seqs, ids, n, &sink);
+    for (int i = 0; rc && i < n; i++) *smps[i] = saved[i];
+    free(params);
+    free(u);
+    free(saved);
+    return rc;
+}
+
+static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logits_sink *sink) {
     if (n < 1) return fd_error_set("decode batch of %d sequences", n);
     fd_engine *e = seqs[0];
     if (n > e->opt.max_batch)
@@ -283,9 +338,14 @@ int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logi
         }
         segs[i] = (fwd_seg){q, i, 1};
     }
-    forward_rows(e, ids, n, segs, n, logits, 0);
+    forward_rows(e, ids, n, segs, n, sink, 0);
     free(segs);
     return 0;
+}
+
+int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
+    const logits_sink sink = {.logits = logits};
+    return decode_batch(seqs, ids, n, &sink);
 }
 
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits) {
@@ -313,8 +373,28 @@ int32_t engine_argmax(const float *logits, int V) {
     return best;
 }
 
+int engine_prefill_sample(fd_engine *e, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *out) {
+    if (chunk <= 0 || chunk > e->opt.max_batch) chunk = e->opt.max_batch;
+    if (n < 1) return fd_error_set("empty prompt");
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int len = (int)(n - i < chunk ? n - i : chunk);
+        if (i + len < n) FD_TRY(engine_forward(e, ids + i, len, NULL, 0));
+        else FD_TRY(engine_forward_sample(e, ids + i, len, smp, out));
+    }
+    return 0;
+}
+
 int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
                     int32_t *out) {
+    if (smp) { // sampled on the backend: only the ids come back
+        if (n_new < 1) return engine_prefill(e, ids, n, chunk, NULL, 0);
+        int rc = engine_prefill_sample(e, ids, n, chunk, smp, &out[0]);
+        for (int i = 1; rc == 0 && i < n_new; i++) rc = engine_forward_sample(e, &out[i - 1], 1, smp, &out[i]);
+        return rc;
+    }
     const int V = e->m->cfg.vocab_size;
     float *logits = fd_malloc((size_t)V * sizeof(float)), *scratch = smp ? fd_malloc((size_t)V * sizeof(float)) : NULL;
     int rc = engine_prefill(e, ids, n, chunk, logits, 0);
