@@ -1,7 +1,9 @@
 // sample_rows on the GPU (src/cuda/sampling.cu) against the host sampler (engine/sampling.c):
 //   cuda_sample_greedy_argmax    T = 0: the CPU argmax (lowest index on ties), V = 7, 1000, 248320
 //   cuda_sample_kept_set         the distribution drawn from (fd_cuda_sample_probs, NaN-poisoned output) vs
-//                                sample_probs: the same kept set (top-k / top-p, ties by index) and values
+//                                sample_probs: the same kept set (top-k / top-p, ties by index) and values. Allowed
+//                                and counted: rows whose CPU top-p prefix sum lies within 1e-6 of top_p, and sets
+//                                that differ only in tokens within 2 ulp of the cut (exp's last bit can differ)
 //   cuda_sample_ids_vs_cpu       2000 uniforms per case: the CPU's ids except where u * total falls within 1e-6
 //                                (relative) of a CDF boundary (counted and printed)
 //   cuda_sample_chi2             GPU draws vs the CPU probabilities (chi-square, 0.1 % level)
@@ -100,15 +102,42 @@ static const float k_T[] = {0.7f, 1.0f, 1.5f};
 static const int k_K[] = {0, 1, 20};
 static const float k_P[] = {1.0f, 0.9f, 0.5f};
 
+// The GPU's distribution of one row under prm (fd_cuda_sample_probs into a NaN-poisoned buffer), to host.
+static void gpu_probs(float *out, const float *d_logits, int V, const fd_sample_params *prm) {
+    float *dp = gpu()->alloc(gpu(), sizeof(float) * (size_t)V);
+    for (int i = 0; i < V; i++) out[i] = NAN;
+    gpu()->to_device(gpu(), dp, out, sizeof(float) * (size_t)V);
+    fd_cuda_sample_probs(gpu(), dp, d_logits, 1, V, prm);
+    gpu()->to_host(gpu(), out, dp, sizeof(float) * (size_t)V);
+    gpu()->free(gpu(), dp);
+}
+
+// Compares the GPU's kept set with the CPU's (want = sample_probs, full = the unfiltered p the tokens are ranked
+// by). Returns 0 when equal, 1 when they differ only in tokens whose p lies within 2 ulp of the CPU's cut value
+// (exp rounded differently in the last bit on the two sides can break or make such a tie), 2 otherwise.
+static int compare_sets(const float *got, const float *want, const float *full, int V, int *n_diff) {
+    float cut = INFINITY;
+    for (int i = 0; i < V; i++)
+        if (want[i] > 0 && full[i] < cut) cut = full[i];
+    const float lo = nextafterf(nextafterf(cut, 0), 0), hi = nextafterf(nextafterf(cut, 1), 1);
+    int diff = 0, far = 0;
+    for (int i = 0; i < V; i++)
+        if ((got[i] > 0) != (want[i] > 0) || got[i] != got[i]) {
+            diff++;
+            far += !(full[i] >= lo && full[i] <= hi);
+        }
+    *n_diff = diff;
+    return diff == 0 ? 0 : far == 0 ? 1 : 2;
+}
+
 TEST(cuda_sample_kept_set) {
     const int Vs[] = {7, 1000, 248320};
-    int cases = 0, ambiguous = 0;
+    int cases = 0, ambiguous = 0, ulp_ties = 0;
     double worst = 0;
     for (int vi = 0; vi < 3; vi++) {
         const int V = Vs[vi];
         float *h = malloc(sizeof(float) * (size_t)V), *want = malloc(sizeof(float) * (size_t)V);
-        float *full = malloc(sizeof(float) * (size_t)V);
-        float *probs = gpu()->alloc(gpu(), sizeof(float) * (size_t)V);
+        float *full = malloc(sizeof(float) * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
         for (int kind = 0; kind < N_KINDS; kind++) {
             fill_row(h, V, kind);
             float *d = up_rows(h, V, 1);
@@ -117,35 +146,32 @@ TEST(cuda_sample_kept_set) {
                     for (int p = 0; p < 3; p++) {
                         const fd_sample_params prm = {k_T[t], k_K[k], k_P[p]};
                         sample_probs(&prm, h, V, want);
-                        float *nan = malloc(sizeof(float) * (size_t)V);
-                        for (int i = 0; i < V; i++) nan[i] = NAN;
-                        gpu()->to_device(gpu(), probs, nan, sizeof(float) * (size_t)V);
-                        fd_cuda_sample_probs(gpu(), probs, d, 1, V, &prm);
-                        gpu()->to_host(gpu(), nan, probs, sizeof(float) * (size_t)V);
-                        int set_diff = 0;
-                        for (int i = 0; i < V; i++) set_diff += (nan[i] > 0) != (want[i] > 0);
-                        const double err = test_rel_l2(nan, want, (size_t)V);
+                        gpu_probs(got, d, V, &prm);
                         const fd_sample_params nofilter = {k_T[t], 0, 1.0f};
                         sample_probs(&nofilter, h, V, full);
                         const int amb = topp_ambiguous(full, V, &prm);
+                        int n_diff;
+                        const int sets = compare_sets(got, want, full, V, &n_diff);
                         cases++;
                         ambiguous += amb;
-                        if (!amb) {
-                            EXPECT(set_diff == 0, "V %d %s T %g k %d p %g: kept sets differ in %d tokens", V,
-                                   k_kind_name[kind], prm.temperature, prm.top_k, prm.top_p, set_diff);
+                        ulp_ties += sets == 1;
+                        if (amb) continue;
+                        EXPECT(sets < 2, "V %d %s T %g k %d p %g: kept sets differ in %d tokens", V,
+                               k_kind_name[kind], prm.temperature, prm.top_k, prm.top_p, n_diff);
+                        if (sets == 0) {
+                            const double err = test_rel_l2(got, want, (size_t)V);
                             EXPECT(err < 1e-6, "V %d %s T %g k %d p %g: probs rel-L2 %.3g", V, k_kind_name[kind],
                                    prm.temperature, prm.top_k, prm.top_p, err);
                             if (err > worst) worst = err;
                         }
-                        free(nan);
                     }
             gpu()->free(gpu(), d);
         }
-        gpu()->free(gpu(), probs);
-        free(h), free(want), free(full);
+        free(h), free(want), free(full), free(got);
     }
-    printf("    %d cases, %d with an ambiguous top-p boundary (skipped), worst probs rel-L2 %.2e\n", cases, ambiguous,
-           worst);
+    printf("    %d cases: %d with an ambiguous top-p boundary (skipped), %d differing only in last-bit ties at the cut; "
+           "worst probs rel-L2 %.2e\n",
+           cases, ambiguous, ulp_ties, worst);
 }
 
 // The CPU's inverse-CDF draw (sample_draw_u) by binary search over its cumulative sums, plus whether u * total lies
@@ -179,13 +205,16 @@ static int cdf_draw(const cpu_cdf *c, double u, double tol, int *near) {
     return c->idx[lo];
 }
 
+// GPU ids for DRAWS uniforms per case against the CPU's draw (a) over the GPU's own distribution (checks the
+// draw alone) and (b) over the CPU's distribution where the kept sets agree (checks everything end to end).
 TEST(cuda_sample_ids_vs_cpu) {
     const int Vs[] = {7, 1000, 248320};
     enum { DRAWS = 2000, ROWS = 64 };
-    long total = 0, near_total = 0, mismatches = 0, near_mismatches = 0;
+    long total = 0, near_total = 0, mismatches = 0, near_mismatches = 0, skipped_cases = 0;
     for (int vi = 0; vi < 3; vi++) {
         const int V = Vs[vi];
         float *h = malloc(sizeof(float) * (size_t)V), *pc = malloc(sizeof(float) * (size_t)V);
+        float *pg = malloc(sizeof(float) * (size_t)V), *full = malloc(sizeof(float) * (size_t)V);
         for (int kind = 0; kind < N_KINDS; kind++) {
             fill_row(h, V, kind);
             float *d = up_rows(h, V, ROWS);
@@ -194,8 +223,15 @@ TEST(cuda_sample_ids_vs_cpu) {
                     for (int p = 0; p < 3; p++) {
                         const fd_sample_params prm = {k_T[t], k_K[k], k_P[p]};
                         sample_probs(&prm, h, V, pc);
-                        cpu_cdf cdf;
-                        cdf_build(&cdf, pc, V);
+                        gpu_probs(pg, d, V, &prm);
+                        const fd_sample_params nofilter = {k_T[t], 0, 1.0f};
+                        sample_probs(&nofilter, h, V, full);
+                        int n_diff;
+                        const int cpu_too = compare_sets(pg, pc, full, V, &n_diff) == 0;
+                        skipped_cases += !cpu_too;
+                        cpu_cdf cdf[2];
+                        cdf_build(&cdf[0], pg, V);
+                        if (cpu_too) cdf_build(&cdf[1], pc, V);
                         fd_sample_params prms[ROWS];
                         for (int r = 0; r < ROWS; r++) prms[r] = prm;
                         for (int b = 0; b < DRAWS; b += ROWS) {
@@ -205,31 +241,32 @@ TEST(cuda_sample_ids_vs_cpu) {
                             for (int r = 0; r < n; r++) u[r] = next_uniform(), got[r] = -1;
                             if (b == 0) u[0] = 0.0, u[1] = 0.9999999999999999; // the two ends
                             gpu()->sample_rows(gpu(), got, d, n, V, prms, u);
-                            for (int r = 0; r < n; r++) {
-                                int near;
-                                const int want = cdf_draw(&cdf, u[r], 1e-6, &near);
-                                if (b == 0 && r < 8) // the fast CPU draw is the host's draw
-                                    EXPECT(want == sample_draw_u(pc, V, u[r]), "cdf_draw disagrees with the host");
-                                total++, near_total += near;
-                                if (got[r] != want) {
+                            for (int r = 0; r < n; r++)
+                                for (int c = 0; c < 1 + cpu_too; c++) {
+                                    int near;
+                                    const int want = cdf_draw(&cdf[c], u[r], 1e-6, &near);
+                                    if (b == 0 && r < 8) // the fast CPU draw is the host's draw
+                                        EXPECT(want == sample_draw_u(c ? pc : pg, V, u[r]), "cdf_draw vs host");
+                                    total++, near_total += near;
+                                    if (got[r] == want) continue;
                                     if (near) near_mismatches++;
                                     else if (++mismatches <= 10)
                                         test_fail(__FILE__, __LINE__, "id mismatch",
-                                                  " V %d %s T %g k %d p %g u %.17g: GPU %d, CPU %d", V,
+                                                  " V %d %s T %g k %d p %g u %.17g: GPU %d, CPU (%s probs) %d", V,
                                                   k_kind_name[kind], prm.temperature, prm.top_k, prm.top_p, u[r],
-                                                  got[r], want);
+                                                  got[r], c ? "CPU" : "GPU", want);
                                 }
-                            }
                         }
-                        free(cdf.idx), free(cdf.cum);
+                        for (int c = 0; c < 1 + cpu_too; c++) free(cdf[c].idx), free(cdf[c].cum);
                     }
             gpu()->free(gpu(), d);
         }
-        free(h), free(pc);
+        free(h), free(pc), free(pg), free(full);
     }
-    printf("    %ld draws: %ld mismatches away from boundaries; %ld within 1e-6 of a CDF boundary (%ld of them "
-           "differ)\n",
-           total, mismatches, near_total, near_mismatches);
+    printf("    %ld comparisons: %ld mismatches away from boundaries; %ld within 1e-6 of a CDF boundary (%ld of them "
+           "differ); %ld cases compared against the GPU's distribution only (kept sets differ: see "
+           "cuda_sample_kept_set)\n",
+           total, mismatches, near_total, near_mismatches, skipped_cases);
     EXPECT(mismatches == 0, "%ld ids differ away from CDF boundaries", mismatches);
 }
 
