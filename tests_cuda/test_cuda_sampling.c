@@ -7,14 +7,18 @@
 //   cuda_sample_ids_vs_cpu       2000 uniforms per case: the CPU's ids except where u * total falls within 1e-6
 //                                (relative) of a CDF boundary (counted and printed)
 //   cuda_sample_chi2             GPU draws vs the CPU probabilities (chi-square, 0.1 % level)
+//   cuda_sample_engine_generate  a fixture on the GPU: engine_generate with a sampler (sampled on the device) ==
+//                                the host path on the same GPU logits (copy + sampler_sample), same seed
 //   bench_cuda_sampling          (FD_CUDA_BENCH=1) us per row at V = 248320 vs the logits copy + host sampler
 // Logits rows: uniform, one peaked token, integer-quantised (exact ties everywhere, also at the top-k / top-p cut).
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
+#include "engine/engine.h"
 #include "engine/sampling.h"
 
 static fd_backend *gpu(void) {
@@ -298,6 +302,49 @@ TEST(cuda_sample_chi2) {
         EXPECT(chi2 < test_chi2_crit(dof), "case %d: chi2 %.1f over %.1f", c, chi2, test_chi2_crit(dof));
     }
     gpu()->free(gpu(), d);
+}
+
+TEST(cuda_sample_engine_generate) {
+    fixture fx;
+    ASSERT(fixture_load(k_fixture_names[0], &fx) == 0, "%s", fd_error_msg());
+    fd_model m;
+    ASSERT(model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+    model_upload(&m, gpu());
+    enum { N_NEW = 16 };
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.max_batch = 64;
+    o.capacity = fx.n_ids + N_NEW + 1;
+    fd_engine e;
+    ASSERT(engine_init(&e, &m, gpu(), &o) == 0, "%s", fd_error_msg());
+    const int V = m.cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * (size_t)V);
+    const fd_sample_params cases[] = {{0.8f, 20, 0.9f}, {1.0f, 0, 1.0f}, {1.3f, 0, 0.7f}, {0.0f, 0, 1.0f}};
+    for (int c = 0; c < 4; c++) {
+        int32_t want[N_NEW], got[N_NEW];
+        fd_sampler hs, ds;
+        sampler_init(&hs, cases[c].temperature, cases[c].top_k, cases[c].top_p, 777 + (uint64_t)c);
+        ds = hs;
+        engine_reset(&e);
+        ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 0, logits, 0) == 0, "%s", fd_error_msg());
+        for (int i = 0; i < N_NEW; i++) {
+            want[i] = sampler_sample(&hs, logits, V, scratch);
+            if (i + 1 < N_NEW) ASSERT(engine_forward(&e, &want[i], 1, logits, 0) == 0, "%s", fd_error_msg());
+        }
+        engine_reset(&e);
+        for (int i = 0; i < N_NEW; i++) got[i] = -1;
+        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, N_NEW, &ds, got) == 0, "%s", fd_error_msg());
+        int same = 0;
+        while (same < N_NEW && got[same] == want[same]) same++;
+        printf("    T %g k %d p %g: %d/%d ids as the host path\n", cases[c].temperature, cases[c].top_k,
+               cases[c].top_p, same, N_NEW);
+        EXPECT(same == N_NEW, "case %d: device sampling differs from the host path at token %d", c, same);
+        EXPECT(hs.state == ds.state, "case %d: generator streams diverged", c);
+    }
+    free(logits), free(scratch);
+    engine_free(&e);
+    model_free(&m);
+    fixture_free(&fx);
 }
 
 // ---- bench ----

@@ -200,7 +200,7 @@ static __device__ int block_argmax(const float *__restrict__ l, int V, smp_share
 // The first index i whose inclusive cumulative weight exceeds `target` (times the total weight when `relative`),
 // or -1 when none does. The row is split into SMP_THREADS contiguous segments; warps sum them (coalesced), the
 // block scans the sums, and warp 0 scans the one segment where the running sum crosses.
-static __device__ int ordered_find(const float *__restrict__ p, int V, const smp_weight *w, double target,
+static __device__ int ordered_find(const float *p, int V, const smp_weight *w, double target,
                                    int relative, smp_shared *sh) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int seg = (V + SMP_THREADS - 1) / SMP_THREADS;
@@ -253,7 +253,7 @@ static __device__ int ordered_find(const float *__restrict__ p, int V, const smp
 // ---- radix select of a cut ----
 // Within the tokens of `in`, in rank order: by count, the `goal`-th token (goal = k); by mass, the first token whose
 // cumulative mass reaches goal (a fraction) of the set's mass. Returns the cut that ends at that token.
-static __device__ smp_cut select_cut(const float *__restrict__ p, int V, smp_cut in, int by_mass, double goal,
+static __device__ smp_cut select_cut(const float *p, int V, smp_cut in, int by_mass, double goal,
                                      smp_shared *sh) {
     const int tid = threadIdx.x;
     unsigned prefix = 0, mask = 0;
@@ -326,9 +326,10 @@ static __device__ smp_cut select_cut(const float *__restrict__ p, int V, smp_cut
 }
 
 // out[r]: the sampled id of row r. probs_out (optional, [rows, V]): the distribution drawn from (sampler_probs).
+// pbuf is written here and then read by other threads, so it is not __restrict__ (no read-only-cache loads).
 __global__ void __launch_bounds__(SMP_THREADS)
     k_sample_rows(int32_t *__restrict__ out, float *__restrict__ probs_out, const float *__restrict__ logits,
-                  float *__restrict__ pbuf, int V, const fd_sample_params *__restrict__ params,
+                  float *pbuf, int V, const fd_sample_params *__restrict__ params,
                   const double *__restrict__ uniforms) {
     __shared__ smp_shared sh;
     const int r = blockIdx.x, tid = threadIdx.x;
