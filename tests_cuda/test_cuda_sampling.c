@@ -6,6 +6,7 @@
 //                                that differ only in tokens within 2 ulp of the cut (exp's last bit can differ)
 //   cuda_sample_ids_vs_cpu       2000 uniforms per case: the CPU's ids except where u * total falls within 1e-6
 //                                (relative) of a CDF boundary (counted and printed)
+//   cuda_sample_smoke            small (V = 300, ties): every parameter set; quick enough for compute-sanitizer
 //   cuda_sample_chi2             GPU draws vs the CPU probabilities (chi-square, 0.1 % level)
 //   cuda_sample_engine_generate  a fixture on the GPU: engine_generate with a sampler (sampled on the device) ==
 //                                the host path on the same GPU logits (copy + sampler_sample), same seed
@@ -272,6 +273,40 @@ TEST(cuda_sample_ids_vs_cpu) {
            "cuda_sample_kept_set)\n",
            total, mismatches, near_total, near_mismatches, skipped_cases);
     EXPECT(mismatches == 0, "%ld ids differ away from CDF boundaries", mismatches);
+}
+
+// Small and quick (for compute-sanitizer): V = 300 with exact ties, every parameter combination plus greedy, 4 rows
+// with different uniforms per call; ids must be kept tokens of the CPU's distribution and the GPU's own draw.
+TEST(cuda_sample_smoke) {
+    const int V = 300, ROWS = 4;
+    float h[300], pc[300], pg[300], full[300];
+    fill_row(h, V, KIND_TIES);
+    float *d = up_rows(h, V, ROWS);
+    for (int t = -1; t < 3; t++)
+        for (int k = 0; k < 3; k++)
+            for (int p = 0; p < 3; p++) {
+                const fd_sample_params prm = {t < 0 ? 0.0f : k_T[t], k_K[k], k_P[p]};
+                fd_sample_params prms[4] = {prm, prm, prm, prm};
+                double u[4] = {0.0, 0.3, 0.7, 0.9999999999999999};
+                int32_t got[4] = {-1, -1, -1, -1};
+                sample_probs(&prm, h, V, pc);
+                gpu_probs(pg, d, V, &prm);
+                const fd_sample_params nofilter = {prm.temperature, 0, 1.0f};
+                sample_probs(&nofilter, h, V, full);
+                int n_diff;
+                EXPECT(compare_sets(pg, pc, full, V, &n_diff) == 0 || topp_ambiguous(full, V, &prm),
+                       "T %g k %d p %g: kept sets differ in %d tokens", prm.temperature, prm.top_k, prm.top_p, n_diff);
+                gpu()->sample_rows(gpu(), got, d, ROWS, V, prms, u);
+                for (int r = 0; r < ROWS; r++) {
+                    ASSERT(got[r] >= 0 && got[r] < V, "id %d", got[r]);
+                    EXPECT(pg[got[r]] > 0, "T %g k %d p %g u %g: id %d has no mass", prm.temperature, prm.top_k,
+                           prm.top_p, u[r], got[r]);
+                    const int32_t want = prm.temperature > 0 ? sample_draw_u(pg, V, u[r]) : sample_row(&prm, h, V, 0, pc);
+                    EXPECT(got[r] == want, "T %g k %d p %g u %g: GPU %d, CPU draw %d", prm.temperature, prm.top_k,
+                           prm.top_p, u[r], got[r], want);
+                }
+            }
+    gpu()->free(gpu(), d);
 }
 
 TEST(cuda_sample_chi2) {
