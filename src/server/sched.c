@@ -4,8 +4,8 @@
 // long prompt advances by at most one budget per step and never stalls running streams for longer.
 //
 // Continuous batching: sequences join and leave between steps, and a step's decode tokens of all decoding slots run
-// as one batched forward (engine_decode_batch: weights read once, state and KV per sequence); prompt chunks run
-// per sequence.
+// as one batched forward (engine_decode_batch_sample: weights read once, state and KV per sequence, each slot's
+// token sampled on the backend with its own parameters); prompt chunks run per sequence.
 //
 // Speculative decoding (--draft): each slot also holds a DFlash state over its engine; a decode step is then one
 // draft -> verify -> accept round that emits 1..B tokens. The prompt chunks feed the drafter's context as they run.
