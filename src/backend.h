@@ -27,6 +27,14 @@ typedef struct {
 
 typedef struct fd_backend fd_backend;
 
+// Sampling parameters of one logits row (sample_rows): temperature 0 = greedy argmax; top_k 0 = off; top_p >= 1 =
+// off. The host's sampler (engine/sampling.h) holds the same three and its seeded generator.
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+} fd_sample_params;
+
 // A named execution route: an op with more than one implementation. The choice is explicit (default, flag
 // `--route NAME=VALUE`, env FD_ROUTE_<NAME>), printed at start, and every call is counted under the value that
 // actually ran, so a run can prove it took the route it was asked for (routes_verify in engine/routes.h).
@@ -182,6 +190,16 @@ struct fd_backend {
     // Changes whenever memory a handle may reference was reallocated (scratch growth, weight release): a handle
     // made under another value must be freed, not launched.
     uint64_t (*graph_generation)(fd_backend *be);
+
+    // ---- sampling ----
+    // One token id per logits row, to host out_host[rows]: logits f32 [rows, V] (backend memory), params[r] and
+    // uniforms[r] (host; one uniform in [0, 1) per row, drawn by the host's sampler so seeds and streams stay the
+    // host's; ignored for greedy rows, NULL when every row is greedy). Same distribution as sampler_sample: softmax
+    // of logits / T, top-k, then top-p over the kept mass (ties ranked by lower index), renormalised, and the
+    // inverse-CDF draw in index order; greedy rows take the argmax (lowest index on ties). cpu: bitwise the ids of
+    // sampler_sample; cuda: the same ids except where u lands within rounding of a CDF boundary (sampling.cu).
+    void (*sample_rows)(fd_backend *be, int32_t *out_host, const float *logits, int rows, int V,
+                        const fd_sample_params *params, const double *uniforms);
 };
 
 fd_backend *fd_backend_cpu_create(int n_threads);

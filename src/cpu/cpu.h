@@ -35,4 +35,5 @@ void cpu_install_gdn(fd_backend *be);
 void cpu_install_attn(fd_backend *be);
 void cpu_install_moe(fd_backend *be);
 void cpu_install_dflash2(fd_backend *be);
+void cpu_install_sample(fd_backend *be);
 #endif

@@ -64,5 +64,6 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
     cpu_install_attn(be);
     cpu_install_moe(be);
     cpu_install_dflash2(be);
+    cpu_install_sample(be);
     return be;
 }

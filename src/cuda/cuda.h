@@ -29,6 +29,11 @@ int64_t fd_cuda_gemv_launches(fd_backend *be);
 // the previous value; values outside 1..64 are refused (returns -1, nothing changed).
 int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm);
 
+// The distribution sample_rows draws from, for tests: probs [rows, V] (device) = sampler_probs of each row under
+// params[r] (zero outside the top-k / top-p set; one-hot argmax for greedy rows). src/cuda/sampling.cu.
+void fd_cuda_sample_probs(fd_backend *be, float *probs, const float *logits, int rows, int V,
+                          const fd_sample_params *params);
+
 #ifdef __cplusplus
 }
 #endif

@@ -320,6 +320,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->moe = cu_moe;
     cu_install_dflash2(be);
     cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE
+    be->sample_rows = cu_sample_rows;
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
     fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];

@@ -267,4 +267,8 @@ void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, 
 // Sets be->dyn_conv and be->attention_window (the optional DFlash2 drafter ops).
 void cu_install_dflash2(fd_backend *be);
 
+// ---- sampling.cu ----
+void cu_sample_rows(fd_backend *be, int32_t *out_host, const float *logits, int rows, int V,
+                    const fd_sample_params *params, const double *uniforms);
+
 #endif

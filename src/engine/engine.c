@@ -298,10 +298,19 @@ int engine_graphs_on(const fd_engine *e) {
     return e->graphs_capable && !strcmp(r->values[*r->sel], "on");
 }
 
-// The forward over n rows of e's scratch (segments as in gdn_mixer). Outputs of rows [first, n): host logits
-// (logits != NULL), greedy ids (out_ids != NULL), or nothing.
-static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs, int n_segs, float *logits,
-                         int32_t *out_ids, int first) {
+// Where the outputs of rows [first, n) of a forward go: host logits, or one id per row picked on the backend —
+// sampled with params[r] and uniforms[r] (sample_rows), or the argmax (argmax_rows) when params is NULL — so only
+// the ids cross to the host. All NULL: nothing.
+typedef struct {
+    float *logits;
+    int32_t *ids;
+    const fd_sample_params *params;
+    const double *uniforms;
+} logits_sink;
+
+// The forward over n rows of e's scratch (segments as in gdn_mixer), outputs to the sink.
+static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs, int n_segs,
+                         const logits_sink *sink, int first) {
     const fd_config *c = &e->m->cfg;
     fd_backend *be = e->be;
     const int V = c->vocab_size;
@@ -310,7 +319,7 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
     memcpy(e->step_host, &pos, sizeof pos);
     memcpy((char *)e->step_host + sizeof(int64_t), ids, (size_t)n * sizeof(int32_t));
     be->to_device(be, e->step_dev, e->step_host, sizeof(int64_t) + (size_t)n * sizeof(int32_t));
-    const int want = logits || out_ids;
+    const int want = sink->logits || sink->ids;
     const int head_in_body = want && n - first <= ENGINE_LOGIT_ROWS;
     fwd_body body = {e, n, n_segs, first, head_in_body, segs};
     const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N;
@@ -336,10 +345,14 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
         if (!head_in_body)
             be->matmul(be, e->logits_dev, row(e->h, r0 - first, c->hidden_size, be->act_bytes), &e->m->lm_head, rows,
                        1);
-        if (logits)
-            be->to_host(be, logits + (int64_t)(r0 - first) * V, e->logits_dev, (size_t)rows * V * sizeof(float));
+        const int k = r0 - first;
+        if (sink->logits)
+            be->to_host(be, sink->logits + (int64_t)k * V, e->logits_dev, (size_t)rows * V * sizeof(float));
+        else if (sink->params)
+            be->sample_rows(be, sink->ids + k, e->logits_dev, rows, V, sink->params + k,
+                            sink->uniforms ? sink->uniforms + k : NULL);
         else
-            be->argmax_rows(be, out_ids + (r0 - first), e->logits_dev, rows, V);
+            be->argmax_rows(be, sink->ids + k, e->logits_dev, rows, V);
     }
 }
 
@@ -355,18 +368,35 @@ static int check_forward(fd_engine *e, const int32_t *ids, int n) {
 int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
     FD_TRY(check_forward(e, ids, n));
     fwd_seg seg = {e, 0, n, NULL};
-    forward_rows(e, ids, n, &seg, 1, logits, NULL, all_logits ? 0 : n - 1);
+    const logits_sink sink = {.logits = logits};
+    forward_rows(e, ids, n, &seg, 1, &sink, all_logits ? 0 : n - 1);
     return 0;
 }
 
 int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids) {
     FD_TRY(check_forward(e, ids, n));
     fwd_seg seg = {e, 0, n, NULL};
-    forward_rows(e, ids, n, &seg, 1, NULL, out_ids, 0);
+    const logits_sink sink = {.ids = out_ids};
+    forward_rows(e, ids, n, &seg, 1, &sink, 0);
     return 0;
 }
 
-int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
+// The host side of backend sampling: the op's parameters from a sampler, and its one uniform per sampled token
+// (none for greedy, exactly as sampler_sample consumes them), so the generator's stream is the host path's.
+static double draw_uniform(fd_sampler *smp) { return sampler_is_greedy(smp) ? 0 : sampler_uniform(smp); }
+
+int engine_forward_sample(fd_engine *e, const int32_t *ids, int n, fd_sampler *smp, int32_t *out) {
+    FD_CHECK(e->be->sample_rows, "backend %s has no sample_rows", e->be->name);
+    FD_TRY(check_forward(e, ids, n));
+    const fd_sample_params params = sampler_params(smp);
+    const double u = draw_uniform(smp);
+    fwd_seg seg = {e, 0, n, NULL};
+    const logits_sink sink = {.ids = out, .params = &params, .uniforms = &u};
+    forward_rows(e, ids, n, &seg, 1, &sink, n - 1);
+    return 0;
+}
+
+static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logits_sink *sink) {
     if (n < 1) return fd_error_set("decode batch of %d sequences", n);
     fd_engine *e = seqs[0];
     if (n > e->opt.max_batch)
@@ -388,9 +418,34 @@ int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logi
         segs[i] = (fwd_seg){q, i, 1, NULL};
     }
     // Not recorded: the set of sequences (whose caches and states the ops address) changes from step to step.
-    forward_rows(e, ids, n, segs, n, logits, NULL, 0);
+    forward_rows(e, ids, n, segs, n, sink, 0);
     free(segs);
     return 0;
+}
+
+int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
+    const logits_sink sink = {.logits = logits};
+    return decode_batch(seqs, ids, n, &sink);
+}
+
+int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, fd_sampler **smps, int32_t *out) {
+    if (n < 1) return fd_error_set("decode batch of %d sequences", n);
+    FD_CHECK(seqs[0]->be->sample_rows, "backend %s has no sample_rows", seqs[0]->be->name);
+    fd_sample_params *params = fd_malloc(sizeof *params * (size_t)n);
+    double *u = fd_malloc(sizeof *u * (size_t)n);
+    fd_sampler *saved = fd_malloc(sizeof *saved * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        saved[i] = *smps[i];
+        params[i] = sampler_params(smps[i]);
+        u[i] = draw_uniform(smps[i]);
+    }
+    const logits_sink sink = {.ids = out, .params = params, .uniforms = u};
+    const int rc = decode_batch(seqs, ids, n, &sink);
+    for (int i = 0; rc && i < n; i++) *smps[i] = saved[i]; // a refused step must not consume the uniforms
+    free(params);
+    free(u);
+    free(saved);
+    return rc;
 }
 
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits) {
@@ -433,25 +488,35 @@ static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
         } else { // the last chunk: only its last row's pick
             FD_TRY(check_forward(e, ids + i, len));
             fwd_seg seg = {e, 0, len, NULL};
-            forward_rows(e, ids + i, len, &seg, 1, NULL, out, len - 1);
+            const logits_sink sink = {.ids = out};
+            forward_rows(e, ids + i, len, &seg, 1, &sink, len - 1);
         }
     }
     for (int i = 1; i < n_new; i++) FD_TRY(engine_forward_greedy(e, &out[i - 1], 1, &out[i]));
     return 0;
 }
 
+int engine_prefill_sample(fd_engine *e, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *out) {
+    if (chunk <= 0 || chunk > e->opt.max_batch) chunk = e->opt.max_batch;
+    if (n < 1) return fd_error_set("empty prompt");
+    if (e->n_past + n > e->opt.capacity)
+        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)(e->n_past + n), (long long)e->opt.capacity);
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int len = (int)(n - i < chunk ? n - i : chunk);
+        if (i + len < n) FD_TRY(engine_forward(e, ids + i, len, NULL, 0));
+        else FD_TRY(engine_forward_sample(e, ids + i, len, smp, out));
+    }
+    return 0;
+}
+
+// Greedy: argmax_rows on the backend. With a sampler: sample_rows on the backend. Either way only ids come back.
 int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, fd_sampler *smp,
                     int32_t *out) {
     if (!smp || sampler_is_greedy(smp)) return generate_greedy(e, ids, n, chunk, n_new, out);
-    const int V = e->m->cfg.vocab_size;
-    float *logits = fd_malloc((size_t)V * sizeof(float)), *scratch = fd_malloc((size_t)V * sizeof(float));
-    int rc = engine_prefill(e, ids, n, chunk, logits, 0);
-    for (int i = 0; rc == 0 && i < n_new; i++) {
-        out[i] = sampler_sample(smp, logits, V, scratch);
-        if (i + 1 < n_new) rc = engine_forward(e, &out[i], 1, logits, 0);
-    }
-    free(logits);
-    free(scratch);
+    if (n_new < 1) return engine_prefill(e, ids, n, chunk, NULL, 0);
+    int rc = engine_prefill_sample(e, ids, n, chunk, smp, &out[0]);
+    for (int i = 1; rc == 0 && i < n_new; i++) rc = engine_forward_sample(e, &out[i - 1], 1, smp, &out[i]);
     return rc;
 }
 

@@ -89,7 +89,8 @@ int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logi
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits);
 // Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
 int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out);
-// The same with a sampler (engine/sampling.h; NULL = greedy).
+// The same with a sampler (engine/sampling.h; NULL = greedy on the host). With a sampler every token is sampled
+// on the backend (engine_forward_sample).
 struct fd_sampler_s;
 int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, struct fd_sampler_s *smp,
                     int32_t *out);
@@ -99,6 +100,18 @@ int32_t engine_argmax(const float *logits, int V);
 int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids);
 // 1 when route graphs is on (and the backend can record graphs).
 int engine_graphs_on(const fd_engine *e);
+
+// Sampling on the backend (sample_rows): the last row's logits never leave the backend, only the id does. The
+// sampler's one uniform per token is drawn on the host (none when greedy), so a seed gives the ids of the host
+// path (cpu: bitwise; cuda: except where u falls within rounding of a CDF boundary). On error the sampler is
+// left as it was.
+int engine_forward_sample(fd_engine *e, const int32_t *ids, int n, struct fd_sampler_s *smp, int32_t *out);
+// engine_prefill, then the first token sampled on the backend into *out.
+int engine_prefill_sample(fd_engine *e, const int32_t *ids, int64_t n, int chunk, struct fd_sampler_s *smp,
+                          int32_t *out);
+// engine_decode_batch with sequence i's token sampled by smps[i] on the backend into out[i].
+int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, struct fd_sampler_s **smps,
+                               int32_t *out);
 
 // ---- speculative decoding ----
 // Every forward from now on also writes the outputs of `layers` (HF hidden_states[i+1]) to e->taps.

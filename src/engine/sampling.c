@@ -31,7 +31,19 @@ static int by_value_desc(const void *a, const void *b, void *vals) {
     return *(const int *)a - *(const int *)b; // ties: lower index first, like argmax
 }
 
+fd_sample_params sampler_params(const fd_sampler *s) {
+    return (fd_sample_params){.temperature = s->temperature, .top_k = s->top_k, .top_p = s->top_p};
+}
+
 void sampler_probs(const fd_sampler *s, const float *logits, int V, float *probs) {
+    const fd_sample_params p = sampler_params(s);
+    sample_probs(&p, logits, V, probs);
+}
+
+void sample_probs(const fd_sample_params *p, const float *logits, int V, float *probs) {
+    fd_sampler norm; // the values sampler_init would keep (the generator is not used here)
+    sampler_init(&norm, p->temperature, p->top_k, p->top_p, 0);
+    const fd_sampler *s = &norm;
     if (sampler_is_greedy(s)) {
         int best = 0;
         for (int i = 1; i < V; i++)
@@ -69,10 +81,12 @@ void sampler_probs(const fd_sampler *s, const float *logits, int V, float *probs
     free(order);
 }
 
-int32_t sampler_draw(fd_sampler *s, const float *probs, int V) {
+int32_t sampler_draw(fd_sampler *s, const float *probs, int V) { return sample_draw_u(probs, V, sampler_uniform(s)); }
+
+int32_t sample_draw_u(const float *probs, int V, double uniform) {
     double total = 0;
     for (int i = 0; i < V; i++) total += probs[i];
-    double u = sampler_uniform(s) * total, cum = 0;
+    double u = uniform * total, cum = 0;
     int last = 0;
     for (int i = 0; i < V; i++) {
         if (probs[i] <= 0) continue;
@@ -84,10 +98,15 @@ int32_t sampler_draw(fd_sampler *s, const float *probs, int V) {
 }
 
 int32_t sampler_sample(fd_sampler *s, const float *logits, int V, float *scratch) {
-    sampler_probs(s, logits, V, scratch);
-    if (sampler_is_greedy(s)) {
+    const fd_sample_params p = sampler_params(s);
+    return sample_row(&p, logits, V, sampler_is_greedy(s) ? 0 : sampler_uniform(s), scratch);
+}
+
+int32_t sample_row(const fd_sample_params *p, const float *logits, int V, double u, float *scratch) {
+    sample_probs(p, logits, V, scratch);
+    if (!(p->temperature > 0)) {
         for (int i = 0; i < V; i++)
             if (scratch[i] > 0) return i;
     }
-    return sampler_draw(s, scratch, V);
+    return sample_draw_u(scratch, V, u);
 }

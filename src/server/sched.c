@@ -4,8 +4,8 @@
 // long prompt advances by at most one budget per step and never stalls running streams for longer.
 //
 // Continuous batching: sequences join and leave between steps, and a step's decode tokens of all decoding slots run
-// as one batched forward (engine_decode_batch: weights read once, state and KV per sequence); prompt chunks run
-// per sequence.
+// as one batched forward (engine_decode_batch_sample: weights read once, state and KV per sequence, each slot's
+// token sampled on the backend with its own parameters); prompt chunks run per sequence.
 //
 // Speculative decoding (--draft): each slot also holds a DFlash state over its engine; a decode step is then one
 // draft -> verify -> accept round that emits 1..B tokens. The prompt chunks feed the drafter's context as they run.
@@ -37,15 +37,14 @@ typedef struct {
     srv_job *job;
     int32_t *seq; // tokens fed to the engine so far or about to be: prompt, then generated
     int64_t n_seq, cap_seq;
-    float *logits;  // [V]
     tok_stream *ts; // detokenizer (whole UTF-8 characters only)
     srv_buf text;   // generated text so far (stop strings are searched here)
     size_t emitted; // bytes of text already published to a stream
     int n_gen;
     int32_t next; // sampled token to feed at the next decode step
     double t_last, t_peek;
-    fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator
-    float *scratch;   // [V] for the sampler
+    fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator (tokens are sampled on the
+                      // backend: engine_forward_sample / engine_decode_batch_sample; only the ids come back)
     fd_dflash spec;   // speculative decoding state (when the server has a drafter)
     int64_t admitted; // admission order (oldest prefill first)
     void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
@@ -63,7 +62,6 @@ struct srv_sched {
     srv_metrics *met;
     slot *slots;
     int n_slots, rr;
-    float *batch_logits; // [n_slots, V]: one batched decode step of every decoding slot
     pc_cache *pc;
     pthread_t th;
     pthread_mutex_t mu;
@@ -298,8 +296,6 @@ static int client_gone(slot *sl, double now) {
     return gone;
 }
 
-static int32_t pick(slot *sl, int V) { return sampler_sample(&sl->smp, sl->logits, V, sl->scratch); }
-
 // One DFlash round from the newest token: emits 1..B tokens (never more than max_tokens still allows).
 static void spec_round(srv_sched *s, slot *sl) {
     srv_job *j = sl->job;
@@ -321,9 +317,9 @@ static void spec_round(srv_sched *s, slot *sl) {
     for (int i = 0; i < ne && sl->job == j; i++) take_token(s, sl, em[i]); // stops when the request ends
 }
 
-// After a slot's decode forward (its logits in sl->logits): keep the newest block-boundary state for the prefix
-// cache, count the step, pick and emit the token.
-static void decode_finish(srv_sched *s, slot *sl) {
+// After a slot's decode forward (which sampled `tok`): keep the newest block-boundary state for the prefix cache,
+// count the step, emit the token.
+static void decode_finish(srv_sched *s, slot *sl, int32_t tok) {
     const int B = s->pc ? pc_block(s->pc) : 0;
     if (B && sl->e.n_past % B == 0) {
         const es_geom *g = pc_geom(s->pc);
@@ -334,7 +330,7 @@ static void decode_finish(srv_sched *s, slot *sl) {
     pthread_mutex_lock(&s->met->mu);
     s->met->decode_steps++;
     pthread_mutex_unlock(&s->met->mu);
-    take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
+    take_token(s, sl, tok);
 }
 
 // One decode token for every slot in sls at once (engine_decode_batch: the weights are read once per step, not
@@ -345,27 +341,25 @@ static void decode_slots(srv_sched *s, slot **sls, int n) {
         return;
     }
     if (n == 0) return;
-    const int V = s->m->cfg.vocab_size;
     fd_engine *es[256];
-    int32_t ids[256];
+    fd_sampler *smps[256];
+    int32_t ids[256], picked[256];
     for (int i = 0; i < n; i++) {
         seq_push(sls[i], &sls[i]->next, 1);
         es[i] = &sls[i]->e;
+        smps[i] = &sls[i]->smp;
         ids[i] = sls[i]->next;
     }
     // groups of at most the scratch rows of the group's first engine (the prefill budget)
     for (int g0 = 0; g0 < n;) {
         const int mb = es[g0]->opt.max_batch, g = n - g0 < mb ? n - g0 : mb;
-        if (engine_decode_batch(es + g0, ids + g0, g, s->batch_logits + (size_t)g0 * V)) {
+        if (engine_decode_batch_sample(es + g0, ids + g0, g, smps + g0, picked + g0)) {
             for (int i = 0; i < n; i++) slot_fail(s, sls[i], 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
             return;
         }
         g0 += g;
     }
-    for (int i = 0; i < n; i++) {
-        memcpy(sls[i]->logits, s->batch_logits + (size_t)i * V, sizeof(float) * (size_t)V);
-        decode_finish(s, sls[i]);
-    }
+    for (int i = 0; i < n; i++) decode_finish(s, sls[i], picked[i]);
 }
 
 // Runs up to `budget` prompt tokens; returns how many ran.
@@ -383,7 +377,9 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         if (last_b > pos && last_b < end) end = last_b;
     }
     const int final = end == n;
-    if (engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), final ? sl->logits : NULL, 0)) {
+    int32_t first = -1; // the first generated token, sampled on the backend by the final chunk
+    if (final ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
+              : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), NULL, 0)) {
         slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
         return end - pos;
     }
@@ -396,7 +392,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         pc_insert(s->pc, &sl->e, s->dr ? &sl->spec : NULL, j->prompt, end, NULL);
     if (final) {
         sl->st = SLOT_DECODE;
-        take_token(s, sl, pick(sl, s->m->cfg.vocab_size));
+        take_token(s, sl, first);
     }
     return end - pos;
 }
@@ -578,19 +574,12 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
             for (int k = 0; k <= i; k++) {
                 if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);
                 engine_free(&s->slots[k].e);
-                free(s->slots[k].logits);
-                free(s->slots[k].scratch);
                 tok_stream_free(s->slots[k].ts);
             }
             free(s->slots);
-            free(s->batch_logits);
             free(s);
             return NULL;
         }
-        sl->logits = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
-        if (!s->batch_logits)
-            s->batch_logits = fd_malloc(sizeof(float) * (size_t)s->n_slots * (size_t)m->cfg.vocab_size);
-        sl->scratch = fd_malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
         sl->ts = tok_stream_new(tok, 1);
     }
     if (cfg->prefix_cache) {
@@ -676,14 +665,11 @@ void sched_free(srv_sched *s) {
         if (s->dr) dflash_free(&sl->spec);
         engine_free(&sl->e);
         free(sl->seq);
-        free(sl->logits);
-        free(sl->scratch);
         tok_stream_free(sl->ts);
         srv_buf_free(&sl->text);
         if (sl->roll) s->be->free(s->be, sl->roll);
     }
     free(s->slots);
-    free(s->batch_logits);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
