@@ -18,8 +18,10 @@ failure or a wall-clock stop keeps what came before:
      argmax at a..a+B-2, position k weighted exp(-(k-1)/gamma) -> OUT/tiny-qwen35-dflash/ (bf16)
   4. eval: validation loss, the drafter's acceptance estimate on held-out greedy continuations, and reference values
      computed on CPU in float32 from the saved files (logits, greedy ids, draft logits) -> OUT/eval/
-Determinism: every random choice is seeded from --seed. The number of optimizer steps is fixed after a short timing
-run to fit the wall-clock budgets (recorded in manifest.json); pass --target-steps/--draft-steps to replay it.
+Determinism: every random choice is seeded from --seed, and the step counts default to the shipped run's (988 target
+steps, 1381 drafter steps), so a replay runs the same schedule on any machine. --target-steps 0 / --draft-steps 0
+instead fit as many steps as the wall-clock budgets (--target-end, --draft-end) allow, after a short timing run.
+(The shipped drafter was then rebuilt by tools/train_drafter.py, also with fixed step counts.)
 """
 import time
 
@@ -238,7 +240,7 @@ def train_target(model, train, val, a, gen, man):
     ar = torch.arange(a.seq + 1, device=dev)
     t_start, t_cal, losses, step = now(), None, [], 0
     while step < total:
-        if now() > a.target_end:
+        if not a.target_steps and now() > a.target_end:  # fixed step counts never stop on the clock
             log(f"target: wall-clock budget reached at step {step}")
             break
         lr = cosine_lr(step, total if total < 10 ** 9 else 10 ** 6, a.lr, a.warmup)
@@ -368,7 +370,7 @@ def train_draft(target, draft, pool, val_pool, a, gen, mask_id, man):
     total = a.draft_steps or 10 ** 9
     t_start, t_cal, hist, step = now(), None, [], 0
     while step < total:
-        if now() > a.draft_end:
+        if not a.draft_steps and now() > a.draft_end:
             log(f"drafter: wall-clock budget reached at step {step}")
             break
         lr = cosine_lr(step, total if total < 10 ** 9 else 10 ** 6, a.draft_lr, 30)
@@ -497,7 +499,8 @@ def main():
     ap.add_argument("--val-per-mille", type=int, default=20)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--tok-train-mb", type=float, default=12.0)
-    ap.add_argument("--encode-until", type=float, default=45.0, help="stop tokenizing train text at this time (s)")
+    ap.add_argument("--encode-until", type=float, default=1e9,
+                    help="stop tokenizing train text at this time (s); default none (the shipped run tokenized all)")
     # target
     ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--layers", type=int, default=8)
@@ -510,7 +513,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=150)
-    ap.add_argument("--target-steps", type=int, default=0, help="0: as many as fit before --target-end")
+    ap.add_argument("--target-steps", type=int, default=988,
+                    help="optimizer steps (default: the shipped run's); 0: as many as fit before --target-end")
     ap.add_argument("--target-end", type=float, default=195.0, help="stop target training at this time (s)")
     # drafter
     ap.add_argument("--draft-layers", type=int, default=2)
@@ -522,11 +526,11 @@ def main():
     ap.add_argument("--gen-len", type=int, default=64)
     ap.add_argument("--pool", type=int, default=8192)
     ap.add_argument("--pool-chunk", type=int, default=1024)
-    ap.add_argument("--pool-until", type=float, default=212.0)
+    ap.add_argument("--pool-until", type=float, default=1e9, help="pool deadline (s); default none")
     ap.add_argument("--anchors", type=int, default=24)
     ap.add_argument("--draft-batch", type=int, default=64)
     ap.add_argument("--draft-lr", type=float, default=2e-3)
-    ap.add_argument("--draft-steps", type=int, default=0)
+    ap.add_argument("--draft-steps", type=int, default=1381, help="0: as many as fit before --draft-end")
     ap.add_argument("--draft-end", type=float, default=268.0)
     a = ap.parse_args()
 
