@@ -97,6 +97,21 @@ TEST(cli_info_and_run) {
     free(cmd);
 }
 
+// `COMMAND --help` prints that command's usage and the common options on stdout and exits 0 (it used to be taken
+// for an option missing its value).
+TEST(cli_command_help) {
+    const char *cmds[] = {"run", "info", "logits", "generate", "bench", "draft-logits", "serve", "tokenize"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *cmd = fd_sprintf("%s %s --help 2>&1", test_bin(), cmds[i]), *out = NULL;
+        EXPECT(test_run(cmd, &out) == 0, "%s --help failed: %s", cmds[i], out ? out : "");
+        char *want = fd_sprintf("usage: flashdelta %s", cmds[i]);
+        EXPECT(out && strstr(out, want) && !strstr(out, "error"), "%s --help printed: %s", cmds[i], out ? out : "");
+        free(want);
+        free(out);
+        free(cmd);
+    }
+}
+
 // ---- bad input ----
 
 // Copies a fixture to a fresh temp dir; returns the malloc'ed path.

@@ -26,11 +26,13 @@ static char *read_stream(FILE *f, size_t *n) {
     return p;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: flashdelta tokenize TOKENIZER [--decode [--skip-special]] [--bench FILE [--repeat N]]\n"
-                    "  TOKENIZER: tokenizer.json or a directory holding it; text (or ids with --decode) on stdin\n");
-    return 2;
+// Wrong arguments: usage on stderr, exit 2. --help: the same on stdout, exit 0.
+static int usage_to(FILE *f, int rc) {
+    fprintf(f, "usage: flashdelta tokenize TOKENIZER [--decode [--skip-special]] [--bench FILE [--repeat N]]\n"
+               "  TOKENIZER: tokenizer.json or a directory holding it; text (or ids with --decode) on stdin\n");
+    return rc;
 }
+static int usage(void) { return usage_to(stderr, 2); }
 
 static int run_decode(tok_tokenizer *t, int skip_special) {
     size_t n;
@@ -98,7 +100,8 @@ int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL, *bench = NULL;
     int decode = 0, skip_special = 0, repeat = 5;
     for (int i = 1; i < argc; i++) { // argv[0] is "tokenize"
-        if (!strcmp(argv[i], "--decode")) decode = 1;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage_to(stdout, 0);
+        else if (!strcmp(argv[i], "--decode")) decode = 1;
         else if (!strcmp(argv[i], "--skip-special")) skip_special = 1;
         else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench = argv[++i];
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
