@@ -51,3 +51,22 @@ void fixture_free(fixture *fx) {
     free(fx->logits);
     memset(fx, 0, sizeof *fx);
 }
+
+char *test_ids_csv(const int32_t *ids, int n) {
+    const size_t cap = (size_t)n * 12 + 1;
+    char *s = fd_malloc(cap);
+    size_t used = 0;
+    s[0] = 0;
+    for (int i = 0; i < n; i++) used += (size_t)snprintf(s + used, cap - used, "%s%d", i ? "," : "", ids[i]);
+    return s;
+}
+
+float *test_read_f32(const char *path, size_t n) {
+    size_t len = 0;
+    char *raw = fd_read_file(path, &len);
+    if (raw && len != n * 4) {
+        free(raw);
+        return NULL;
+    }
+    return (float *)raw;
+}

@@ -2,6 +2,7 @@
 // an HF model dir + prompt.json (ids, greedy continuation) + logits.f32 ([n_prompt, vocab] fp32).
 #ifndef FD_TEST_FIXTURE_H
 #define FD_TEST_FIXTURE_H
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -19,4 +20,8 @@ extern const char *const k_fixture_names[];
 // Loads tests/data/fixtures/NAME; returns 0 or -1 (fd_error set).
 int fixture_load(const char *name, fixture *fx);
 void fixture_free(fixture *fx);
+// "1,2,3" for ids[0..n) (malloc'ed), as the CLI's --ids takes them.
+char *test_ids_csv(const int32_t *ids, int n);
+// The file at `path` as n floats (malloc'ed), or NULL when it is missing or of another size.
+float *test_read_f32(const char *path, size_t n);
 #endif

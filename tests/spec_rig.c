@@ -31,12 +31,22 @@ void spec_rig_close(spec_rig *r) {
 
 float *dflash_fixture_f32(const char *drafter, const char *file, size_t n) {
     char *p = fd_sprintf("tests/data/dflash/%s/%s", drafter, file);
-    size_t len;
-    char *raw = fd_read_file(p, &len);
+    float *f = test_read_f32(p, n);
     free(p);
-    if (raw && len != n * 4) {
-        free(raw);
-        return NULL;
-    }
-    return (float *)raw;
+    return f;
+}
+
+json_t *dflash_fixture_meta(const char *drafter) {
+    char *p = fd_sprintf("tests/data/dflash/%s/draft.json", drafter);
+    json_t *j = json_load_file(p, 0, NULL);
+    free(p);
+    return j;
+}
+
+int dflash_meta_ids_equal(json_t *meta, const char *key, const int32_t *got, int n) {
+    json_t *a = json_object_get(meta, key);
+    if ((int)json_array_size(a) != n) return 0;
+    for (int i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(a, (size_t)i)) != got[i]) return 0;
+    return 1;
 }

@@ -9,18 +9,10 @@
 #include "fixture.h"
 #include "test.h"
 
-static char *ids_csv(const int32_t *ids, int n) {
-    size_t cap = (size_t)n * 12 + 1, used = 0;
-    char *s = malloc(cap);
-    s[0] = 0;
-    for (int i = 0; i < n; i++) used += (size_t)snprintf(s + used, cap - used, "%s%d", i ? "," : "", ids[i]);
-    return s;
-}
-
 TEST(cli_logits_writes_all_positions) {
     fixture fx;
     ASSERT(fixture_load("qwen3_next_moe", &fx) == 0, "%s", fd_error_msg());
-    char *csv = ids_csv(fx.ids, fx.n_ids);
+    char *csv = test_ids_csv(fx.ids, fx.n_ids);
     char out[] = "/tmp/fd_logitsXXXXXX";
     int fd = mkstemp(out);
     ASSERT(fd >= 0);
@@ -48,7 +40,7 @@ TEST(cli_generate_prints_greedy_ids) {
     for (int f = 0; k_fixture_names[f]; f++) {
         fixture fx;
         ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
-        char *csv = ids_csv(fx.ids, fx.n_ids);
+        char *csv = test_ids_csv(fx.ids, fx.n_ids);
         char *want = malloc((size_t)fx.n_greedy * 12 + 2);
         size_t used = 0;
         for (int i = 0; i < fx.n_greedy; i++) used += (size_t)sprintf(want + used, "%s%d", i ? " " : "", fx.greedy[i]);
@@ -295,7 +287,7 @@ TEST(cli_bench_random_weights) {
 TEST(cli_trace_writes_chrome_json) {
     fixture fx;
     ASSERT(fixture_load("qwen35_moe", &fx) == 0, "%s", fd_error_msg());
-    char *csv = ids_csv(fx.ids, 20), *plain = NULL, *traced = NULL, *err = NULL;
+    char *csv = test_ids_csv(fx.ids, 20), *plain = NULL, *traced = NULL, *err = NULL;
     char js[] = "/tmp/fd_traceXXXXXX";
     int fd = mkstemp(js);
     ASSERT(fd >= 0);

@@ -206,20 +206,12 @@ TEST(dflash_bad_drafters) {
     model_free(&m);
 }
 
-static char *csv_ids(const int32_t *ids, int n) {
-    char *s = fd_malloc((size_t)n * 12 + 1);
-    size_t used = 0;
-    s[0] = 0;
-    for (int i = 0; i < n; i++) used += (size_t)sprintf(s + used, "%s%d", i ? "," : "", ids[i]);
-    return s;
-}
-
 TEST(dflash_cli_generate_and_draft_logits) {
     for (int i = 0; i < N_DRAFTS; i++) {
         const draft_fx *df = &k_drafts[i];
         fixture fx;
         ASSERT(fixture_load(df->target, &fx) == 0, "%s", fd_error_msg());
-        char *csv = csv_ids(fx.ids, fx.n_ids), *plain = NULL, *spec = NULL, *stats = NULL;
+        char *csv = test_ids_csv(fx.ids, fx.n_ids), *plain = NULL, *spec = NULL, *stats = NULL;
         char *cmd = fd_sprintf("%s generate %s --ids %s -n 40 2>/dev/null", test_bin(), fx.dir, csv);
         EXPECT(test_run(cmd, &plain) == 0);
         free(cmd);

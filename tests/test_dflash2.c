@@ -33,22 +33,6 @@ static int rig_open(spec_rig *r, const d2_fx *df, int block) {
     return spec_rig_open(r, cpu(), df->target, df->name, block, 0);
 }
 
-static json_t *read_meta(const char *dir) {
-    char *p = fd_sprintf("tests/data/dflash/%s/draft.json", dir);
-    json_t *j = json_load_file(p, 0, NULL);
-    free(p);
-    return j;
-}
-
-// ids of json array `key` equal to got[0..n)
-static int same_ids(json_t *meta, const char *key, const int32_t *got, int n) {
-    json_t *a = json_object_get(meta, key);
-    if ((int)json_array_size(a) != n) return 0;
-    for (int i = 0; i < n; i++)
-        if (json_integer_value(json_array_get(a, (size_t)i)) != got[i]) return 0;
-    return 1;
-}
-
 TEST(dflash2_draft_logits_and_selector_match_reference) {
     for (int f = 0; f < N_D2; f++) {
         const d2_fx *df = &k_d2[f];
@@ -57,7 +41,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         ASSERT(r.d.v2 && r.s.v2, "%s: not loaded as DFlash2", df->name);
         const int B = r.s.B, V = r.m.cfg.vocab_size, K = r.d.v2->top_k, n = B - 1;
         EXPECT(B == df->block);
-        json_t *meta = read_meta(df->name);
+        json_t *meta = dflash_fixture_meta(df->name);
         float *want1 = dflash_fixture_f32(df->name, "draft_logits.f32", (size_t)n * V);
         float *want2 = dflash_fixture_f32(df->name, "draft_logits2.f32", (size_t)n * V);
         float *want_sc = dflash_fixture_f32(df->name, "selector_scores.f32", (size_t)n * K);
@@ -70,8 +54,8 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         ASSERT(dflash_draft(&r.s, anchor, draft, got) == 0, "%s", fd_error_msg());
         const double e1 = test_rel_l2(got, want1, (size_t)n * V);
         dflash2_walk(&r.s, anchor, got, n, NULL, path, NULL);
-        EXPECT(same_ids(meta, "selector_path", path, n), "%s: round 1 selector path differs", df->name);
-        EXPECT(!same_ids(meta, "draft_argmax", path, n), "%s: the selector changed nothing", df->name);
+        EXPECT(dflash_meta_ids_equal(meta, "selector_path", path, n), "%s: round 1 selector path differs", df->name);
+        EXPECT(!dflash_meta_ids_equal(meta, "draft_argmax", path, n), "%s: the selector changed nothing", df->name);
         // the selector's scores along the reference's greedy path (pred = anchor, then the path)
         preds[0] = anchor;
         for (int i = 1; i < n; i++) preds[i] = path[i - 1];
@@ -113,7 +97,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         ASSERT(dflash_draft(&r.s, r.fx.greedy[df->commit], draft, got) == 0, "%s", fd_error_msg());
         const double e2 = test_rel_l2(got, want2, (size_t)n * V);
         dflash2_walk(&r.s, r.fx.greedy[df->commit], got, n, NULL, path, NULL);
-        EXPECT(same_ids(meta, "selector_path2", path, n), "%s: round 2 selector path differs", df->name);
+        EXPECT(dflash_meta_ids_equal(meta, "selector_path2", path, n), "%s: round 2 selector path differs", df->name);
         printf("    %-24s draft logits rel-L2 %.2e / %.2e, selector scores %.2e, paths equal%s\n", df->name, e1, e2, es,
                df->windowed ? " (window binding)" : "");
         EXPECT(e1 <= 1e-4 && e2 <= 1e-4 && es <= 1e-4, "%s: rel-L2 %.3g / %.3g / %.3g", df->name, e1, e2, es);
@@ -459,20 +443,12 @@ TEST(dflash2_backend_without_ops_is_refused) {
     be->destroy(be);
 }
 
-static char *csv_ids(const int32_t *ids, int n) {
-    char *s = fd_malloc((size_t)n * 12 + 1);
-    size_t used = 0;
-    s[0] = 0;
-    for (int i = 0; i < n; i++) used += (size_t)sprintf(s + used, "%s%d", i ? "," : "", ids[i]);
-    return s;
-}
-
 TEST(dflash2_cli_generate_and_draft_logits) {
     for (int f = 0; f < N_D2; f++) {
         const d2_fx *df = &k_d2[f];
         fixture fx;
         ASSERT(fixture_load(df->target, &fx) == 0, "%s", fd_error_msg());
-        char *csv = csv_ids(fx.ids, fx.n_ids), *plain = NULL, *cmd;
+        char *csv = test_ids_csv(fx.ids, fx.n_ids), *plain = NULL, *cmd;
         cmd = fd_sprintf("%s generate %s --ids %s -n 40 2>/dev/null", test_bin(), fx.dir, csv);
         EXPECT(test_run(cmd, &plain) == 0);
         free(cmd);

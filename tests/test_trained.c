@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/dflash.h"
+#include "fixture.h"
 #include "io/tokenizer.h"
 #include "test.h"
 
@@ -30,14 +31,9 @@ static int32_t *json_ids(json_t *list, int *n) {
 
 static float *read_f32(const char *file, size_t n) {
     char *p = fd_sprintf(DATA_DIR "/%s", file);
-    size_t len = 0;
-    char *raw = fd_read_file(p, &len);
+    float *f = test_read_f32(p, n);
     free(p);
-    if (raw && len != n * 4) {
-        free(raw);
-        return NULL;
-    }
-    return (float *)raw;
+    return f;
 }
 
 typedef struct {

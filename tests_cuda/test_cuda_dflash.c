@@ -59,21 +59,6 @@ static void rig_close(spec_rig *r) {
     spec_rig_close(r);
 }
 
-static json_t *read_meta(const char *drafter) {
-    char *p = fd_sprintf("tests/data/dflash/%s/draft.json", drafter);
-    json_t *j = json_load_file(p, 0, NULL);
-    free(p);
-    return j;
-}
-
-static int same_ids(json_t *meta, const char *key, const int32_t *got, int n) {
-    json_t *a = json_object_get(meta, key);
-    if ((int)json_array_size(a) != n) return 0;
-    for (int i = 0; i < n; i++)
-        if (json_integer_value(json_array_get(a, (size_t)i)) != got[i]) return 0;
-    return 1;
-}
-
 // Draft logits on the GPU against the reference, both rounds, with the default GEMM route.
 TEST(cuda_dflash_draft_logits_match_reference) {
     gpu();
@@ -85,7 +70,7 @@ TEST(cuda_dflash_draft_logits_match_reference) {
         ASSERT(!f->v2 == !r.s.v2, "%s: DFlash2 %s", f->name, f->v2 ? "expected" : "unexpected");
         const int B = r.s.B, V = r.m.cfg.vocab_size, n = B - 1;
         EXPECT(B == f->block);
-        json_t *meta = f->v2 ? read_meta(f->name) : NULL;
+        json_t *meta = f->v2 ? dflash_fixture_meta(f->name) : NULL;
         float *got = malloc(sizeof(float) * n * V);
         int32_t anchor, draft[FD_SPEC_MAX_BLOCK], path[FD_SPEC_MAX_BLOCK];
         for (int round = 0; round < 2; round++) {
@@ -104,7 +89,7 @@ TEST(cuda_dflash_draft_logits_match_reference) {
             const char *paths = "";
             if (f->v2) { // informational: near-ties among the top-k can flip under bf16 GEMMs
                 dflash2_walk(&r.s, anchor, got, n, NULL, path, NULL);
-                paths = same_ids(meta, round ? "selector_path2" : "selector_path", path, n)
+                paths = dflash_meta_ids_equal(meta, round ? "selector_path2" : "selector_path", path, n)
                             ? ", selector path equal to the reference"
                             : ", selector path differs from the reference";
             }
@@ -321,14 +306,6 @@ TEST(cuda_dflash_every_accept_count_commits_state) {
 
 // ---- the CLI on the cuda backend ----
 
-static char *csv_ids(const int32_t *ids, int n) {
-    char *s = fd_malloc((size_t)n * 12 + 1);
-    size_t used = 0;
-    s[0] = 0;
-    for (int i = 0; i < n; i++) used += (size_t)sprintf(s + used, "%s%d", i ? "," : "", ids[i]);
-    return s;
-}
-
 // `generate --draft` prints exactly what `generate` prints (FD_BIN: the flashdelta binary of this build).
 TEST(cuda_dflash_cli_generate_draft) {
     const char *routes[] = {"--route gemm_act=bf16x2", ""};
@@ -337,7 +314,7 @@ TEST(cuda_dflash_cli_generate_draft) {
         const spec_fx *f = &k_spec[i];
         fixture fx;
         ASSERT(fixture_load(f->target, &fx) == 0, "%s", fd_error_msg());
-        char *csv = csv_ids(fx.ids, fx.n_ids);
+        char *csv = test_ids_csv(fx.ids, fx.n_ids);
         for (int rt = 0; rt < 2; rt++) {
             char *plain = NULL;
             char *cmd = fd_sprintf("%s generate %s --backend cuda %s --ids %s -n 40 2>/dev/null", test_bin(), fx.dir,
