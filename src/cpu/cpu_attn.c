@@ -121,6 +121,7 @@ typedef struct {
     int n, H, Hkv, hd;
     float scale;
     int causal;
+    int window; // > 0: only keys with |query position - key| < window (DFlash2's sliding layers)
 } attn_ctx;
 
 // Key or value row (token j, kv head h) as fp32 into tmp (e4m3) or in place (f32).
@@ -139,12 +140,17 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
     const int64_t span = c->pos0 + c->n;
     float *sc = fd_malloc((size_t)span * 4), *tmp = fd_malloc((size_t)hd * 4);
     for (int64_t idx = b; idx < e; idx++) {
-        const int64_t t = idx / c->H;
+        const int64_t t = idx / c->H, qp = c->pos0 + t;
         const int h = (int)(idx % c->H), kvh = h / group;
-        const int64_t last = c->causal ? c->pos0 + t : span - 1; // causal: keys 0..pos0+t
+        // keys first..last: causal 0..qp, else 0..span-1; a window keeps those within window - 1 of qp
+        int64_t first = 0, last = c->causal ? qp : span - 1;
+        if (c->window > 0) {
+            if (qp - c->window + 1 > first) first = qp - c->window + 1;
+            if (qp + c->window - 1 < last) last = qp + c->window - 1;
+        }
         const float *q = c->q + idx * hd;
         float mx = -INFINITY;
-        for (int64_t j = 0; j <= last; j++) {
+        for (int64_t j = first; j <= last; j++) {
             const float *kr = kv_row(c, 0, j, kvh, tmp);
             float d = 0;
             for (int x = 0; x < hd; x++) d += q[x] * kr[x];
@@ -152,11 +158,11 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
             if (sc[j] > mx) mx = sc[j];
         }
         double sum = 0;
-        for (int64_t j = 0; j <= last; j++) sum += sc[j] = expf(sc[j] - mx);
+        for (int64_t j = first; j <= last; j++) sum += sc[j] = expf(sc[j] - mx);
         const float inv = (float)(1.0 / sum);
         float *o = c->out + (t * c->H + h) * hd;
         for (int x = 0; x < hd; x++) o[x] = 0;
-        for (int64_t j = 0; j <= last; j++) {
+        for (int64_t j = first; j <= last; j++) {
             const float *vr = kv_row(c, 1, j, kvh, tmp), w = sc[j] * inv;
             for (int x = 0; x < hd; x++) o[x] += w * vr[x];
         }
@@ -165,16 +171,13 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
     free(tmp);
 }
 
-// pos_dev is host memory on this backend: the position is read when the op runs, which on the CPU is now.
-static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0,
-                          const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, float scale,
-                          int causal) {
-    if (pos_dev) pos0 = *pos_dev;
+void cpu_attention_keys(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
+                        int Hkv, int hd, int64_t capacity, float scale, int causal, int window) {
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention: keys [0, %lld) beyond capacity %lld", (long long)(pos0 + n),
              (long long)capacity);
     attn_ctx *c = fd_calloc(1, sizeof *c);
     *c = (attn_ctx){.out = out, .q = q, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd, .scale = scale,
-                    .causal = causal};
+                    .causal = causal, .window = window};
     if (cpu_of(be)->kv == CPU_KV_E4M3) {
         c->p8 = kv8_planes(cache, capacity, Hkv, hd);
         for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
@@ -184,6 +187,13 @@ static void cpu_attention(fd_backend *be, void *out, const void *q, const void *
     }
     fd_parallel_for((int64_t)n * H, 1, attn_rows, c);
     free(c);
+}
+
+// pos_dev is host memory on this backend: the position is read when the op runs, which on the CPU is now.
+static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0,
+                          const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, float scale,
+                          int causal) {
+    cpu_attention_keys(be, out, q, cache, pos_dev ? *pos_dev : pos0, n, H, Hkv, hd, capacity, scale, causal, 0);
 }
 
 void cpu_install_attn(fd_backend *be) {
