@@ -2,6 +2,7 @@
 # One GPU-machine call, in stages chosen by STAGES (default: tests bench sanit e2e tiny):
 #   tests  every fd_cuda_tests test, one process each (FD_CUDA_SYNC=1 so a fault names its op)
 #   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table
+#   prof   the 27B op table again with per-stage CUDA events (FD_CUDA_PROFILE=1; not headline timings)
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
 #   hfnoise HF's own bf16-vs-fp32 logits noise on the fixtures (tools/hf_bf16_noise.py)
@@ -38,6 +39,11 @@ if has bench; then
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
+fi
+if has prof; then
+    stamp "per-stage profile"
+    FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" bench_cuda_27b >"$OUT/prof.log" 2>&1
+    grep -E 'cuda prof' "$OUT/prof.log" | sed -E 's/^.*cuda prof //' | sort -u | head -40
 fi
 if has sanit; then
     stamp "sanitizers"
