@@ -147,7 +147,7 @@ TEST(trained_dflash_draft_logits_and_greedy_identical) {
     double tau = s.st.rounds ? (double)s.st.emitted / (double)s.st.rounds : 0;
     printf("    trained drafter: draft logits rel-L2 %.2e; %lld rounds, %.3f emitted tokens/round at block %d\n", err,
            (long long)s.st.rounds, tau, B);
-    // a trained drafter must beat drafting nothing (1 token/round); this prompt measured 3.32 with the shipped drafter (1.85 with the first one)
+    // a trained drafter must beat drafting nothing (1 token/round); this prompt measured 4.85 with the shipped drafter (3.32 and 1.85 with earlier ones)
     EXPECT(tau > 1.4, "emitted tokens/round %.3f", tau);
     free(plain);
     free(spec);
