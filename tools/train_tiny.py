@@ -36,6 +36,8 @@ import os
 import random
 import sys
 import traceback
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (set before torch loads it)
 import zlib
 
 import torch
@@ -567,6 +569,11 @@ def main():
     random.seed(a.seed)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    # Bitwise replays: deterministic kernels where torch has a choice (e.g. the embedding backward sorts instead of
+    # adding atomically); warn_only so an op without a deterministic form still runs and names itself in the log.
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
     dev = torch.device("cuda")
     st = {}
 
