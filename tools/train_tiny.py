@@ -158,8 +158,10 @@ def target_config(V, a):
 
 def make_target(cfg):
     from transformers import Qwen3_5ForCausalLM
+    # eager attention: SDPA's cuDNN backward (and flash / mem-efficient backwards) accumulate with atomics, so two
+    # runs with the same seed gave different weights (tools/check_rebuild_determinism.sh found it)
     try:
-        return Qwen3_5ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        return Qwen3_5ForCausalLM._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     except Exception as e:  # noqa: BLE001
         log("_from_config failed, plain constructor:", repr(e))
         return Qwen3_5ForCausalLM(cfg)
