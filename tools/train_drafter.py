@@ -287,8 +287,10 @@ def main():
         stats.update(train_tokens=int(train_ids.numel()), val_tokens=int(val_ids.numel()))
         man["data"] = stats
         log("data:", json.dumps(stats))
+        # eager attention, as train_tiny.py's drafter stage (bitwise repeatable there): with SDPA two same-seed runs
+        # of this script trained different drafters (tools/check_rebuild_determinism.sh)
         target = AutoModelForCausalLM.from_pretrained(a.target_dir, dtype=torch.float32,
-                                                      attn_implementation="sdpa").to(dev).eval()
+                                                      attn_implementation="eager").to(dev).eval()
         target.requires_grad_(False)
         man["target"] = dict(dir=a.target_dir, safetensors_sha256=hashlib.sha256(
             open(os.path.join(a.target_dir, "model.safetensors"), "rb").read()).hexdigest(), params=tt.n_params(target))
