@@ -622,13 +622,12 @@ typedef struct {
 
 static void f_rec(void *p) {
     rec_ctx *c = p;
-    B()->gdn_core(B(), FD_GDN_SERIAL, c->o, c->qkv, c->b, c->a, c->A_log, c->dt_bias, c->state, c->n, 16, 48, 128,
-                  128, c->with_slots ? c->slots : NULL);
+    B()->gdn_core(B(), FD_GDN_SERIAL, c->o, c->qkv, c->b, c->a, c->A_log, c->dt_bias, c->state, c->n, 16, 48, 128, 128,
+                  c->with_slots ? c->slots : NULL);
 }
 static void f_conv_rec(void *p) {
     rec_ctx *c = p;
-    B()->conv1d_silu(B(), c->o, c->qkv, c->conv_w, c->conv_state, c->n, 10240, 4,
-                     c->with_slots ? c->conv_slots : NULL);
+    B()->conv1d_silu(B(), c->o, c->qkv, c->conv_w, c->conv_state, c->n, 10240, 4, c->with_slots ? c->conv_slots : NULL);
 }
 
 static double event_us(bench_fn fn, rec_ctx *c) {
@@ -684,8 +683,8 @@ TEST(bench_cuda_gdn_serial) {
         fd_cuda_set_gdn_serial_kernel(kernel);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             c.n = cases[i][0], c.with_slots = cases[i][1], c.calls = c.n > 16 ? 2 : 20;
-            const double bytes = 2 * state_bytes + (double)c.n * (cq + Hv * dv) * 4 +
-                                 (c.with_slots ? (double)c.n * state_bytes : 0);
+            const double bytes =
+                2 * state_bytes + (double)c.n * (cq + Hv * dv) * 4 + (c.with_slots ? (double)c.n * state_bytes : 0);
             char what[96];
             snprintf(what, sizeof what, "gdn serial v%d n=%d%s (Hk16 Hv48 128/128)", kernel, c.n,
                      c.with_slots ? " slots" : "");

@@ -66,8 +66,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Serial route, first kernel (v1, FD_CUDA_GDN_SERIAL=v1). grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns state column c = 32*blockIdx.y + j;
-// warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers for all n tokens.
+// Serial route, first kernel (v1, FD_CUDA_GDN_SERIAL=v1). grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns
+// state column c = 32*blockIdx.y + j; warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers
+// for all n tokens.
 #define SER_ROWS 64
 __global__ void __launch_bounds__(128)
     k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb, const float *aa, const float *A_log,
@@ -392,12 +393,12 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         if (serial_kernel() == 2) {
-            gdn_rec(cu_of(be)->stream, (float *)o, state_slots, (const float *)qkv, (const float *)b,
-                    (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
+            gdn_rec(cu_of(be)->stream, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a,
+                    Al, dtb, state, n, Hk, Hv, dk, dv);
         } else {
             k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
-                (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
-                Hk, Hv, dk, dv);
+                (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
+                Hv, dk, dv);
             FD_CUDA_LAUNCH_CHECK();
         }
     } else {
