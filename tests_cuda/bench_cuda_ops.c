@@ -606,23 +606,30 @@ TEST(bench_cuda_gemv_fused) {
 
 // ---- GDN recurrence for decode and verify (serial route, 27B layer: Hk 16, Hv 48, dk dv 128) ----
 // GPU time per call from CUDA events on the backend's stream: a 512 MB memset first keeps the GPU busy while the
-// host queues the start event and CALLS back-to-back calls (then the host's launch cost is hidden, as in a graph
-// replay or a deep queue); median of 11 such samples after 3 warm-up calls. Both serial kernels (v2 = k_gdn_rec,
-// the default; v1 = k_gdn_serial, FD_CUDA_GDN_SERIAL=v1), n = 1 (decode), 8 and 16 (verify; with per-token state
-// slots as DFlash writes them, and without), 4096 (serial prefill). GB/s: state read + written, q/k/v rows read,
-// outputs and slots written, over 4250 (copy bandwidth). Also conv1d_silu at the same layer (C 10240, K 4).
+// host queues the start event and `calls` back-to-back calls (then the host's launch cost is hidden, as in a graph
+// replay or a deep queue); median of 11 such samples after 3 warm-up calls. The calls rotate through REC_STATES
+// state buffers (100 MB, one per layer as in a decode step), so every call reads its state from DRAM, not L2.
+// Both serial kernels (v2 = k_gdn_rec, the default; v1 = k_gdn_serial, FD_CUDA_GDN_SERIAL=v1), n = 1 (decode),
+// 8 and 16 (verify; with per-token state slots as DFlash writes them, and without), 4096 (serial prefill).
+// GB/s: state read + written, q/k/v rows read, outputs and slots written, over 4250 (copy bandwidth). Also
+// conv1d_silu at the same layer (C 10240, K 4).
 int fd_cuda_set_gdn_serial_kernel(int version);         // src/cuda/gdn.cu
 void fd_cuda_record_event(fd_backend *be, void *event); // src/cuda/gdn.cu
 
+#define REC_STATES 32
+
 typedef struct {
     fd_weight *A_log, *dt_bias, *conv_w;
-    void *qkv, *b, *a, *o, *state, *slots, *conv_state, *conv_slots, *spacer;
-    int n, calls, with_slots;
+    void *qkv, *b, *a, *o, *slots, *conv_state, *conv_slots, *spacer;
+    float *states[REC_STATES];
+    int n, calls, with_slots, next_state;
 } rec_ctx;
 
 static void f_rec(void *p) {
     rec_ctx *c = p;
-    B()->gdn_core(B(), FD_GDN_SERIAL, c->o, c->qkv, c->b, c->a, c->A_log, c->dt_bias, c->state, c->n, 16, 48, 128, 128,
+    float *state = c->states[c->next_state];
+    c->next_state = (c->next_state + 1) % REC_STATES;
+    B()->gdn_core(B(), FD_GDN_SERIAL, c->o, c->qkv, c->b, c->a, c->A_log, c->dt_bias, state, c->n, 16, 48, 128, 128,
                   c->with_slots ? c->slots : NULL);
 }
 static void f_conv_rec(void *p) {
@@ -672,7 +679,7 @@ TEST(bench_cuda_gdn_serial) {
     c.b = dev_rand((size_t)N * Hv, -3, 3);
     c.a = dev_rand((size_t)N * Hv, -3, 3);
     c.o = B()->alloc(B(), (size_t)N * cq * 4); // also the conv output
-    c.state = dev_rand((size_t)Hv * dk * dv, -0.1f, 0.1f);
+    for (int i = 0; i < REC_STATES; i++) c.states[i] = dev_rand((size_t)Hv * dk * dv, -0.1f, 0.1f);
     c.slots = B()->alloc(B(), (size_t)16 * Hv * dk * dv * 4);
     c.conv_state = dev_rand((size_t)cq * 3, -1, 1);
     c.conv_slots = B()->alloc(B(), (size_t)16 * cq * 3 * 4);
@@ -700,7 +707,8 @@ TEST(bench_cuda_gdn_serial) {
         snprintf(what, sizeof what, "conv1d_silu n=%d%s C=10240 K=4", c.n, c.with_slots ? " slots" : "");
         row_us(what, event_us(f_conv_rec, &c), bytes);
     }
-    B()->free(B(), c.qkv), B()->free(B(), c.b), B()->free(B(), c.a), B()->free(B(), c.o), B()->free(B(), c.state);
+    for (int i = 0; i < REC_STATES; i++) B()->free(B(), c.states[i]);
+    B()->free(B(), c.qkv), B()->free(B(), c.b), B()->free(B(), c.a), B()->free(B(), c.o);
     B()->free(B(), c.slots), B()->free(B(), c.conv_state), B()->free(B(), c.conv_slots), B()->free(B(), c.spacer);
     B()->free(B(), Al.dev), B()->free(B(), dtb.dev), B()->free(B(), cw.dev);
 }
