@@ -3,11 +3,15 @@
 //   S <- exp(g_t) S ;  S <- S + beta_t k_t (v_t - S^T k_t)^T ;  o_t = S^T q_t        (value head h reads q/k h / r)
 //
 // Two routes:
-//  FD_GDN_SERIAL  - one kernel, token-recurrent; each block owns 32 state columns of one head in registers. With
-//                   state_slots (f32 [n, Hv, dk, dv]) it also writes the state after every token to slot t
-//                   (speculative verify: committing k accepted tokens = taking slot k-1). Slots imply this route.
+//  FD_GDN_SERIAL  - one kernel, token-recurrent, the state in registers (k_gdn_rec; the older k_gdn_serial stays
+//                   selectable for comparison: FD_CUDA_GDN_SERIAL=v1). With state_slots (f32 [n, Hv, dk, dv]) it
+//                   also writes the state after every token to slot t (speculative verify: committing k accepted
+//                   tokens = taking slot k-1). Slots imply this route.
 //  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu).
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_common.h"
 
@@ -62,8 +66,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Serial route. grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns state column c = 32*blockIdx.y + j;
-// warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers for all n tokens.
+// Serial route, first kernel (v1, FD_CUDA_GDN_SERIAL=v1). grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns
+// state column c = 32*blockIdx.y + j; warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers
+// for all n tokens.
 #define SER_ROWS 64
 __global__ void __launch_bounds__(128)
     k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb, const float *aa, const float *A_log,
@@ -145,6 +150,238 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Serial route, recurrent kernel (default). One warp owns REC_COLS = 8 state columns of one value head and all
+// dk rows: lane = 4 rg + cg holds rows [rg RL, rg RL + RL) (row group rg = 0..7; RL = dk / 8 rounded up to a
+// power of two) of the two columns c = c0 + 2 cg, c + 1, in registers for all n tokens. Why this shape:
+//  - the dot products over dk are a per-lane sum over RL rows plus a 3-step shuffle butterfly over the 8 row
+//    groups: no shared memory and no block barrier in the token loop (21 shuffles per token and warp);
+//  - o_t = S_t^T q = decay S_{t-1}^T q + u (k.q): both dots (S^T k, S^T q) read the state *before* the token's
+//    update, so one reduction round per token serves the update and the output;
+//  - the lanes of a row group hold the same q/k rows, so the L2 norms and k.q come out of the same butterfly,
+//    redundantly per warp but with no cross-warp dependency (3 x 3 shuffles);
+//  - the 27B layer (48 heads x 128 columns) runs 768 warps that each issue their state loads (RL float2 per lane)
+//    at once: the 3 MB read is one DRAM round trip, not a chain behind barriers;
+//  - token t+1's q, k, v, b, a are loaded while token t computes; slots are written with streaming stores.
+// Every butterfly leaves bitwise the same sum in all lanes of a column (a + b == b + a), and a row's arithmetic
+// depends on neither n nor slots: decode (n = 1) and verify (n = B, slots) agree bitwise, token by token.
+#define REC_COLS  8 // state columns per warp (4 lanes x 2)
+#define REC_WARPS 2 // warps per block (64 threads: 16 columns of one head; ~3 blocks per SM at the 27B layer)
+
+template <int RL> struct rec_in {
+    float q[RL], k[RL]; // raw rows [rg RL, rg RL + RL) of q and k (0 past dk)
+    float v0, v1, b, a; // v at columns c, c + 1; the gate inputs of the head
+};
+
+// VEC: dk and dv multiples of 4 and 16-byte aligned buffers, so q/k rows load as float4 and state pairs as float2.
+template <int RL, bool VEC>
+static __device__ __forceinline__ void rec_load(rec_in<RL> &in, const float *__restrict__ qkv,
+                                                const float *__restrict__ bb, const float *__restrict__ aa, int t,
+                                                int h, int g, int i0, int c, int Hk, int Hv, int dk, int dv) {
+    const float *row = qkv + (int64_t)t * (2 * Hk * dk + Hv * dv);
+    const float *qr = row + g * dk, *kr = row + Hk * dk + g * dk, *vr = row + 2 * Hk * dk + (int64_t)h * dv;
+    if (VEC && RL % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < RL; j += 4) {
+            const bool ok = i0 + j < dk; // dk % 4 == 0: the whole float4 is in range
+            const float4 q4 = ok ? *(const float4 *)(qr + i0 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 k4 = ok ? *(const float4 *)(kr + i0 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            in.q[j] = q4.x, in.q[j + 1] = q4.y, in.q[j + 2] = q4.z, in.q[j + 3] = q4.w;
+            in.k[j] = k4.x, in.k[j + 1] = k4.y, in.k[j + 2] = k4.z, in.k[j + 3] = k4.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < RL; j++) {
+            const bool ok = i0 + j < dk;
+            in.q[j] = ok ? qr[i0 + j] : 0.f;
+            in.k[j] = ok ? kr[i0 + j] : 0.f;
+        }
+    }
+    in.v0 = c < dv ? vr[c] : 0.f;
+    in.v1 = c + 1 < dv ? vr[c + 1] : 0.f;
+    in.b = bb[(int64_t)t * Hv + h];
+    in.a = aa[(int64_t)t * Hv + h];
+}
+
+// The sum over the 8 row groups of a warp (lane bits 2..4), the same bits in every lane of a column pair.
+static __device__ __forceinline__ float rec_rowsum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    return v;
+}
+
+// grid (ceil(ceil(dv / REC_COLS) / REC_WARPS), Hv), REC_WARPS * 32 threads.
+template <int RL, bool VEC>
+__global__ void __launch_bounds__(REC_WARPS * 32)
+    k_gdn_rec(float *__restrict__ o, float *__restrict__ slots, const float *__restrict__ qkv,
+              const float *__restrict__ bb, const float *__restrict__ aa, const float *__restrict__ A_log,
+              const float *__restrict__ dt_bias, float *__restrict__ state, int n, int Hk, int Hv, int dk, int dv) {
+    // Prefetching the next token doubles the q/k registers: skipped at dk > 128 (a test-only size) to stay unspilled.
+    constexpr bool PREFETCH = RL <= 16;
+    const int lane = threadIdx.x & 31, rg = lane >> 2, cg = lane & 3;
+    const int h = blockIdx.y, c0 = (blockIdx.x * REC_WARPS + (threadIdx.x >> 5)) * REC_COLS;
+    if (c0 >= dv) return; // warp-uniform: the shuffles below always run with all 32 lanes
+    const int c = c0 + 2 * cg, i0 = rg * RL, g = h / (Hv / Hk);
+    const bool ok0 = c < dv, ok1 = c + 1 < dv; // VEC (dv % 4 == 0): ok0 implies ok1
+    float *Sh = state + (int64_t)h * dk * dv;
+    float s0[RL], s1[RL]; // state rows i0 + j, columns c and c + 1 (0 outside the head)
+#pragma unroll
+    for (int j = 0; j < RL; j++) {
+        const int64_t at = (int64_t)(i0 + j) * dv + c;
+        s0[j] = s1[j] = 0.f;
+        if (i0 + j < dk) {
+            if (VEC) {
+                if (ok0) {
+                    const float2 p = *(const float2 *)(Sh + at);
+                    s0[j] = p.x, s1[j] = p.y;
+                }
+            } else {
+                if (ok0) s0[j] = Sh[at];
+                if (ok1) s1[j] = Sh[at + 1];
+            }
+        }
+    }
+    const float Al = A_log[h], dtb = dt_bias[h], qscale = rsqrtf((float)dk);
+    rec_in<RL> cur, nxt;
+    rec_load<RL, VEC>(cur, qkv, bb, aa, 0, h, g, i0, c, Hk, Hv, dk, dv);
+#pragma unroll 1
+    for (int t = 0; t < n; t++) {
+        if (PREFETCH && t + 1 < n) rec_load<RL, VEC>(nxt, qkv, bb, aa, t + 1, h, g, i0, c, Hk, Hv, dk, dv);
+        // L2 norms of q and k and their dot, over all dk rows (the lanes of a row group hold the same rows)
+        float sq = 0.f, sk = 0.f, sqk = 0.f;
+#pragma unroll
+        for (int j = 0; j < RL; j++) {
+            sq = fmaf(cur.q[j], cur.q[j], sq);
+            sk = fmaf(cur.k[j], cur.k[j], sk);
+            sqk = fmaf(cur.q[j], cur.k[j], sqk);
+        }
+        // S^T k and S^T q on the raw q, k (normalised once per column below, not once per row)
+        float pk0 = 0.f, pk1 = 0.f, pq0 = 0.f, pq1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < RL; j++) {
+            pk0 = fmaf(s0[j], cur.k[j], pk0);
+            pk1 = fmaf(s1[j], cur.k[j], pk1);
+            pq0 = fmaf(s0[j], cur.q[j], pq0);
+            pq1 = fmaf(s1[j], cur.q[j], pq1);
+        }
+        sq = rec_rowsum(sq), sk = rec_rowsum(sk), sqk = rec_rowsum(sqk);
+        pk0 = rec_rowsum(pk0), pk1 = rec_rowsum(pk1), pq0 = rec_rowsum(pq0), pq1 = rec_rowsum(pq1);
+        const float rq = rsqrtf(sq + 1e-6f) * qscale, rk = rsqrtf(sk + 1e-6f);
+        const float kq = sqk * rk * rq; // (normalised k) . (normalised, scaled q)
+        const float beta = sigmoid_f(cur.b), decay = expf(gate_g(cur.a, Al, dtb));
+        // S <- decay S + k u^T with u = beta (v - decay S^T k);  o = decay S^T q + u (k.q)
+        const float u0 = beta * (cur.v0 - decay * (pk0 * rk)), u1 = beta * (cur.v1 - decay * (pk1 * rk));
+        const float o0 = decay * (pq0 * rq) + u0 * kq, o1 = decay * (pq1 * rq) + u1 * kq;
+#pragma unroll
+        for (int j = 0; j < RL; j++) {
+            const float kn = cur.k[j] * rk;
+            s0[j] = fmaf(kn, u0, decay * s0[j]);
+            s1[j] = fmaf(kn, u1, decay * s1[j]);
+        }
+        float *orow = o + ((int64_t)t * Hv + h) * dv;
+        if (rg == 0) {
+            if (VEC) {
+                if (ok0) *(float2 *)(orow + c) = make_float2(o0, o1);
+            } else {
+                if (ok0) orow[c] = o0;
+                if (ok1) orow[c + 1] = o1;
+            }
+        }
+        if (slots) { // state after token t -> slot t, streamed past the caches (read back only on a commit)
+            float *Sl = slots + ((int64_t)t * Hv + h) * dk * dv;
+#pragma unroll
+            for (int j = 0; j < RL; j++) {
+                const int64_t at = (int64_t)(i0 + j) * dv + c;
+                if (i0 + j < dk) {
+                    if (VEC) {
+                        if (ok0) __stcs((float2 *)(Sl + at), make_float2(s0[j], s1[j]));
+                    } else {
+                        if (ok0) __stcs(Sl + at, s0[j]);
+                        if (ok1) __stcs(Sl + at + 1, s1[j]);
+                    }
+                }
+            }
+        }
+        if (t + 1 < n) {
+            if (PREFETCH)
+                cur = nxt;
+            else
+                rec_load<RL, VEC>(cur, qkv, bb, aa, t + 1, h, g, i0, c, Hk, Hv, dk, dv);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < RL; j++) {
+        const int64_t at = (int64_t)(i0 + j) * dv + c;
+        if (i0 + j < dk) {
+            if (VEC) {
+                if (ok0) *(float2 *)(Sh + at) = make_float2(s0[j], s1[j]);
+            } else {
+                if (ok0) Sh[at] = s0[j];
+                if (ok1) Sh[at + 1] = s1[j];
+            }
+        }
+    }
+}
+
+template <int RL>
+static void rec_launch(cudaStream_t s, bool vec, float *o, float *slots, const float *qkv, const float *b,
+                       const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk,
+                       int dv) {
+    const int warps = (dv + REC_COLS - 1) / REC_COLS;
+    const dim3 grid((unsigned)((warps + REC_WARPS - 1) / REC_WARPS), (unsigned)Hv);
+    if (vec)
+        k_gdn_rec<RL, true><<<grid, REC_WARPS * 32, 0, s>>>(o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else
+        k_gdn_rec<RL, false><<<grid, REC_WARPS * 32, 0, s>>>(o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+static void gdn_rec(cudaStream_t s, float *o, float *slots, const float *qkv, const float *b, const float *a,
+                    const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk, int dv) {
+    const uintptr_t addr_bits = (uintptr_t)o | (uintptr_t)slots | (uintptr_t)qkv | (uintptr_t)state;
+    const bool vec = dk % 4 == 0 && dv % 4 == 0 && addr_bits % 16 == 0;
+    // rows per lane: dk over the 8 row groups, rounded up to a power of two (GDN_MAXD 256 -> 32)
+    if (dk <= 8)
+        rec_launch<1>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else if (dk <= 16)
+        rec_launch<2>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else if (dk <= 32)
+        rec_launch<4>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else if (dk <= 64)
+        rec_launch<8>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else if (dk <= 128)
+        rec_launch<16>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+    else
+        rec_launch<32>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+}
+
+// Which serial kernel runs: 2 = k_gdn_rec (default), 1 = k_gdn_serial. Process-wide, read once from
+// FD_CUDA_GDN_SERIAL (v1 | v2); benches switch it with fd_cuda_set_gdn_serial_kernel. The two kernels sum in
+// different orders, so it must not change while a model runs (decode and verify would differ).
+static int g_serial_kernel = 0; // 0: not read yet
+
+static int serial_kernel(void) {
+    if (!g_serial_kernel) {
+        const char *e = getenv("FD_CUDA_GDN_SERIAL");
+        g_serial_kernel = e && !strcmp(e, "v1") ? 1 : 2;
+    }
+    return g_serial_kernel;
+}
+
+// Bench/test hooks, declared where used (tests_cuda/bench_cuda_ops.c, test_cuda_ops.c, test_cuda_gdn_rec.c).
+// Sets the serial kernel (1 or 2) and returns the previous one; other values only return it.
+extern "C" int fd_cuda_set_gdn_serial_kernel(int version) {
+    const int prev = serial_kernel();
+    if (version == 1 || version == 2) g_serial_kernel = version;
+    return prev;
+}
+// Records a cudaEvent_t (passed as void *: the tests are C) on the backend's stream, so a bench can time a
+// stretch of queued ops with CUDA events instead of wall clock around a synchronise.
+extern "C" void fd_cuda_record_event(fd_backend *be, void *event) {
+    FD_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, cu_of(be)->stream));
+}
+
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
                  float *state_slots) {
@@ -155,10 +392,15 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     FD_CHECK(route == FD_GDN_CHUNKED || route == FD_GDN_SERIAL, "unknown GDN route %d", (int)route);
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
-        k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
-            (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv,
-            dk, dv);
-        FD_CUDA_LAUNCH_CHECK();
+        if (serial_kernel() == 2) {
+            gdn_rec(cu_of(be)->stream, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a,
+                    Al, dtb, state, n, Hk, Hv, dk, dv);
+        } else {
+            k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
+                (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
+                Hv, dk, dv);
+            FD_CUDA_LAUNCH_CHECK();
+        }
     } else {
         cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
                        Hv, dk, dv);
