@@ -47,7 +47,7 @@ if has prof; then
 fi
 if has sanit; then
     stamp "sanitizers"
-    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn}
+    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn cuda_fused_smoke}
     for tool in ${SANIT_TOOLS:-memcheck racecheck synccheck}; do
         timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
             >"$OUT/sanit_$tool.log" 2>&1

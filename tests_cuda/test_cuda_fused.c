@@ -93,9 +93,8 @@ static void same(const char *what, const float *a, const float *b, size_t n) {
     EXPECT(!memcmp(a, b, n * sizeof(float)), "%s: not bitwise equal", what);
 }
 
-TEST(cuda_add_rmsnorm) {
-    int shapes[][2] = {{1, 5120}, {16, 5120}, {4096, 5120}, {1, 64}, {16, 64}, {4096, 64}, {7, 1000}, {3, 96}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+static void check_add_rmsnorm(const int (*shapes)[2], size_t n_shapes) {
+    for (size_t s = 0; s < n_shapes; s++)
         for (int plus_one = 1; plus_one >= 0; plus_one--) {
             const int n = shapes[s][0], d = shapes[s][1];
             if (!plus_one && n == 4096) continue; // plus_one only switches the weight term; small shapes cover it
@@ -139,6 +138,11 @@ TEST(cuda_add_rmsnorm) {
         }
 }
 
+TEST(cuda_add_rmsnorm) {
+    const int shapes[][2] = {{1, 5120}, {16, 5120}, {4096, 5120}, {1, 64}, {16, 64}, {4096, 64}, {7, 1000}, {3, 96}};
+    check_add_rmsnorm(shapes, sizeof shapes / sizeof shapes[0]);
+}
+
 // One qk_norm_rope call on the GPU at rows [t0, t0 + m) of the inputs; outputs downloaded into q, g, k.
 typedef struct {
     int H, Hkv, hd, rot;
@@ -154,14 +158,14 @@ static void gpu_qk(const qk_geo *G, const float *qg, const float *k_in, int t0, 
     dfree(dqg), dfree(dk), dfree(dq), dfree(dg);
 }
 
-TEST(cuda_qk_norm_rope) {
-    const qk_geo geos[] = {{24, 4, 256, 64}, {4, 2, 16, 4}, {6, 2, 128, 128}, {3, 1, 64, 0}, {2, 2, 32, 8}};
-    const int ns[] = {1, 16, 4096};
+static const qk_geo qk_geos[] = {{24, 4, 256, 64}, {4, 2, 16, 4}, {6, 2, 128, 128}, {3, 1, 64, 0}, {2, 2, 32, 8}};
+
+static void check_qk_norm_rope(const int *ns, size_t n_ns) {
     const int64_t pos0s[] = {0, 1000, 200000};
     int64_t *dpos = gpu()->alloc(gpu(), sizeof(int64_t));
-    for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++)
-        for (size_t s = 0; s < 3; s++) {
-            const qk_geo *G = &geos[gi];
+    for (size_t gi = 0; gi < sizeof qk_geos / sizeof qk_geos[0]; gi++)
+        for (size_t s = 0; s < n_ns; s++) {
+            const qk_geo *G = &qk_geos[gi];
             const int n = ns[s];
             const int64_t pos0 = pos0s[(gi + s) % 3];
             const size_t nq = (size_t)n * G->H * G->hd, nk = (size_t)n * G->Hkv * G->hd;
@@ -201,4 +205,17 @@ TEST(cuda_qk_norm_rope) {
             freevec(&qn), freevec(&kn);
         }
     dfree(dpos);
+}
+
+TEST(cuda_qk_norm_rope) {
+    const int ns[] = {1, 16, 4096};
+    check_qk_norm_rope(ns, 3);
+}
+
+// Small calls of both ops, quick enough for compute-sanitizer (tests_cuda/gpu_run.sh, stage sanit).
+TEST(cuda_fused_smoke) {
+    const int shapes[][2] = {{1, 5120}, {16, 64}};
+    check_add_rmsnorm(shapes, 2);
+    const int ns[] = {1, 16};
+    check_qk_norm_rope(ns, 2);
 }
