@@ -97,6 +97,11 @@ struct fd_backend {
     void (*matmul_multi)(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x,
                          int n);
     void (*add)(fd_backend *be, void *x, const void *y, int64_t count);      // x += y
+    // The residual add and the next norm in one pass (one launch instead of two per decoder sublayer):
+    // x[n,d] += y[n,d], then out[n,d] = rmsnorm(x) * (plus_one ? 1+w : w). Bitwise what add then rmsnorm give on
+    // the same backend; a row's result depends on that row only. out may not alias x or y.
+    void (*add_rmsnorm)(fd_backend *be, void *out, void *x, const void *y, const fd_weight *w, int64_t n, int d,
+                        float eps, int plus_one);
     void (*silu_mul)(fd_backend *be, void *out, const void *g, const void *u, int64_t count); // silu(g)*u
     void (*sigmoid_mul)(fd_backend *be, void *x, const void *gate, int64_t count);           // x *= sigmoid(gate)
     // out[n, d] act -> f32 host-readable copy (for logits / hidden taps)
@@ -134,6 +139,15 @@ struct fd_backend {
     // memory holding one int64 whose value when the op executes replaces pos0 (as for attention below).
     void (*rope)(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
                  const int64_t *pos_dev);
+    // The query/key preparation of gated attention for n tokens of one sequence in one op (one launch instead of
+    // five): qg [n, H, 2hd] (per head: query | gate) -> gate [n, H*hd] (a copy), q [n, H, hd] =
+    // rope(rmsnorm(query) * (1+q_norm)); k [n, Hkv, hd] in place = rope(rmsnorm(k) * (1+k_norm)). rope and pos0 /
+    // pos_dev exactly as `rope` above. Same math as split_q_gate, rmsnorm (plus_one) of the q and k rows, then rope
+    // of q and k (cpu: bitwise; cuda: within fp32 rounding, each row's result independent of n and of pos_dev vs
+    // pos0).
+    void (*qk_norm_rope)(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                         const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
+                         int64_t pos0, const int64_t *pos_dev);
     // Bytes per cached token per layer for K and V together (layout is the backend's).
     size_t (*kv_bytes_per_token)(fd_backend *be, int Hkv, int hd);
     // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache. pos_dev: NULL, or backend memory holding one

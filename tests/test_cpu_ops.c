@@ -212,6 +212,44 @@ TEST(cpu_rope_is_neox_partial) {
     for (int i = rot; i < hd; i++) EXPECT(y[i] == x[i], "dim %d beyond the rotary part changed", i);
 }
 
+// The fused ops the engine runs (add_rmsnorm, qk_norm_rope) are bitwise the sequences of ops they replace, so the
+// fixture results did not move when the engine switched to them. The positions come once from the host and once
+// from "device" memory (host memory on the cpu backend).
+TEST(cpu_fused_ops_equal_unfused) {
+    fd_backend *be = cpu();
+    uint64_t seed = 77;
+    const int n = 5, d = 48, H = 3, Hkv = 2, hd = 16, rot = 4;
+    float wv[48], qw[16], kw[16];
+    test_fill_uniform(wv, 48, -0.5f, 0.5f, &seed);
+    test_fill_uniform(qw, 16, -0.5f, 0.5f, &seed);
+    test_fill_uniform(kw, 16, -0.5f, 0.5f, &seed);
+    fd_weight w = wvec(wv, d, 1), qn = wvec(qw, hd, 1), kn = wvec(kw, hd, 1);
+    float x1[5 * 48], x2[5 * 48], y[5 * 48], h1[5 * 48], h2[5 * 48];
+    test_fill_uniform(x1, n * d, -2, 2, &seed);
+    test_fill_uniform(y, n * d, -2, 2, &seed);
+    memcpy(x2, x1, sizeof x1);
+    for (int plus_one = 0; plus_one < 2; plus_one++) {
+        be->add(be, x1, y, (int64_t)n * d);
+        be->rmsnorm(be, h1, x1, &w, n, d, 1e-6f, plus_one);
+        be->add_rmsnorm(be, h2, x2, y, &w, n, d, 1e-6f, plus_one);
+        EXPECT(!memcmp(x1, x2, sizeof x1) && !memcmp(h1, h2, sizeof h1), "add_rmsnorm plus_one=%d", plus_one);
+    }
+    float qg[5 * 3 * 32], k1[5 * 2 * 16], k2[5 * 2 * 16], q1[5 * 3 * 16], q2[5 * 3 * 16], g1[5 * 3 * 16],
+        g2[5 * 3 * 16];
+    test_fill_uniform(qg, n * H * 2 * hd, -2, 2, &seed);
+    test_fill_uniform(k1, n * Hkv * hd, -2, 2, &seed);
+    memcpy(k2, k1, sizeof k1);
+    const int64_t pos0 = 1234;
+    be->split_q_gate(be, q1, g1, qg, n, H, hd);
+    be->rmsnorm(be, q1, q1, &qn, (int64_t)n * H, hd, 1e-6f, 1);
+    be->rmsnorm(be, k1, k1, &kn, (int64_t)n * Hkv, hd, 1e-6f, 1);
+    be->rope(be, q1, n, H, hd, rot, 1e7f, pos0, NULL);
+    be->rope(be, k1, n, Hkv, hd, rot, 1e7f, pos0, NULL);
+    be->qk_norm_rope(be, q2, g2, k2, qg, &qn, &kn, n, H, Hkv, hd, rot, 1e7f, 1e-6f, 0, &pos0);
+    EXPECT(!memcmp(q1, q2, sizeof q1) && !memcmp(g1, g2, sizeof g1) && !memcmp(k1, k2, sizeof k1),
+           "qk_norm_rope differs from split_q_gate + rmsnorm + rope");
+}
+
 TEST(cpu_qwen3_next_split_is_grouped) {
     fd_backend *be = cpu();
     const int Hk = 2, Hv = 6, dk = 2, dv = 3, r = 3, group = 2 * dk + 2 * r * dv;

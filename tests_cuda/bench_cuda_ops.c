@@ -193,6 +193,78 @@ TEST(bench_cuda_27b_ops) {
     B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), c.st);
 }
 
+// ---- the fused decoder-layer ops vs the op sequences they replace (norm_rope.cu), 27B shapes ----
+// One timed call runs the op `reps` times back to back (stream launches, not a graph), so at n = 1 the per-call
+// time is mostly launch gap + ramp + tail: what fusing saves. GB/s counts the fused op's bytes for both rows
+// (the useful traffic), so the two rows of a pair compare directly.
+typedef struct {
+    void *x, *y, *h, *qg, *q, *g, *k;
+    fd_weight *w, *qn, *kn;
+    int n, reps, fused;
+} fuse_t;
+
+static void f_add_norm(void *p) {
+    fuse_t *c = p;
+    for (int r = 0; r < c->reps; r++) {
+        if (c->fused) {
+            B()->add_rmsnorm(B(), c->h, c->x, c->y, c->w, c->n, 5120, 1e-6f, 1);
+        } else {
+            B()->add(B(), c->x, c->y, (int64_t)c->n * 5120);
+            B()->rmsnorm(B(), c->h, c->x, c->w, c->n, 5120, 1e-6f, 1);
+        }
+    }
+}
+static void f_qk_prep(void *p) {
+    fuse_t *c = p;
+    const int H = 24, Hkv = 4, hd = 256, rot = 64;
+    for (int r = 0; r < c->reps; r++) {
+        if (c->fused) {
+            B()->qk_norm_rope(B(), c->q, c->g, c->k, c->qg, c->qn, c->kn, c->n, H, Hkv, hd, rot, 1e7f, 1e-6f, 1000,
+                              NULL);
+        } else {
+            B()->split_q_gate(B(), c->q, c->g, c->qg, c->n, H, hd);
+            B()->rmsnorm(B(), c->q, c->q, c->qn, (int64_t)c->n * H, hd, 1e-6f, 1);
+            B()->rmsnorm(B(), c->k, c->k, c->kn, (int64_t)c->n * Hkv, hd, 1e-6f, 1);
+            B()->rope(B(), c->q, c->n, H, hd, rot, 1e7f, 1000, NULL);
+            B()->rope(B(), c->k, c->n, Hkv, hd, rot, 1e7f, 1000, NULL);
+        }
+    }
+}
+
+TEST(bench_cuda_fused_norms) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    const int d = 5120, N = 4096, H = 24, Hkv = 4, hd = 256;
+    fd_weight w = wrand(d, 1, -0.2f, 0.2f), qn = wrand(hd, 1, -0.2f, 0.2f), kn = wrand(hd, 1, -0.2f, 0.2f);
+    fuse_t c = {.w = &w, .qn = &qn, .kn = &kn};
+    c.x = dev_rand((size_t)N * d, -1, 1), c.y = dev_rand((size_t)N * d, -1e-3f, 1e-3f);
+    c.h = B()->alloc(B(), (size_t)N * d * 4);
+    c.qg = dev_rand((size_t)N * H * 2 * hd, -1, 1), c.k = dev_rand((size_t)N * Hkv * hd, -1, 1);
+    c.q = B()->alloc(B(), (size_t)N * H * hd * 4), c.g = B()->alloc(B(), (size_t)N * H * hd * 4);
+    const int ns[] = {1, 16, N};
+    for (int i = 0; i < 3; i++) {
+        c.n = ns[i], c.reps = c.n == N ? 10 : 200;
+        const double an_bytes = 4.0 * c.n * d * 4, qk_bytes = (4.0 * H + 2.0 * Hkv) * c.n * hd * 4;
+        for (c.fused = 0; c.fused < 2; c.fused++) {
+            char what[80];
+            snprintf(what, sizeof what, "%s n=%d d=%d", c.fused ? "add_rmsnorm (1 launch)" : "add + rmsnorm (2)", c.n,
+                     d);
+            row(what, time_ms(f_add_norm, &c) / c.reps, 0, an_bytes);
+        }
+        for (c.fused = 0; c.fused < 2; c.fused++) {
+            char what[80];
+            snprintf(what, sizeof what, "%s n=%d", c.fused ? "qk_norm_rope (1 launch)" : "split+2 norms+2 ropes (5)",
+                     c.n);
+            row(what, time_ms(f_qk_prep, &c) / c.reps, 0, qk_bytes);
+        }
+    }
+    void *bufs[] = {c.x, c.y, c.h, c.qg, c.k, c.q, c.g, w.dev, qn.dev, kn.dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) B()->free(B(), bufs[i]);
+}
+
 // ---- decode / verify attention (<= 16 tokens: the split-K kernel of attention_decode.cu) ----
 typedef struct {
     fd_backend *be;

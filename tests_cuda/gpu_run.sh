@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call, in stages chosen by STAGES (default: tests bench sanit e2e tiny):
 #   tests  every fd_cuda_tests test, one process each (FD_CUDA_SYNC=1 so a fault names its op)
-#   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table
+#   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table, fused norms
 #   prof   the 27B op table again with per-stage CUDA events (FD_CUDA_PROFILE=1; not headline timings)
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
@@ -35,7 +35,7 @@ if has tests; then
 fi
 if has bench; then
     stamp "bench"
-    for b in bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gdn_serial bench_cuda_sampling; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
@@ -47,7 +47,7 @@ if has prof; then
 fi
 if has sanit; then
     stamp "sanitizers"
-    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn}
+    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn cuda_fused_smoke}
     for tool in ${SANIT_TOOLS:-memcheck racecheck synccheck}; do
         timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
             >"$OUT/sanit_$tool.log" 2>&1

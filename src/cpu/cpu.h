@@ -17,6 +17,8 @@ static inline float cpu_w_at(const fd_weight *w, int64_t i) {
 }
 // Converts `count` elements starting at element `off` of w to fp32.
 void cpu_w_row(const fd_weight *w, int64_t off, int64_t count, float *out);
+// out[n, d] = rmsnorm(x) * (plus_one ? 1+w : w), fp32 (the rmsnorm op; out may alias x)
+void cpu_rmsnorm_f32(float *out, const float *x, const fd_weight *w, int64_t n, int d, float eps, int plus_one);
 // out[n, m] = x[n, k] W[m, k]^T, fp32 (W any dtype)
 void cpu_matmul_f32(float *out, const float *x, const fd_weight *W, int n);
 static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }

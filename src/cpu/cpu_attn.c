@@ -40,6 +40,17 @@ static void cpu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim,
     }
 }
 
+// The reference of the fused op is the sequence of ops it replaces, in their order: bitwise the unfused path.
+static void cpu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                             const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta,
+                             float eps, int64_t pos0, const int64_t *pos_dev) {
+    cpu_split_q_gate(be, q, gate, qg, n, H, hd);
+    cpu_rmsnorm_f32(q, q, q_norm, (int64_t)n * H, hd, eps, 1);
+    cpu_rmsnorm_f32(k, k, k_norm, (int64_t)n * Hkv, hd, eps, 1);
+    cpu_rope(be, q, n, H, hd, rot_dim, theta, pos0, pos_dev);
+    cpu_rope(be, k, n, Hkv, hd, rot_dim, theta, pos0, pos_dev);
+}
+
 // KV cache layouts (capacity C tokens), chosen by route kv:
 //   f32:  K [C, Hkv, hd] f32, V [C, Hkv, hd] f32
 //   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32. Each (token, head)
@@ -199,6 +210,7 @@ static void cpu_attention(fd_backend *be, void *out, const void *q, const void *
 void cpu_install_attn(fd_backend *be) {
     be->split_q_gate = cpu_split_q_gate;
     be->rope = cpu_rope;
+    be->qk_norm_rope = cpu_qk_norm_rope;
     be->kv_bytes_per_token = cpu_kv_bytes_per_token;
     be->kv_store = cpu_kv_store;
     be->kv_copy = cpu_kv_copy;

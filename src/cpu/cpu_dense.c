@@ -34,6 +34,8 @@ static void cpu_embed(fd_backend *be, void *out, const fd_weight *table, const i
 
 typedef struct {
     float *out;
+    float *x_add;   // add_rmsnorm: the residual, updated in place (then x == x_add)
+    const float *y; // add_rmsnorm: what is added to it; NULL for a plain rmsnorm
     const float *x;
     const fd_weight *w;
     int d;
@@ -44,6 +46,11 @@ typedef struct {
 static void rms_rows(void *p, int64_t b, int64_t e) {
     rms_ctx *c = p;
     for (int64_t r = b; r < e; r++) {
+        if (c->y) { // the residual add, row by row so the row is still in cache for the norm
+            float *xa = c->x_add + r * c->d;
+            const float *ya = c->y + r * c->d;
+            for (int i = 0; i < c->d; i++) xa[i] += ya[i];
+        }
         const float *x = c->x + r * c->d;
         float *o = c->out + r * c->d;
         double ss = 0;
@@ -56,10 +63,23 @@ static void rms_rows(void *p, int64_t b, int64_t e) {
     }
 }
 
+void cpu_rmsnorm_f32(float *out, const float *x, const fd_weight *w, int64_t n, int d, float eps, int plus_one) {
+    rms_ctx c = {out, NULL, NULL, x, w, d, eps, plus_one};
+    fd_parallel_for(n, 16, rms_rows, &c);
+}
+
 static void cpu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
                         int plus_one) {
     (void)be;
-    rms_ctx c = {out, x, w, d, eps, plus_one};
+    cpu_rmsnorm_f32(out, x, w, n, d, eps, plus_one);
+}
+
+// The same float operations as cpu_add then cpu_rmsnorm (a row's add finishes before its norm reads it), so the
+// result is bitwise theirs.
+static void cpu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_weight *w, int64_t n, int d,
+                            float eps, int plus_one) {
+    (void)be;
+    rms_ctx c = {out, x, y, x, w, d, eps, plus_one};
     fd_parallel_for(n, 16, rms_rows, &c);
 }
 
@@ -173,6 +193,7 @@ void cpu_install_dense(fd_backend *be) {
     be->matmul = cpu_matmul;
     be->matmul_multi = cpu_matmul_multi;
     be->add = cpu_add;
+    be->add_rmsnorm = cpu_add_rmsnorm;
     be->silu_mul = cpu_silu_mul;
     be->sigmoid_mul = cpu_sigmoid_mul;
     be->to_f32 = cpu_to_f32;

@@ -303,6 +303,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->matmul = cu_matmul;
     be->matmul_multi = cu_matmul_multi;
     be->add = cu_add;
+    be->add_rmsnorm = cu_add_rmsnorm;
     be->silu_mul = cu_silu_mul;
     be->sigmoid_mul = cu_sigmoid_mul;
     be->to_f32 = cu_to_f32;
@@ -313,6 +314,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->gated_rmsnorm = cu_gated_rmsnorm;
     be->split_q_gate = cu_split_q_gate;
     be->rope = cu_rope;
+    be->qk_norm_rope = cu_qk_norm_rope;
     be->kv_bytes_per_token = cu_kv_bytes_per_token;
     be->kv_store = cu_kv_store;
     be->kv_copy = cu_kv_copy;

@@ -220,6 +220,11 @@ void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, c
 void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd);
 void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float theta, int64_t pos0,
              const int64_t *pos_dev);
+void cu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_weight *w, int64_t n, int d, float eps,
+                    int plus_one);
+void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                     const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
+                     int64_t pos0, const int64_t *pos_dev);
 
 // ---- conv.cu ----
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,

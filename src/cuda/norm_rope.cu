@@ -1,5 +1,6 @@
-// Row norms (zero-centred and plain RMSNorm, the GDN gated RMSNorm), partial NeoX RoPE and the elementwise
-// ops. All fp32; one pass each. Reductions accumulate in fp32 per thread, then a tree over the block.
+// Row norms (zero-centred and plain RMSNorm, the GDN gated RMSNorm, the residual add fused with the next norm),
+// partial NeoX RoPE, the fused q/k norm + RoPE of attention and the elementwise ops. All fp32; one pass each.
+// Reductions accumulate in fp32 per thread, then a tree over the block (or one warp).
 #include "cuda/cuda_common.h"
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -41,12 +42,46 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, flo
     }
 }
 
+// The block size of a row norm depends on d only, so a row's reduction order never depends on n.
+static int rms_threads(int d) { return d >= 1024 ? 512 : 128; }
+
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
                 int plus_one) {
     if (n <= 0) return;
     FD_CHECK(n < (1ll << 31));
-    k_rmsnorm<<<(unsigned)n, d >= 1024 ? 512 : 128, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, cu_wf32(w),
-                                                                            d, eps, plus_one);
+    k_rmsnorm<<<(unsigned)n, rms_threads(d), 0, cu_of(be)->stream>>>((float *)out, (const float *)x, cu_wf32(w), d,
+                                                                     eps, plus_one);
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+// k_add then k_rmsnorm in one pass: the same block size, loops and float operations as k_rmsnorm on the sum
+// (each thread adds, stores and squares its own elements, then re-reads what it stored), so the results are
+// bitwise the two-kernel path's. Saves a launch and one read of x per decoder sublayer.
+__global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float *w, int d, float eps, int plus_one) {
+    int64_t row = blockIdx.x;
+    float *xr = x + row * d;
+    const float *yr = y + row * d;
+    float *orow = out + row * d;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xr[j] + yr[j];
+        xr[j] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / (float)d + eps);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float wj = plus_one ? 1.f + w[j] : w[j];
+        orow[j] = xr[j] * r * wj;
+    }
+}
+
+void cu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_weight *w, int64_t n, int d, float eps,
+                    int plus_one) {
+    if (n <= 0) return;
+    FD_CHECK(n < (1ll << 31));
+    k_add_rmsnorm<<<(unsigned)n, rms_threads(d), 0, cu_of(be)->stream>>>((float *)out, (float *)x, (const float *)y,
+                                                                         cu_wf32(w), d, eps, plus_one);
     FD_CUDA_LAUNCH_CHECK();
 }
 
@@ -180,5 +215,71 @@ void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float t
     if (!dinv) return;
     int64_t total = (int64_t)n * H * half;
     k_rope<<<cu_blocks(total, 256), 256, 0, cu_of(be)->stream>>>((float *)x, n, H, hd, half, dinv, pos0, pos_dev);
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+// ---- fused q/k preparation of gated attention (qk_norm_rope) ----
+// One warp per (token, head) row, q heads first then k heads of each token: split off the gate (q rows), the
+// zero-centred RMSNorm of the row (warp reduction), then NeoX rotary on dims [0, 2 half). The normalised row goes
+// through shared memory so a lane can pair dim i with dim i + half for any rot_dim. A row's arithmetic depends on
+// hd, its position and its data only: bitwise the same in a 1-token decode and in a verify block.
+#define QKR_WARPS 4
+__global__ void k_qk_norm_rope(float *q, float *gate, float *k, const float *qg, const float *q_w, const float *k_w,
+                               int n, int H, int Hkv, int hd, int half, const float *inv_freq, float eps, int64_t pos0,
+                               const int64_t *pos_dev) {
+    extern __shared__ float qkr_rows[]; // [QKR_WARPS, hd]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int heads = H + Hkv;
+    const int64_t r = (int64_t)blockIdx.x * QKR_WARPS + warp;
+    if (r >= (int64_t)n * heads) return; // whole warps leave; only __syncwarp below
+    if (pos_dev) pos0 = *pos_dev;       // read at execution time, as k_rope
+    const int64_t t = r / heads;
+    const int h = (int)(r - t * heads);
+    const float *src, *w;
+    float *dst;
+    if (h < H) {
+        const float *qgr = qg + (t * H + h) * 2 * hd;
+        float *gr = gate + (t * H + h) * hd;
+        for (int j = lane; j < hd; j += 32) gr[j] = qgr[hd + j];
+        src = qgr, dst = q + (t * H + h) * hd, w = q_w;
+    } else {
+        dst = k + (t * Hkv + (h - H)) * hd, src = dst, w = k_w; // in place: every read precedes __syncwarp
+    }
+    float *buf = qkr_rows + warp * hd;
+    float ss = 0.f;
+    for (int j = lane; j < hd; j += 32) {
+        float v = src[j];
+        buf[j] = v;
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    const float rs = rsqrtf(ss / (float)hd + eps);
+    for (int j = lane; j < hd; j += 32) buf[j] = buf[j] * rs * (1.f + w[j]);
+    __syncwarp();
+    const float pos = (float)(pos0 + t);
+    for (int j = lane; j < hd; j += 32) {
+        float v = buf[j];
+        if (j < 2 * half) {
+            const int i = j < half ? j : j - half;
+            float sn, cs;
+            sincosf(__fmul_rn(pos, inv_freq[i]), &sn, &cs); // the angle exactly as k_rope and the CPU
+            v = j < half ? buf[j] * cs - buf[j + half] * sn : buf[j] * cs + buf[i] * sn;
+        }
+        dst[j] = v;
+    }
+}
+
+void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                     const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
+                     int64_t pos0, const int64_t *pos_dev) {
+    if (n <= 0) return;
+    if (rot_dim < 0 || (rot_dim & 1) || rot_dim > hd || hd > 1024)
+        FD_PANIC("qk_norm_rope: rot_dim %d / head_dim %d unsupported", rot_dim, hd);
+    const float *dinv = NULL;
+    if (rot_dim > 0 && !(dinv = rope_inv_freq(be, theta, rot_dim))) return; // recording discarded (see above)
+    const int64_t rows = (int64_t)n * (H + Hkv);
+    k_qk_norm_rope<<<cu_blocks(rows, QKR_WARPS), QKR_WARPS * 32, (size_t)QKR_WARPS * hd * sizeof(float),
+                     cu_of(be)->stream>>>((float *)q, (float *)gate, (float *)k, (const float *)qg, cu_wf32(q_norm),
+                                          cu_wf32(k_norm), n, H, Hkv, hd, rot_dim / 2, dinv, eps, pos0, pos_dev);
     FD_CUDA_LAUNCH_CHECK();
 }

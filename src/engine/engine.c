@@ -208,16 +208,15 @@ static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_s
         const fd_weight *const Ws[] = {&L->q_proj, &L->k_proj, &L->v_proj};
         be->matmul_multi(be, outs, Ws, 3, e->h, n);
     }
-    be->split_q_gate(be, e->t2, e->t3, e->t0, n, H, hd);
-    be->rmsnorm(be, e->t2, e->t2, &L->q_norm, (int64_t)n * H, hd, c->rms_norm_eps, 1);
-    be->rmsnorm(be, e->t4, e->t4, &L->k_norm, (int64_t)n * Hkv, hd, c->rms_norm_eps, 1);
     for (int k = 0; k < n_segs; k++) {
         fd_engine *q = segs[k].seq;
         const int r0 = segs[k].row0, m = segs[k].n;
         void *qr = row(e->t2, r0, (int64_t)H * hd, ab), *kr = row(e->t4, r0, (int64_t)Hkv * hd, ab);
         const int64_t *pd = segs[k].pos_dev;
-        be->rope(be, qr, m, H, hd, c->rotary_dim, c->rope_theta, q->n_past, pd);
-        be->rope(be, kr, m, Hkv, hd, c->rotary_dim, c->rope_theta, q->n_past, pd);
+        // split of q|gate, q/k norms and RoPE in one op per segment (RoPE needs the segment's position)
+        be->qk_norm_rope(be, qr, row(e->t3, r0, (int64_t)H * hd, ab), kr, row(e->t0, r0, (int64_t)2 * H * hd, ab),
+                         &L->q_norm, &L->k_norm, m, H, Hkv, hd, c->rotary_dim, c->rope_theta, c->rms_norm_eps,
+                         q->n_past, pd);
         be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, pd, m, Hkv, hd,
                      q->opt.capacity);
         be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, pd, m, H, Hkv, hd,
@@ -257,15 +256,12 @@ typedef struct {
     const fwd_seg *segs;
 } fwd_body;
 
-static void final_norm(fd_engine *e, int n, int first) {
-    const fd_config *c = &e->m->cfg;
-    e->be->rmsnorm(e->be, e->h, row(e->x, first, c->hidden_size, e->be->act_bytes), &e->m->final_norm, n - first,
-                   c->hidden_size, c->rms_norm_eps, 1);
-}
-
-// The decoder over n rows in e's scratch (segments as in gdn_mixer); with head, also the final norm and the LM head
-// of rows [first, n) (at most ENGINE_LOGIT_ROWS) into logits_dev. Host-side effects other than route counters
-// stay outside: a recorded forward replays only what the backend ops do.
+// The decoder over n rows in e's scratch (segments as in gdn_mixer), ending with the final norm of all n rows in
+// e->h; with head, also the LM head of rows [first, n) (at most ENGINE_LOGIT_ROWS) into logits_dev. Host-side
+// effects other than route counters stay outside: a recorded forward replays only what the backend ops do.
+// Each residual add runs fused with the norm that reads its result (add_rmsnorm): the mixer's with post_norm,
+// the FFN's with the next layer's input_norm or, after the last layer, the final norm (which is why that norm
+// covers every row, not only [first, n): it costs one extra row pass and saves a launch).
 static void forward_body(void *ctx) {
     const fwd_body *f = ctx;
     fd_engine *e = f->e;
@@ -274,23 +270,22 @@ static void forward_body(void *ctx) {
     const int n = f->n;
     const int64_t d = c->hidden_size;
     be->embed(be, e->x, &e->m->embed, e->ids_dev, n);
+    be->rmsnorm(be, e->h, e->x, &e->m->layers[0].input_norm, n, (int)d, c->rms_norm_eps, 1);
     for (int li = 0; li < c->num_layers; li++) {
         fd_layer *L = &e->m->layers[li];
-        be->rmsnorm(be, e->h, e->x, &L->input_norm, n, (int)d, c->rms_norm_eps, 1);
         if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n, f->segs, f->n_segs);
         else attn_mixer(e, li, n, f->segs, f->n_segs);
-        be->add(be, e->x, e->y, (int64_t)n * d);
-        be->rmsnorm(be, e->h, e->x, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
+        be->add_rmsnorm(be, e->h, e->x, e->y, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
         ffn(e, li, n);
-        be->add(be, e->x, e->y, (int64_t)n * d);
+        const fd_weight *next_norm = li + 1 < c->num_layers ? &e->m->layers[li + 1].input_norm : &e->m->final_norm;
+        be->add_rmsnorm(be, e->h, e->x, e->y, next_norm, n, (int)d, c->rms_norm_eps, 1);
         if (e->tap_col[li] >= 0) { // taps exist only on engines that drive a drafter (never batched)
             const size_t rb = (size_t)d * be->act_bytes;
             be->copy_rows(be, (char *)e->taps + (size_t)e->tap_col[li] * rb, rb * (size_t)e->n_taps, e->x, rb, n, rb);
         }
     }
     if (!f->head) return;
-    final_norm(e, n, f->first);
-    be->matmul(be, e->logits_dev, e->h, &e->m->lm_head, n - f->first, 1);
+    be->matmul(be, e->logits_dev, row(e->h, f->first, d, be->act_bytes), &e->m->lm_head, n - f->first, 1);
 }
 
 int engine_graphs_on(const fd_engine *e) {
@@ -339,12 +334,10 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
         segs[k].seq->tokens_computed += segs[k].n;
     }
     if (!want) return;
-    if (!head_in_body) final_norm(e, n, first);
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
         const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
-        if (!head_in_body)
-            be->matmul(be, e->logits_dev, row(e->h, r0 - first, c->hidden_size, be->act_bytes), &e->m->lm_head, rows,
-                       1);
+        if (!head_in_body) // the body left the final norm of every row in e->h
+            be->matmul(be, e->logits_dev, row(e->h, r0, c->hidden_size, be->act_bytes), &e->m->lm_head, rows, 1);
         const int k = r0 - first;
         if (sink->logits)
             be->to_host(be, sink->logits + (int64_t)k * V, e->logits_dev, (size_t)rows * V * sizeof(float));

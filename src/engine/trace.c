@@ -82,6 +82,10 @@ static void tr_matmul_multi(fd_backend *be, void *const o[], const fd_weight *co
     TRACED(W[0]->name ? W[0]->name : "matmul_multi", n, IN(be)->matmul_multi(IN(be), o, W, count, x, n));
 }
 static void tr_add(fd_backend *be, void *x, const void *y, int64_t c) { TRACED("add", c, IN(be)->add(IN(be), x, y, c)); }
+static void tr_add_rmsnorm(fd_backend *be, void *o, void *x, const void *y, const fd_weight *w, int64_t n, int d,
+                           float eps, int p1) {
+    TRACED("add_rmsnorm", n, IN(be)->add_rmsnorm(IN(be), o, x, y, w, n, d, eps, p1));
+}
 static void tr_silu_mul(fd_backend *be, void *o, const void *g, const void *u, int64_t c) {
     TRACED("silu_mul", c, IN(be)->silu_mul(IN(be), o, g, u, c));
 }
@@ -118,6 +122,12 @@ static void tr_split_q_gate(fd_backend *be, void *q, void *g, const void *qg, in
 static void tr_rope(fd_backend *be, void *x, int n, int H, int hd, int rot, float theta, int64_t pos0,
                     const int64_t *pos_dev) {
     TRACED("rope", n, IN(be)->rope(IN(be), x, n, H, hd, rot, theta, pos0, pos_dev));
+}
+static void tr_qk_norm_rope(fd_backend *be, void *q, void *g, void *k, const void *qg, const fd_weight *qn,
+                            const fd_weight *kn, int n, int H, int Hkv, int hd, int rot, float theta, float eps,
+                            int64_t pos0, const int64_t *pos_dev) {
+    TRACED("qk_norm_rope", n,
+           IN(be)->qk_norm_rope(IN(be), q, g, k, qg, qn, kn, n, H, Hkv, hd, rot, theta, eps, pos0, pos_dev));
 }
 static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
                         int n, int Hkv, int hd, int64_t cap) {
@@ -170,6 +180,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->matmul = tr_matmul;
     be->matmul_multi = tr_matmul_multi;
     be->add = tr_add;
+    be->add_rmsnorm = tr_add_rmsnorm;
     be->silu_mul = tr_silu_mul;
     be->sigmoid_mul = tr_sigmoid_mul;
     be->to_f32 = tr_to_f32;
@@ -180,6 +191,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->gated_rmsnorm = tr_gated_rmsnorm;
     be->split_q_gate = tr_split_q_gate;
     be->rope = tr_rope;
+    be->qk_norm_rope = tr_qk_norm_rope;
     be->kv_bytes_per_token = tr_kvb;
     be->kv_store = tr_kv_store;
     be->kv_copy = tr_kv_copy;
