@@ -18,6 +18,8 @@ static int usage(FILE *f) {
             "  --backend cpu|cuda      (default cpu)   --threads N  CPU backend threads\n"
             "  --slots N               concurrent sequences (default 4)\n"
             "  --ctx N                 tokens per sequence, prompt + completion (default 4096)\n"
+            "  --kv-tokens N           paged KV cache shared by all slots, tokens (default 262144, at most slots x\n"
+            "                          ctx are used); a request that finds it full gets 503 kv_cache_full\n"
             "  --prefill-chunk K       token budget of one scheduler step (default 512)\n"
             "  --max-queue N           waiting requests before 429 (default 64)\n"
             "  --queue-timeout S       seconds waiting for a slot before 503 (default 60)\n"
@@ -93,6 +95,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--http-threads", 1, 256, http_threads)
         NUM("--slots", 1, 256, slots)
         NUM("--ctx", 2, 1 << 24, ctx)
+        NUM("--kv-tokens", 1, 1 << 30, kv_tokens)
         NUM("--prefill-chunk", 1, 1 << 20, prefill_chunk)
         NUM("--max-queue", 1, 1 << 20, max_queue)
         NUM("--queue-timeout", 0.001, 1e6, queue_timeout)
