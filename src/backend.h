@@ -42,11 +42,13 @@ typedef struct {
     int64_t capacity; // addressable positions
 } fd_kv_view;
 
-// A contiguous cache of `capacity` positions.
+// A contiguous cache of `capacity` positions; FD_KV_FLAT: the same as a pointer argument (a compound literal that
+// lives to the end of the enclosing block).
 static inline fd_kv_view fd_kv_flat(void *base, int64_t capacity) {
     fd_kv_view v = {base, NULL, 0, capacity, capacity};
     return v;
 }
+#define FD_KV_FLAT(base, capacity) (&(fd_kv_view){(void *)(base), NULL, 0, (capacity), (capacity)})
 
 // Sampling parameters of one logits row (sample_rows): temperature 0 = greedy argmax; top_k 0 = off; top_p >= 1 =
 // off. The host's sampler (engine/sampling.h) holds the same three and its seeded generator.
@@ -191,8 +193,8 @@ struct fd_backend {
                      const fd_weight *base_w, int half, int n, int d, int group, int K);
     // Non-causal attention like `attention` with a symmetric sliding window: query i (position pos0 + i) sees
     // key j < pos0 + n only when |pos0 + i - j| < window.
-    void (*attention_window)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n,
-                             int H, int Hkv, int hd, float scale, int window);
+    void (*attention_window)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                             int Hkv, int hd, float scale, int window);
 
     // ---- greedy decoding ----
     // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest

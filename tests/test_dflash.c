@@ -119,7 +119,8 @@ static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
         } else { // KV rows [0, n_past) of K and of V, gathered through each sequence's page table (CPU f32 layout)
             const size_t row = (size_t)c->num_kv_heads * c->head_dim;
             fd_backend *be = r->e.be;
-            float *a = calloc((size_t)n_past * 2, row * sizeof(float)), *b = calloc((size_t)n_past * 2, row * sizeof(float));
+            float *a = calloc((size_t)n_past * 2, row * sizeof(float)),
+                  *b = calloc((size_t)n_past * 2, row * sizeof(float));
             const fd_kv_view fa = fd_kv_flat(a, n_past), fb = fd_kv_flat(b, n_past);
             const fd_kv_view va = engine_kv_view(&r->e, l), vb = engine_kv_view(&cc->fresh, l);
             be->kv_copy(be, &fa, 0, &va, 0, n_past, c->num_kv_heads, c->head_dim);

@@ -95,7 +95,7 @@ static void f_gdn(void *p) {
 }
 static void f_attn(void *p) {
     ctx_t *c = p;
-    B()->attention(B(), c->out, c->x, c->st, c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
+    B()->attention(B(), c->out, c->x, FD_KV_FLAT(c->st, c->cap), c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, 0.0625f, 1);
 }
 static void f_conv(void *p) {
     ctx_t *c = p;
@@ -174,7 +174,8 @@ TEST(bench_cuda_27b_ops) {
     c.st = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 4 * 256, -1, 1), *v = dev_rand((size_t)4096 * 4 * 256, -1, 1);
-        for (int64_t p = 0; p < 32768; p += 4096) B()->kv_store(B(), c.st, k, v, p, NULL, 4096, 4, 256, c.cap);
+        for (int64_t p = 0; p < 32768; p += 4096)
+            B()->kv_store(B(), FD_KV_FLAT(c.st, c.cap), k, v, p, NULL, 4096, 4, 256);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.x = dev_rand((size_t)N * 24 * 256, -1, 1);
@@ -202,7 +203,8 @@ typedef struct {
 } dattn_t;
 static void f_dattn(void *p) {
     dattn_t *d = p;
-    d->be->attention(d->be, d->out, d->q, d->cache, d->pos0, d->pos_dev, d->n, 24, 4, 256, d->cap, 0.0625f, 1);
+    d->be->attention(d->be, d->out, d->q, FD_KV_FLAT(d->cache, d->cap), d->pos0, d->pos_dev, d->n, 24, 4, 256, 0.0625f,
+                     1);
 }
 
 // 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify); GB/s counts the K/V bytes of the
@@ -219,7 +221,8 @@ static void bench_dattn(const char *kv) {
     test_fill_uniform(h, (size_t)chunk * 4 * 256, -1, 1, &g_seed);
     void *k = be->alloc(be, (size_t)chunk * 4 * 256 * 4);
     be->to_device(be, k, h, (size_t)chunk * 4 * 256 * 4);
-    for (int64_t p = 0; p < cap - 16; p += chunk) be->kv_store(be, d.cache, k, k, p, NULL, (int)chunk, 4, 256, cap);
+    for (int64_t p = 0; p < cap - 16; p += chunk)
+        be->kv_store(be, FD_KV_FLAT(d.cache, cap), k, k, p, NULL, (int)chunk, 4, 256);
     test_fill_uniform(h, (size_t)16 * 24 * 256, -1, 1, &g_seed);
     d.q = be->alloc(be, (size_t)16 * 24 * 256 * 4);
     be->to_device(be, d.q, h, (size_t)16 * 24 * 256 * 4);
@@ -270,7 +273,7 @@ typedef struct {
 
 static void f_attn_prefill(void *p) {
     attn_ctx *a = p;
-    a->be->attention(a->be, a->out, a->q, a->cache, a->pos0, NULL, a->n, 24, 4, 256, a->cap, 0.0625f, 1);
+    a->be->attention(a->be, a->out, a->q, FD_KV_FLAT(a->cache, a->cap), a->pos0, NULL, a->n, 24, 4, 256, 0.0625f, 1);
 }
 
 static double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
@@ -310,7 +313,7 @@ TEST(bench_cuda_attn_prefill) {
             be->to_device(be, k, h, kvn * 4);
             test_fill_uniform(h, kvn, -1, 1, &g_seed);
             be->to_device(be, v, h, kvn * 4);
-            be->kv_store(be, a.cache, k, v, p, NULL, N, Hkv, hd, cap);
+            be->kv_store(be, FD_KV_FLAT(a.cache, cap), k, v, p, NULL, N, Hkv, hd);
         }
         test_fill_uniform(h, qn, -1, 1, &g_seed);
         a.q = be->alloc(be, qn * 4);
@@ -438,9 +441,10 @@ static void f_dyn_conv(void *p) {
 static void f_window(void *p) {
     d2_ctx *c = p;
     if (c->window)
-        B()->attention_window(B(), c->out, c->q, c->cache, c->pos0, c->n, 32, 8, 128, c->cap, 0.088f, c->window);
+        B()->attention_window(B(), c->out, c->q, FD_KV_FLAT(c->cache, c->cap), c->pos0, c->n, 32, 8, 128, 0.088f,
+                              c->window);
     else // the same block without a window: every key of the context
-        B()->attention(B(), c->out, c->q, c->cache, c->pos0, NULL, c->n, 32, 8, 128, c->cap, 0.088f, 0);
+        B()->attention(B(), c->out, c->q, FD_KV_FLAT(c->cache, c->cap), c->pos0, NULL, c->n, 32, 8, 128, 0.088f, 0);
 }
 
 TEST(bench_cuda_dflash2_ops) {
@@ -467,7 +471,8 @@ TEST(bench_cuda_dflash2_ops) {
     c.cache = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 8 * 128, -1, 1), *v = dev_rand((size_t)4096 * 8 * 128, -1, 1);
-        for (int64_t p = 0; p < ctx; p += 4096) B()->kv_store(B(), c.cache, k, v, p, NULL, 4096, 8, 128, c.cap);
+        for (int64_t p = 0; p < ctx; p += 4096)
+            B()->kv_store(B(), FD_KV_FLAT(c.cache, c.cap), k, v, p, NULL, 4096, 8, 128);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.q = dev_rand((size_t)n * 32 * 128, -1, 1);

@@ -24,7 +24,7 @@ typedef struct {
     int prefill_chunk; // 0 = default budget
     int threads;
     int64_t ctx; // 0 = what the request needs
-    int64_t kv_tokens; // paged KV pool (0 = FD_KV_TOKENS_DEFAULT)
+    int64_t kv_tokens;          // paged KV pool (0 = FD_KV_TOKENS_DEFAULT)
     const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment
     int n_routes;
     const char *backend;

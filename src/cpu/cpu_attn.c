@@ -112,8 +112,8 @@ static void cpu_kv_store(fd_backend *be, const fd_kv_view *kv, const void *k, co
 }
 
 // Runs of positions that are consecutive slots on both sides move as one memmove per plane.
-static void cpu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src,
-                        int64_t src_pos, int64_t n, int Hkv, int hd) {
+static void cpu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src, int64_t src_pos,
+                        int64_t n, int Hkv, int hd) {
     FD_CHECK(dst_pos >= 0 && src_pos >= 0 && dst_pos + n <= dst->capacity && src_pos + n <= src->capacity,
              "kv_copy: [%lld, +%lld) -> [%lld, +%lld) beyond capacity", (long long)src_pos, (long long)n,
              (long long)dst_pos, (long long)n);
@@ -204,8 +204,17 @@ void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_vi
     FD_CHECK(pos0 >= 0 && pos0 + n <= kv->capacity, "attention: keys [0, %lld) beyond capacity %lld",
              (long long)(pos0 + n), (long long)kv->capacity);
     attn_ctx *c = fd_calloc(1, sizeof *c);
-    *c = (attn_ctx){.out = out, .q = q, .kv = kv, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd,
-                    .scale = scale, .causal = causal, .window = window};
+    *c = (attn_ctx){.out = out,
+                    .q = q,
+                    .kv = kv,
+                    .pos0 = pos0,
+                    .n = n,
+                    .H = H,
+                    .Hkv = Hkv,
+                    .hd = hd,
+                    .scale = scale,
+                    .causal = causal,
+                    .window = window};
     if (cpu_of(be)->kv == CPU_KV_E4M3) {
         c->p8 = kv8_planes(kv, Hkv, hd);
         for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);

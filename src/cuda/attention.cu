@@ -69,8 +69,8 @@ static __device__ __forceinline__ int64_t kv_first_pos(int64_t pos0, const int64
 }
 
 // One block-stride pass per token: row = Hkv * hd elements of k and v for each of the n tokens.
-__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, cu_kv kv, const float *k, const float *v,
-                           int64_t pos0, const int64_t *pos_dev, int n, int64_t row, int64_t capacity) {
+__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, cu_kv kv, const float *k, const float *v, int64_t pos0,
+                           const int64_t *pos_dev, int n, int64_t row, int64_t capacity) {
     const int64_t p0 = kv_first_pos(pos0, pos_dev);
     for (int t = blockIdx.x; t < n; t += gridDim.x) {
         const int64_t p = p0 + t;
@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *view, int64_t pos0, const int64_t *pos_dev,
-                  int n, int H, int Hkv, int hd, float scale, int causal) {
+void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *view, int64_t pos0,
+                  const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal) {
     const int64_t capacity = view->capacity;
     if (n <= 0) return;
     if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);

@@ -123,7 +123,8 @@ static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_
             const int j = e / CPR, c8 = (e - j * CPR) * 8;
             const int64_t kp = kt0 + j;
             const bool ok = kp < kend;
-            const int64_t off = ((ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh) * HD + c8; // zero-fill: any address
+            const int64_t off =
+                ((ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh) * HD + c8; // zero-fill: any address
             cp_async16(Ks + j * P::LD + c8, kv.k + off, ok);
             cp_async16(Vs + j * P::LD + c8, kv.v + off, ok);
         }

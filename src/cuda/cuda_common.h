@@ -119,8 +119,8 @@ typedef struct {
     const __nv_bfloat16 *k, *v; // bf16 layout (NULL for e4m3)
     const uint8_t *k8, *v8;     // e4m3 layout
     const float *ks, *vs;
-    const int32_t *pages;       // device page table, NULL: contiguous (slot = position)
-    int page_shift;             // log2 of the page size in tokens
+    const int32_t *pages; // device page table, NULL: contiguous (slot = position)
+    int page_shift;       // log2 of the page size in tokens
 } cu_kv;
 
 static __device__ __forceinline__ int64_t cu_kv_slot(const cu_kv &kv, int64_t p) {

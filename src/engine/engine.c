@@ -95,13 +95,13 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
     } else {
         // A lone sequence never uses more than its capacity, so a larger budget is capped there.
         const int64_t tokens = opt->kv_tokens > 0 && opt->kv_tokens < opt->capacity ? opt->kv_tokens : opt->capacity;
-        if (kv_pool_init(&e->own_pool, be, c, tokens)) {
+        if (kv_pool_init(&e->own_pool, be, c, tokens, 0)) {
             engine_free(e); // keeps the error
             return -1;
         }
         e->pool = &e->own_pool;
     }
-    kv_pages_init(&e->pages, be, opt->capacity);
+    kv_pages_init(&e->pages, e->pool, opt->capacity);
     e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     for (int i = 0; i < c->num_layers; i++) {
@@ -133,7 +133,9 @@ int engine_reserve(fd_engine *e, int64_t positions) {
     return kv_pages_reserve(&e->pages, e->pool, positions);
 }
 
-fd_kv_view engine_kv_view(const fd_engine *e, int li) { return kv_pages_view(&e->pages, e->pool, li); }
+fd_kv_view engine_kv_view(const fd_engine *e, int li) {
+    return kv_pages_view(&e->pages, e->pool, li);
+}
 
 void engine_free(fd_engine *e) {
     fd_backend *be = e->be;

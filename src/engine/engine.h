@@ -42,7 +42,7 @@ typedef struct {
     fd_engine_opts opt;
     // per-sequence state
     int64_t n_past;
-    fd_kv_pool *pool;   // attention KV pages (shared or own_pool)
+    fd_kv_pool *pool; // attention KV pages (shared or own_pool)
     fd_kv_pool own_pool;
     fd_kv_pages pages;  // this sequence's page table: positions [0, pages.held * P) are backed
     float **conv_state; // [num_layers] f32 [conv_dim, K-1] (NULL for attention layers)

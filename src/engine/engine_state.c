@@ -57,8 +57,10 @@ size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, v
     FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= cache->capacity, "KV range [%lld, %lld) beyond capacity %lld",
              (long long)pos0, (long long)(pos0 + n), (long long)cache->capacity);
     const fd_kv_view snap = fd_kv_flat(buf, n);
-    if (save) be->kv_copy(be, &snap, 0, cache, pos0, n, Hkv, hd);
-    else be->kv_copy(be, cache, pos0, &snap, 0, n, Hkv, hd);
+    if (save)
+        be->kv_copy(be, &snap, 0, cache, pos0, n, Hkv, hd);
+    else
+        be->kv_copy(be, cache, pos0, &snap, 0, n, Hkv, hd);
     return be->kv_bytes_per_token(be, Hkv, hd) * (size_t)n;
 }
 

@@ -4,16 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens) {
+int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens, int page_tokens) {
     memset(p, 0, sizeof *p);
     if (tokens < 1) return fd_error_set("KV pool of %lld tokens: must be >= 1 (--kv-tokens)", (long long)tokens);
+    if (page_tokens <= 0) page_tokens = FD_KV_PAGE_TOKENS;
+    FD_CHECK((page_tokens & (page_tokens - 1)) == 0, "KV page of %d tokens: not a power of two", page_tokens);
+    p->page_tokens = page_tokens;
     p->be = be;
     p->num_layers = c->num_layers;
     p->Hkv = c->num_kv_heads;
     p->hd = c->head_dim;
-    p->n_pages = (tokens + FD_KV_PAGE_TOKENS - 1) / FD_KV_PAGE_TOKENS;
+    p->n_pages = (tokens + page_tokens - 1) / page_tokens;
     if (p->n_pages > INT32_MAX) return fd_error_set("KV pool of %lld tokens is too large", (long long)tokens);
-    const size_t slots = (size_t)p->n_pages * FD_KV_PAGE_TOKENS;
+    const size_t slots = (size_t)p->n_pages * page_tokens;
     p->layer = fd_calloc((size_t)c->num_layers, sizeof(void *));
     for (int i = 0; i < c->num_layers; i++)
         if (c->layer_kind[i] == FD_LAYER_ATTN)
@@ -45,9 +48,10 @@ void kv_pool_shuffle(fd_kv_pool *p, uint64_t seed) {
     }
 }
 
-void kv_pages_init(fd_kv_pages *t, fd_backend *be, int64_t capacity) {
+void kv_pages_init(fd_kv_pages *t, const fd_kv_pool *p, int64_t capacity) {
     memset(t, 0, sizeof *t);
-    const int64_t n = (capacity + FD_KV_PAGE_TOKENS - 1) / FD_KV_PAGE_TOKENS;
+    fd_backend *be = p->be;
+    const int64_t n = (capacity + p->page_tokens - 1) / p->page_tokens;
     FD_CHECK(n >= 1 && n <= INT32_MAX, "page table for a context of %lld tokens", (long long)capacity);
     t->max_pages = (int)n;
     t->host = fd_calloc((size_t)n, sizeof(int32_t));
@@ -61,7 +65,7 @@ void kv_pages_free(fd_kv_pages *t, fd_backend *be) {
 }
 
 int kv_pages_reserve(fd_kv_pages *t, fd_kv_pool *p, int64_t positions) {
-    const int64_t need = (positions + FD_KV_PAGE_TOKENS - 1) / FD_KV_PAGE_TOKENS;
+    const int64_t need = (positions + p->page_tokens - 1) / p->page_tokens;
     if (need <= t->held) return 0;
     FD_CHECK(need <= t->max_pages, "reserve of %lld positions beyond the page table (%d pages)", (long long)positions,
              t->max_pages);
@@ -69,7 +73,7 @@ int kv_pages_reserve(fd_kv_pages *t, fd_kv_pool *p, int64_t positions) {
     if (more > p->n_free)
         return fd_error_set("KV cache full: this request needs %lld more tokens of KV, %lld of %lld tokens free "
                             "(--kv-tokens)",
-                            (long long)(more * FD_KV_PAGE_TOKENS), (long long)kv_pool_free_tokens(p),
+                            (long long)(more * p->page_tokens), (long long)kv_pool_free_tokens(p),
                             (long long)kv_pool_tokens(p));
     const int first = t->held;
     for (int64_t i = 0; i < more; i++) t->host[t->held++] = p->free_pages[--p->n_free];
@@ -88,7 +92,6 @@ void kv_pages_release(fd_kv_pages *t, fd_kv_pool *p) {
 }
 
 fd_kv_view kv_pages_view(const fd_kv_pages *t, const fd_kv_pool *p, int layer) {
-    fd_kv_view v = {p->layer[layer], t->dev, FD_KV_PAGE_TOKENS, kv_pool_tokens(p),
-                    (int64_t)t->max_pages * FD_KV_PAGE_TOKENS};
+    fd_kv_view v = {p->layer[layer], t->dev, p->page_tokens, kv_pool_tokens(p), (int64_t)t->max_pages * p->page_tokens};
     return v;
 }

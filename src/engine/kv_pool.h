@@ -1,7 +1,7 @@
 // Paged KV cache: one pool of fixed-size pages shared by every sequence of a model on a backend, and the page
 // table of one sequence.
 //
-// The pool holds, per attention layer, one backend buffer of n_pages * FD_KV_PAGE_TOKENS token slots in the
+// The pool holds, per attention layer, one backend buffer of n_pages * page_tokens token slots in the
 // backend's cache layout. Page i is the same slot range in every layer, so one page table per sequence serves all
 // of its layers. Free pages are a host stack; a sequence takes pages before a forward (host side, outside any graph
 // recording) and gives them all back on reset. The pool's token capacity is the --kv-tokens budget; a sequence's
@@ -25,8 +25,9 @@
 
 typedef struct fd_kv_pool {
     fd_backend *be;
+    int page_tokens; // FD_KV_PAGE_TOKENS unless a test asks for smaller pages (cpu only: no key tiles there)
     int num_layers;
-    void **layer;      // [num_layers] backend buffers (NULL for GDN layers)
+    void **layer; // [num_layers] backend buffers (NULL for GDN layers)
     int Hkv, hd;
     int64_t n_pages;
     int32_t *free_pages; // stack: free_pages[0 .. n_free) (the top is taken first)
@@ -34,10 +35,15 @@ typedef struct fd_kv_pool {
 } fd_kv_pool;
 
 // A pool of at least `tokens` token slots (rounded up to whole pages) for the attention layers of model config c.
-int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens);
+// page_tokens: 0 = FD_KV_PAGE_TOKENS; else a power of two (the CUDA kernels also need a multiple of 64).
+int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens, int page_tokens);
 void kv_pool_free(fd_kv_pool *p);
-static inline int64_t kv_pool_tokens(const fd_kv_pool *p) { return p->n_pages * FD_KV_PAGE_TOKENS; }
-static inline int64_t kv_pool_free_tokens(const fd_kv_pool *p) { return p->n_free * FD_KV_PAGE_TOKENS; }
+static inline int64_t kv_pool_tokens(const fd_kv_pool *p) {
+    return p->n_pages * p->page_tokens;
+}
+static inline int64_t kv_pool_free_tokens(const fd_kv_pool *p) {
+    return p->n_free * p->page_tokens;
+}
 // Reorders the free stack pseudo-randomly from `seed` (tests: sequences get scattered, non-monotonic pages).
 void kv_pool_shuffle(fd_kv_pool *p, uint64_t seed);
 
@@ -50,7 +56,8 @@ typedef struct {
     int max_pages, held;
 } fd_kv_pages;
 
-void kv_pages_init(fd_kv_pages *t, fd_backend *be, int64_t capacity);
+// A table for a sequence of up to `capacity` positions in pool p's pages.
+void kv_pages_init(fd_kv_pages *t, const fd_kv_pool *p, int64_t capacity);
 void kv_pages_free(fd_kv_pages *t, fd_backend *be);
 // Makes positions [0, positions) addressable: takes the missing pages from the pool and uploads only the new
 // entries. When the pool is short nothing changes and the error says how many tokens of KV are missing.

@@ -136,8 +136,8 @@ static void tr_dyn_conv(fd_backend *be, void *o, const void *x, const float *dyn
                         int n, int d, int group, int K) {
     TRACED("dyn_conv", n, IN(be)->dyn_conv(IN(be), o, x, dyn, ds, bw, half, n, d, group, K));
 }
-static void tr_attention_window(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0, int n,
-                                int H, int Hkv, int hd, float scale, int window) {
+static void tr_attention_window(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0, int n, int H,
+                                int Hkv, int hd, float scale, int window) {
     TRACED("attention[window]", pos0 + n,
            IN(be)->attention_window(IN(be), o, q, c, pos0, n, H, Hkv, hd, scale, window));
 }

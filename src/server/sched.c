@@ -361,8 +361,10 @@ static void decode_slots(srv_sched *s, slot **sls, int n) {
     // A slot whose next position finds the KV pool full ends with 503; the others go on.
     int live = 0;
     for (int i = 0; i < n; i++) {
-        if (engine_reserve(&sls[i]->e, sls[i]->e.n_past + 1)) slot_fail_forward(s, sls[i]);
-        else sls[live++] = sls[i];
+        if (engine_reserve(&sls[i]->e, sls[i]->e.n_past + 1))
+            slot_fail_forward(s, sls[i]);
+        else
+            sls[live++] = sls[i];
     }
     n = live;
     if (n == 0) return;
@@ -596,7 +598,7 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     eo.gdn_prefill = cfg->gdn_prefill;
     // Routes from the environment (FD_ROUTE_<NAME>): the backend's before any cache exists, the engines' after.
     int route_err = routes_backend_preset(be, NULL, 0);
-    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg));
+    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg), 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (route_err || engine_init(&sl->e, m, be, &eo) || routes_from_env(&sl->e) || routes_check(&sl->e) ||

@@ -175,9 +175,9 @@ int srv_main(const srv_config *cfg) {
             "prefill budget %d, "
             "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB), speculative decoding: %s",
             S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
-            (long long)sched_kv_tokens(cfg), cfg->prefill_chunk, cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial",
-            cfg->prefix_cache ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20,
-            has_draft ? cfg->draft_dir : "off");
+            (long long)sched_kv_tokens(cfg), cfg->prefill_chunk,
+            cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", cfg->prefix_cache ? "on" : "off", cfg->pc_block,
+            cfg->pc_checkpoint, cfg->pc_budget >> 20, has_draft ? cfg->draft_dir : "off");
     if (cfg->port_file && write_port_file(cfg->port_file, port)) {
         fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
         rc = 1;
