@@ -135,22 +135,33 @@ void cu_kv_store(fd_backend *be, const fd_kv_view *view, const void *k, const vo
     FD_CUDA_LAUNCH_CHECK();
 }
 
-// Paged copy: one block per token; each of the K/V rows (and, for e4m3, the K/V scale rows) moves as bytes
-// between the two slots. Snapshots and restores are a small share of a request's time; a plain copy suffices.
-__global__ void k_kv_copy(char *d, const char *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos, cu_kv sk,
-                          int64_t src_slots, int64_t src_pos, int64_t n, int64_t row, int64_t srow) {
+// Paged copy: one block per token; its K and V rows (and, for e4m3, its K and V scale rows) move between the two
+// slots in units of U bytes (the largest of 16, 8, 4, 1 that divides both row sizes; cudaMalloc bases are 256-byte
+// aligned and every offset is a multiple of a row, so every access is U-aligned). row, srow in units of U.
+template <typename U>
+__global__ void k_kv_copy(U *d, const U *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos, cu_kv sk, int64_t src_slots,
+                          int64_t src_pos, int64_t n, int64_t row, int64_t srow) {
     for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
         const int64_t ds = cu_kv_slot(dk, dst_pos + t), ss = cu_kv_slot(sk, src_pos + t);
         for (int plane = 0; plane < 2; plane++) // K then V rows
             for (int64_t i = threadIdx.x; i < row; i += blockDim.x)
                 d[(plane * dst_slots + ds) * row + i] = s[(plane * src_slots + ss) * row + i];
         if (!srow) continue;
-        char *dsc = d + 2 * dst_slots * row;
-        const char *ssc = s + 2 * src_slots * row;
+        U *dsc = d + 2 * dst_slots * row;
+        const U *ssc = s + 2 * src_slots * row;
         for (int plane = 0; plane < 2; plane++) // Kscale then Vscale rows
             for (int64_t i = threadIdx.x; i < srow; i += blockDim.x)
                 dsc[(plane * dst_slots + ds) * srow + i] = ssc[(plane * src_slots + ss) * srow + i];
     }
+}
+
+template <typename U>
+static void launch_kv_copy(cudaStream_t st, void *d, const void *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos,
+                           cu_kv sk, int64_t src_slots, int64_t src_pos, int64_t n, size_t row, size_t srow) {
+    const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
+    k_kv_copy<U><<<grid, 128, 0, st>>>((U *)d, (const U *)s, dk, dst_slots, dst_pos, sk, src_slots, src_pos, n,
+                                       (int64_t)(row / sizeof(U)), (int64_t)(srow / sizeof(U)));
+    FD_CUDA_LAUNCH_CHECK();
 }
 
 // Positions between two caches: contiguous on both sides, each plane is one copy; else the paged copy kernel.
@@ -169,10 +180,15 @@ void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd
     const int64_t dst_cap = dst->slots, src_cap = src->slots;
     if (dst->pages || src->pages) {
         const cu_kv dk = cu_kv_view(be, dst, Hkv, hd), sk = cu_kv_view(be, src, Hkv, hd);
-        const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
-        k_kv_copy<<<grid, 256, 0, st>>>(d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, (int64_t)row,
-                                        (int64_t)srow);
-        FD_CUDA_LAUNCH_CHECK();
+        const size_t both = row | srow; // srow 0 (bf16) constrains nothing
+        if (both % 16 == 0)
+            launch_kv_copy<uint4>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else if (both % 8 == 0)
+            launch_kv_copy<uint2>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else if (both % 4 == 0)
+            launch_kv_copy<uint32_t>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else
+            launch_kv_copy<unsigned char>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
         return;
     }
     for (int plane = 0; plane < 2; plane++) // K then V
