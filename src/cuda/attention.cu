@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(128)
     }
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
-        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, kend);
+        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + ATT_BK)); // 32-aligned: one page
         for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
             int j = e / hd2, d2 = e - j * hd2;
             int64_t kp = kt0 + j;

@@ -93,7 +93,7 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
     if (t < ntiles) {
         char *st = raw + (t % P::NST) * P::RAW_STAGE;
         const int64_t k0 = kbeg + (int64_t)t * DEC_BK;
-        const cu_kv_tile pt = cu_kv_tile_at(*kv, k0, kend); // 32-key tiles on 32-aligned positions: one page
+        const cu_kv_tile pt = cu_kv_tile_at(*kv, k0, min(kend, k0 + DEC_BK)); // 32-aligned tile: one page, one read
         if (E4) {
             constexpr int OCT = HD / 16; // 16-byte pieces per fp8 row
             for (int e = tid; e < 2 * DEC_BK * OCT; e += DEC_WARPS * 32) {

@@ -113,7 +113,7 @@ template <int HD, bool E4>
 static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_kv kv, int64_t kt0, int64_t kend,
                                                   int Hkv, int kvh) {
     typedef mma_plan<HD, E4> P;
-    const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, kend); // tiles start on multiples of 64: one page (backend.h)
+    const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + MMA_BN)); // 64-aligned tile: one page, one read
     if (!E4) {
         constexpr int CPR = HD / 8; // 16-byte chunks per row
         __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + P::q_bytes + (size_t)st * 2 * P::tile_bytes);

@@ -128,9 +128,10 @@ static __device__ __forceinline__ int64_t cu_kv_slot(const cu_kv &kv, int64_t p)
     return ((int64_t)__ldg(kv.pages + (p >> kv.page_shift)) << kv.page_shift) | (p & ((1ll << kv.page_shift) - 1));
 }
 
-// The slots of a key tile [kt0, kt0 + T) (T <= the page size), from at most two page-table reads per tile: keys
-// before `split` are in slot s0 + (key - kt0), the others in s1 + (key - split). Keys >= kend are never read, so
-// neither is a page entry past them (the sequence may not own that page).
+// The slots of the live keys [kt0, kend) of a key tile (kend - kt0 <= the page size): keys before `split` are in
+// slot s0 + (key - kt0), the others in s1 + (key - split). One page-table read for a tile inside one page (every
+// tile that starts on a multiple of its size), two for one that straddles pages; never one for a key >= kend
+// (the sequence may not own that page).
 typedef struct {
     int64_t s0, s1, split;
 } cu_kv_tile;

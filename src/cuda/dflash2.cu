@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(128)
     kend = min(kend, win_hi(pos0 + t_last, window, last) + 1);
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += WIN_BK) {
         __syncthreads(); // previous tile consumed (and Qs written, on the first pass)
-        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, kend); // window tiles need not be aligned: up to two pages
+        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + WIN_BK)); // unaligned tile: <= 2 pages
         for (int e = threadIdx.x; e < WIN_BK * hd2; e += blockDim.x) {
             const int j = e / hd2, d2 = e - j * hd2;
             const int64_t kp = kt0 + j;
