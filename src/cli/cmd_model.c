@@ -317,8 +317,8 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 2;
     }
-    FD_INFO("backend %s, %d threads, capacity %lld tokens, prefill budget %d", s->be->name, fd_threads_count(),
-            (long long)eo.capacity, eo.max_batch);
+    FD_INFO("backend %s, %d threads, capacity %lld tokens (KV pool %lld), prefill budget %d", s->be->name,
+            fd_threads_count(), (long long)eo.capacity, (long long)kv_pool_tokens(s->eng.pool), eo.max_batch);
     if (fd_log_level_enabled(FD_LOG_INFO)) routes_print(&s->eng, stderr);
     return 0;
 }
