@@ -291,6 +291,12 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     if (!kv_ok) slot_fail_forward(s, sl);
 }
 
+// The KV tokens (whole pages) a job's prompt takes.
+static int64_t kv_prompt_tokens(const srv_sched *s, const srv_job *j) {
+    const int64_t P = s->pool.page_tokens;
+    return ((int64_t)j->n_prompt + P - 1) / P * P;
+}
+
 // Is the client still there? Peeks at the socket while libmicrohttpd has the connection suspended (it does not watch
 // suspended connections): end-of-file or a reset means the client went away.
 static int client_gone(slot *sl, double now) {
@@ -534,13 +540,20 @@ static void *sched_main(void *arg) {
         int n_adm = 0, n_exp = 0, free_slots = s->n_slots - n_active(s);
         srv_job *adm[256];
         const double now = fd_time_s();
+        // KV pages: a prompt waits in the queue (FIFO) until the pool has its pages free; one the whole pool could
+        // never hold is admitted and refused at once (503 kv_cache_full, slot_start).
+        int64_t kv_free = kv_pool_free_tokens(&s->pool), kv_blocked = 0;
         for (int k = s->q_len; k > 0; k--) {
             srv_job *j = q_pop(s);
+            const int64_t need = kv_prompt_tokens(s, j);
+            const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pool);
             if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) tmp[n_exp++] = j;
-            else if (free_slots > 0 && n_adm < 256) {
+            else if (free_slots > 0 && n_adm < 256 && kv_fits && !kv_blocked) {
                 adm[n_adm++] = j;
                 free_slots--;
+                if (need <= kv_free) kv_free -= need;
             } else {
+                kv_blocked |= free_slots > 0 && !kv_fits; // later requests may not overtake it
                 s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
                 s->q_len++;
             }
@@ -552,7 +565,8 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < n_exp; i++) {
             int gone = atomic_load(&tmp[i]->cancelled);
             job_fail(tmp[i], gone ? 499 : 503, gone ? "cancelled" : "server_overloaded", NULL,
-                     gone ? "the client disconnected" : "no sequence slot became free within the queue timeout");
+                     gone ? "the client disconnected"
+                          : "no sequence slot (or not enough KV cache pages) became free within the queue timeout");
             pthread_mutex_lock(&s->met->mu);
             if (gone) s->met->finished[SRV_FIN_ABORT]++;
             else s->met->rejected_timeout++;
