@@ -27,6 +27,29 @@ typedef struct {
 
 typedef struct fd_backend fd_backend;
 
+// One attention layer's KV cache as the cache ops see it. `base` holds `slots` token slots in the backend's layout
+// (planes sized from slots, see kv_bytes_per_token). Position p of the sequence lives in slot
+//   pages ? pages[p / page_tokens] * page_tokens + p % page_tokens : p
+// pages is backend memory (host memory on cpu) with capacity / page_tokens entries, page_tokens a power of two and
+// a multiple of every kernel's key tile (engine/kv_pool.h: FD_KV_PAGE_TOKENS), so a kernel looks a page up once
+// per key tile. pages NULL: a contiguous cache (slot = position, capacity = slots), e.g. a snapshot or a drafter's
+// context cache. Positions at or beyond capacity do not exist; entries of pages a sequence has not reserved are 0.
+typedef struct {
+    void *base;
+    const int32_t *pages;
+    int page_tokens;
+    int64_t slots;    // physical token slots of base
+    int64_t capacity; // addressable positions
+} fd_kv_view;
+
+// A contiguous cache of `capacity` positions; FD_KV_FLAT: the same as a pointer argument (a compound literal that
+// lives to the end of the enclosing block).
+static inline fd_kv_view fd_kv_flat(void *base, int64_t capacity) {
+    fd_kv_view v = {base, NULL, 0, capacity, capacity};
+    return v;
+}
+#define FD_KV_FLAT(base, capacity) (&(fd_kv_view){(void *)(base), NULL, 0, (capacity), (capacity)})
+
 // Sampling parameters of one logits row (sample_rows): temperature 0 = greedy argmax; top_k 0 = off; top_p >= 1 =
 // off. The host's sampler (engine/sampling.h) holds the same three and its seeded generator.
 typedef struct {
@@ -150,23 +173,26 @@ struct fd_backend {
                          int64_t pos0, const int64_t *pos_dev);
     // Bytes per cached token per layer for K and V together (layout is the backend's).
     size_t (*kv_bytes_per_token)(fd_backend *be, int Hkv, int hd);
-    // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache. pos_dev: NULL, or backend memory holding one
-    // int64 whose value when the op executes replaces pos0 (rows that would land at or beyond capacity are dropped;
-    // the engine checks capacity on the host before every forward).
-    void (*kv_store)(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
-                     int n, int Hkv, int hd, int64_t capacity);
-    // copy positions [src_pos, src_pos+n) of cache `src` (capacity src_cap) to [dst_pos, ...) of `dst` (dst_cap),
-    // in the backend's layout (prefix-cache snapshots are caches of capacity n)
-    void (*kv_copy)(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
-                    int64_t src_cap, int64_t n, int Hkv, int hd);
-    // attention of q [n, H, hd] at positions pos0.. over cache[0 .. pos0+n) -> out [n, H*hd]. causal: query i
-    // sees keys 0..pos0+i; otherwise (the DFlash drafter's block) every query sees all pos0+n keys.
+    // store k, v [n, Hkv, hd] at positions pos0.. of a layer's cache (kv: fd_kv_view above). pos_dev: NULL, or
+    // backend memory holding one int64 whose value when the op executes replaces pos0 (rows that would land at or
+    // beyond kv->capacity are dropped; the engine checks capacity and reserves the pages on the host before every
+    // forward).
+    void (*kv_store)(fd_backend *be, const fd_kv_view *kv, const void *k, const void *v, int64_t pos0,
+                     const int64_t *pos_dev, int n, int Hkv, int hd);
+    // copy positions [src_pos, src_pos+n) of cache `src` to [dst_pos, ...) of `dst`, in the backend's layout, through
+    // either view's page table (prefix-cache snapshots are contiguous caches of capacity n). The ranges must not
+    // overlap physically.
+    void (*kv_copy)(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src, int64_t src_pos,
+                    int64_t n, int Hkv, int hd);
+    // attention of q [n, H, hd] at positions pos0.. over positions [0 .. pos0+n) of kv -> out [n, H*hd]. causal:
+    // query i sees keys 0..pos0+i; otherwise (the DFlash drafter's block) every query sees all pos0+n keys.
     // pos_dev: NULL, or backend memory holding one int64 whose value *when the op executes* is the position and
     // replaces pos0 (a captured CUDA graph replayed at a later step); the backend then sizes its work from
-    // `capacity`, never from pos0. Calls with n <= 16 give each query row a result bitwise independent of n, of
-    // pos_dev vs pos0 and of capacity (decode and speculative verify agree exactly; CUDA: attention_decode.cu).
-    void (*attention)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
-                      int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
+    // kv->capacity, never from pos0. Calls with n <= 16 give each query row a result bitwise independent of n, of
+    // pos_dev vs pos0, of capacity and of the page table (decode and speculative verify agree exactly; CUDA:
+    // attention_decode.cu).
+    void (*attention)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0,
+                      const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal);
 
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)
@@ -181,8 +207,8 @@ struct fd_backend {
                      const fd_weight *base_w, int half, int n, int d, int group, int K);
     // Non-causal attention like `attention` with a symmetric sliding window: query i (position pos0 + i) sees
     // key j < pos0 + n only when |pos0 + i - j| < window.
-    void (*attention_window)(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                             int Hkv, int hd, int64_t capacity, float scale, int window);
+    void (*attention_window)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                             int Hkv, int hd, float scale, int window);
 
     // ---- greedy decoding ----
     // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest

@@ -157,15 +157,16 @@ TEST(cpu_attention_matches_naive_and_chunks) {
     test_fill_uniform(q, (size_t)n * H * hd, -1, 1, &seed);
     test_fill_uniform(k, (size_t)n * Hkv * hd, -1, 1, &seed);
     test_fill_uniform(v, (size_t)n * Hkv * hd, -1, 1, &seed);
-    void *cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * cap);
-    be->kv_store(be, cache, k, v, 0, NULL, n, Hkv, hd, cap);
-    be->attention(be, o1, q, cache, 0, NULL, n, H, Hkv, hd, cap, 0.2f, 1);
-    be->attention(be, o2, q, cache, 0, NULL, 10, H, Hkv, hd, cap, 0.2f, 1); // first 10 queries as their own call
-    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, NULL, n - 10, H, Hkv, hd, cap, 0.2f, 1);
+    void *buf = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * cap);
+    const fd_kv_view kv = fd_kv_flat(buf, cap), *cache = &kv;
+    be->kv_store(be, cache, k, v, 0, NULL, n, Hkv, hd);
+    be->attention(be, o1, q, cache, 0, NULL, n, H, Hkv, hd, 0.2f, 1);
+    be->attention(be, o2, q, cache, 0, NULL, 10, H, Hkv, hd, 0.2f, 1); // first 10 queries as their own call
+    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 10, NULL, n - 10, H, Hkv, hd, 0.2f, 1);
     EXPECT(test_rel_l2(o2, o1, (size_t)n * H * hd) < 1e-6);
     // pos_dev (the position read when the op runs; here host memory) replaces the pos0 argument exactly
     const int64_t at = 10;
-    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 999, &at, n - 10, H, Hkv, hd, cap, 0.2f, 1);
+    be->attention(be, o2 + 10 * H * hd, q + 10 * H * hd, cache, 999, &at, n - 10, H, Hkv, hd, 0.2f, 1);
     EXPECT(!memcmp(o2, o1, sizeof(float) * n * H * hd), "pos_dev differs from pos0");
     double num = 0, den = 0;
     for (int t = 0; t < n; t++)
@@ -188,7 +189,7 @@ TEST(cpu_attention_matches_naive_and_chunks) {
             }
         }
     EXPECT(sqrt(num / den) < 1e-5, "attention rel-L2 vs fp64 %.3g", sqrt(num / den));
-    be->free(be, cache);
+    be->free(be, buf);
     free(q);
     free(k);
     free(v);
@@ -282,20 +283,22 @@ TEST(cpu_kv_copy_both_layouts) {
         test_fill_uniform(q, sizeof q / 4, -1, 1, &seed);
         const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
         void *a = be->alloc(be, tb * cap), *b = be->alloc(be, tb * cap), *snap = be->alloc(be, tb * snap_cap);
-        be->kv_store(be, a, k, v, 0, NULL, n, Hkv, hd, cap);
-        be->attention(be, o1, q, a, 0, NULL, n, H, Hkv, hd, cap, 0.25f, 1);
+        const fd_kv_view va = fd_kv_flat(a, cap), vb = fd_kv_flat(b, cap), vs = fd_kv_flat(snap, snap_cap);
+        be->kv_store(be, &va, k, v, 0, NULL, n, Hkv, hd);
+        be->attention(be, o1, q, &va, 0, NULL, n, H, Hkv, hd, 0.25f, 1);
         // b gets positions 0..7 directly and 8..19 through a 12-token snapshot
-        be->kv_copy(be, b, 0, cap, a, 0, cap, 8, Hkv, hd);
-        be->kv_copy(be, snap, 0, snap_cap, a, 8, cap, 12, Hkv, hd);
-        be->kv_copy(be, b, 8, cap, snap, 0, snap_cap, 12, Hkv, hd);
-        be->attention(be, o2, q, b, 0, NULL, n, H, Hkv, hd, cap, 0.25f, 1);
+        be->kv_copy(be, &vb, 0, &va, 0, 8, Hkv, hd);
+        be->kv_copy(be, &vs, 0, &va, 8, 12, Hkv, hd);
+        be->kv_copy(be, &vb, 8, &vs, 0, 12, Hkv, hd);
+        be->attention(be, o2, q, &vb, 0, NULL, n, H, Hkv, hd, 0.25f, 1);
         EXPECT(test_rel_l2(o2, o1, sizeof o1 / 4) == 0.0, "layout %d: copied cache differs", layout);
         if (layout == 1) { // and e4m3 attention stays close to the exact fp32 one
             fd_backend *ref = fd_backend_cpu_create(0);
             void *c = ref->alloc(ref, ref->kv_bytes_per_token(ref, Hkv, hd) * cap);
+            const fd_kv_view vc = fd_kv_flat(c, cap);
             float o3[20 * 4 * 16];
-            ref->kv_store(ref, c, k, v, 0, NULL, n, Hkv, hd, cap);
-            ref->attention(ref, o3, q, c, 0, NULL, n, H, Hkv, hd, cap, 0.25f, 1);
+            ref->kv_store(ref, &vc, k, v, 0, NULL, n, Hkv, hd);
+            ref->attention(ref, o3, q, &vc, 0, NULL, n, H, Hkv, hd, 0.25f, 1);
             const double e = test_rel_l2(o1, o3, sizeof o1 / 4);
             EXPECT(e > 0 && e < 3e-2, "e4m3 attention rel-L2 vs fp32 %.3g", e);
             ref->free(ref, c);

@@ -116,15 +116,23 @@ static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
                 fprintf(stderr, "    layer %d after accept %d at n_past %lld: state rel-L2 %.3g, conv %.3g\n", l,
                         accepted, (long long)n_past, es, ec);
             }
-        } else { // KV rows [0, n_past) of K and of V (CPU layout: K [cap, Hkv, hd] then V)
+        } else { // KV rows [0, n_past) of K and of V, gathered through each sequence's page table (CPU f32 layout)
             const size_t row = (size_t)c->num_kv_heads * c->head_dim;
-            const float *a = r->e.kv[l], *b = cc->fresh.kv[l];
+            fd_backend *be = r->e.be;
+            float *a = calloc((size_t)n_past * 2, row * sizeof(float)),
+                  *b = calloc((size_t)n_past * 2, row * sizeof(float));
+            const fd_kv_view fa = fd_kv_flat(a, n_past), fb = fd_kv_flat(b, n_past);
+            const fd_kv_view va = engine_kv_view(&r->e, l), vb = engine_kv_view(&cc->fresh, l);
+            be->kv_copy(be, &fa, 0, &va, 0, n_past, c->num_kv_heads, c->head_dim);
+            be->kv_copy(be, &fb, 0, &vb, 0, n_past, c->num_kv_heads, c->head_dim);
             double ek = rel_l2_dev(a, b, (size_t)n_past * row);
-            double ev = rel_l2_dev(a + r->e.opt.capacity * row, b + cc->fresh.opt.capacity * row, (size_t)n_past * row);
+            double ev = rel_l2_dev(a + n_past * row, b + n_past * row, (size_t)n_past * row);
             if (!(ek <= 1e-5 && ev <= 1e-5)) {
                 cc->bad++;
                 fprintf(stderr, "    layer %d KV rel-L2 %.3g / %.3g\n", l, ek, ev);
             }
+            free(a);
+            free(b);
         }
     }
     (void)s;

@@ -370,9 +370,10 @@ TEST(dflash2_attention_window_both_kv_layouts) {
         ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
         const size_t tb = be->kv_bytes_per_token(be, Hkv, hd);
         unsigned char *cache = calloc((size_t)cap, tb);
-        be->kv_store(be, cache, k, v, 0, NULL, (int)tot, Hkv, hd, cap);
-        be->attention(be, o1, q, cache, n0, NULL, n, H, Hkv, hd, cap, scale, 0);
-        be->attention_window(be, o2, q, cache, n0, n, H, Hkv, hd, cap, scale, (int)tot);
+        const fd_kv_view kv = fd_kv_flat(cache, cap);
+        be->kv_store(be, &kv, k, v, 0, NULL, (int)tot, Hkv, hd);
+        be->attention(be, o1, q, &kv, n0, NULL, n, H, Hkv, hd, scale, 0);
+        be->attention_window(be, o2, q, &kv, n0, n, H, Hkv, hd, scale, (int)tot);
         EXPECT(!memcmp(o1, o2, sizeof(float) * n * H * hd), "%s: a wide window differs from attention", spec);
         // the stored rows as the op reads them: f32 as is, e4m3 dequantised
         float *kd = malloc(sizeof(float) * tot * row), *vd = malloc(sizeof(float) * tot * row);
@@ -410,7 +411,7 @@ TEST(dflash2_attention_window_both_kv_layouts) {
                     ref[((int64_t)t * H + h) * hd + x] = (float)o;
                 }
             }
-        be->attention_window(be, o2, q, cache, n0, n, H, Hkv, hd, cap, scale, W);
+        be->attention_window(be, o2, q, &kv, n0, n, H, Hkv, hd, scale, W);
         const double e = test_rel_l2(o2, ref, (size_t)n * H * hd);
         EXPECT(e <= 1e-5, "%s: window %d rel-L2 vs fp64 %.3g", spec, W, e);
         free(kd), free(vd), free(cache);

@@ -519,3 +519,49 @@ TEST(server_http_dflash_with_prefix_cache) {
                 "--draft tests/data/dflash/qwen35_dense_tied_b8",
                 draft_prefix_body);
 }
+
+// A KV pool smaller than slots x ctx (--kv-tokens 512: two 256-token pages for two slots of 2048): a prompt the
+// pool cannot hold and a generation that outgrows it both end in 503 kv_cache_full, not a crash; their pages come
+// back, and the next request is served.
+static void kv_full_body(srv_proc *p) {
+    char body[8192] = "{\"prompt\": [";
+    for (int i = 0; i < 600; i++)
+        snprintf(body + strlen(body), sizeof body - strlen(body), "%s%d", i ? "," : "", 1 + i % 90);
+    snprintf(body + strlen(body), sizeof body - strlen(body), "], \"max_tokens\": 4}");
+    char *s = NULL;
+    EXPECT(http(p, "POST", "/v1/completions", body, strlen(body), NULL, &s) == 503 && strstr(s, "\"kv_cache_full\"") &&
+               strstr(s, "KV cache full"),
+           "a 600-token prompt on a 512-token pool: %s", s ? s : "(no body)");
+    free(s);
+    const char *grow = "{\"prompt\": \"x\", \"max_tokens\": 1000, \"ignore_eos\": true}";
+    EXPECT(http(p, "POST", "/v1/completions", grow, strlen(grow), NULL, &s) == 503 && strstr(s, "\"kv_cache_full\""),
+           "a generation past 512 tokens: %s", s ? s : "(no body)");
+    free(s);
+    const char *small = "{\"prompt\": \"Beautiful is better\", \"max_tokens\": 8}";
+    EXPECT(http(p, "POST", "/v1/completions", small, strlen(small), NULL, &s) == 200, "after the refusals: %s",
+           s ? s : "(no body)");
+    free(s);
+    // A generation grows to 2 pages (481 tokens); a 300-token prompt (2 pages) arriving meanwhile finds a free slot
+    // but not its pages: it waits in the queue until A is done, then runs (200, not 503).
+    char ids300[2048] = "";
+    for (int i = 0; i < 300; i++)
+        snprintf(ids300 + strlen(ids300), sizeof ids300 - strlen(ids300), "%s%d", i ? "," : "", 1 + i % 90);
+    char *cmd = fd_sprintf(
+        "cd %s && U=http://127.0.0.1:%d/v1/completions; "
+        "curl -s --max-time 60 -o a.json -w '%%{http_code}' -d '{\"prompt\": \"x\", \"max_tokens\": 480, "
+        "\"ignore_eos\": true}' $U > a.st & "
+        "sleep 0.2; curl -s --max-time 60 -o b.json -w '%%{http_code}' -d '{\"prompt\": [%s], \"max_tokens\": 4}' "
+        "$U > b.st; wait; cat a.st; echo; cat b.st; echo; cat a.json b.json",
+        p->dir, p->port, ids300);
+    char *out = NULL;
+    test_run(cmd, &out);
+    free(cmd);
+    int a = 0, b = 0;
+    EXPECT(out && sscanf(out, "%d %d", &a, &b) == 2 && a == 200 && b == 200, "statuses %d %d (want 200 200): %s", a, b,
+           out ? out : "");
+    free(out);
+    EXPECT(metric(p, "flashdelta:num_requests_running{") == 0);
+}
+TEST(server_http_kv_pool_full_503) {
+    with_server("--ctx 2048 --slots 2 --kv-tokens 512", kv_full_body);
+}

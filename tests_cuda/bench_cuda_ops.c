@@ -10,6 +10,7 @@
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
+#include "engine/kv_pool.h"
 #include "engine/routes.h"
 
 static fd_backend *B(void) {
@@ -96,7 +97,7 @@ static void f_gdn(void *p) {
 }
 static void f_attn(void *p) {
     ctx_t *c = p;
-    B()->attention(B(), c->out, c->x, c->st, c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, c->cap, 0.0625f, 1);
+    B()->attention(B(), c->out, c->x, FD_KV_FLAT(c->st, c->cap), c->pos0, NULL, c->n, c->H, c->Hkv, c->hd, 0.0625f, 1);
 }
 static void f_conv(void *p) {
     ctx_t *c = p;
@@ -175,7 +176,8 @@ TEST(bench_cuda_27b_ops) {
     c.st = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 4 * 256, -1, 1), *v = dev_rand((size_t)4096 * 4 * 256, -1, 1);
-        for (int64_t p = 0; p < 32768; p += 4096) B()->kv_store(B(), c.st, k, v, p, NULL, 4096, 4, 256, c.cap);
+        for (int64_t p = 0; p < 32768; p += 4096)
+            B()->kv_store(B(), FD_KV_FLAT(c.st, c.cap), k, v, p, NULL, 4096, 4, 256);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.x = dev_rand((size_t)N * 24 * 256, -1, 1);
@@ -272,10 +274,31 @@ typedef struct {
     const int64_t *pos_dev;
     int64_t pos0, cap;
     int n;
+    const fd_kv_view *paged; // not NULL: read the cache through this page table instead
 } dattn_t;
 static void f_dattn(void *p) {
     dattn_t *d = p;
-    d->be->attention(d->be, d->out, d->q, d->cache, d->pos0, d->pos_dev, d->n, 24, 4, 256, d->cap, 0.0625f, 1);
+    const fd_kv_view *kv = d->paged ? d->paged : FD_KV_FLAT(d->cache, d->cap);
+    d->be->attention(d->be, d->out, d->q, kv, d->pos0, d->pos_dev, d->n, 24, 4, 256, 0.0625f, 1);
+}
+
+// A paged view of a contiguous cache buffer of `slots` token slots: FD_KV_PAGE_TOKENS-token pages in a seeded
+// random order (the lookups and the scattered reads a long-running server's pool gives), over `cap` positions.
+static fd_kv_view shuffled_view(fd_backend *be, void *cache, int64_t slots, int64_t cap, void **table_dev) {
+    const int P = FD_KV_PAGE_TOKENS, n = (int)(cap / P);
+    int32_t *t = fd_malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) t[i] = i;
+    uint64_t st = 12345;
+    for (int i = n - 1; i > 0; i--) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        const int j = (int)((st >> 33) % (uint64_t)(i + 1)), x = t[i];
+        t[i] = t[j], t[j] = x;
+    }
+    *table_dev = be->alloc(be, sizeof(int32_t) * (size_t)n);
+    be->to_device(be, *table_dev, t, sizeof(int32_t) * (size_t)n);
+    free(t);
+    fd_kv_view v = {cache, (const int32_t *)*table_dev, P, slots, (int64_t)n * P};
+    return v;
 }
 
 // 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify); GB/s counts the K/V bytes of the
@@ -287,26 +310,31 @@ static void bench_dattn(const char *kv) {
     g_timed = be;
     const int64_t cap = 131072 + 16, chunk = 4096;
     const size_t kvb = be->kv_bytes_per_token(be, 4, 256);
-    dattn_t d = {be, NULL, NULL, be->alloc(be, kvb * (size_t)cap), NULL, 0, cap, 1};
+    dattn_t d = {be, NULL, NULL, be->alloc(be, kvb * (size_t)cap), NULL, 0, cap, 1, NULL};
     float *h = fd_malloc((size_t)chunk * 4 * 256 * 4);
     test_fill_uniform(h, (size_t)chunk * 4 * 256, -1, 1, &g_seed);
     void *k = be->alloc(be, (size_t)chunk * 4 * 256 * 4);
     be->to_device(be, k, h, (size_t)chunk * 4 * 256 * 4);
-    for (int64_t p = 0; p < cap - 16; p += chunk) be->kv_store(be, d.cache, k, k, p, NULL, (int)chunk, 4, 256, cap);
+    for (int64_t p = 0; p < cap - 16; p += chunk)
+        be->kv_store(be, FD_KV_FLAT(d.cache, cap), k, k, p, NULL, (int)chunk, 4, 256);
     test_fill_uniform(h, (size_t)16 * 24 * 256, -1, 1, &g_seed);
     d.q = be->alloc(be, (size_t)16 * 24 * 256 * 4);
     be->to_device(be, d.q, h, (size_t)16 * 24 * 256 * 4);
     d.out = be->alloc(be, (size_t)16 * 24 * 256 * 4);
     const int64_t ctxs[] = {32768, 131072};
     const int ns[] = {1, 8, 16};
-    for (int ci = 0; ci < 2; ci++)
-        for (int ni = 0; ni < 3; ni++) {
-            d.n = ns[ni], d.pos0 = ctxs[ci] - d.n;
-            char what[80];
-            snprintf(what, sizeof what, "attention %s n=%d at ctx %lldK (%s)", d.n == 1 ? "decode" : "verify", d.n,
-                     (long long)(ctxs[ci] / 1024), kv + 3);
-            row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
-        }
+    void *table = NULL;
+    const fd_kv_view paged = shuffled_view(be, d.cache, cap, cap / FD_KV_PAGE_TOKENS * FD_KV_PAGE_TOKENS, &table);
+    for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table (the engine's paged pool)
+        for (int ci = 0; ci < 2; ci++)
+            for (int ni = 0; ni < 3; ni++) {
+                d.n = ns[ni], d.pos0 = ctxs[ci] - d.n, d.paged = pg ? &paged : NULL;
+                char what[80];
+                snprintf(what, sizeof what, "attention %s n=%d at ctx %lldK (%s%s)", d.n == 1 ? "decode" : "verify",
+                         d.n, (long long)(ctxs[ci] / 1024), kv + 3, pg ? ", paged" : "");
+                row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
+            }
+    d.paged = NULL;
     // a graph-style call: position in device memory, grid sized from the 128K capacity, 32K live
     int64_t pos = 32768 - 1;
     void *pd = be->alloc(be, sizeof pos);
@@ -315,9 +343,13 @@ static void bench_dattn(const char *kv) {
     char what[80];
     snprintf(what, sizeof what, "attention n=1 32K, pos_dev, cap 128K (%s)", kv + 3);
     row(what, time_ms(f_dattn, &d), 0, (double)32768 * kvb);
+    d.paged = &paged;
+    snprintf(what, sizeof what, "attention n=1 32K, pos_dev, cap 128K (%s, paged)", kv + 3);
+    row(what, time_ms(f_dattn, &d), 0, (double)32768 * kvb);
     g_timed = NULL;
     free(h);
-    be->free(be, pd), be->free(be, k), be->free(be, d.q), be->free(be, d.out), be->free(be, d.cache);
+    be->free(be, table), be->free(be, pd), be->free(be, k), be->free(be, d.q), be->free(be, d.out),
+        be->free(be, d.cache);
     be->destroy(be);
 }
 
@@ -339,11 +371,13 @@ typedef struct {
     void *out, *q, *cache;
     int64_t pos0, cap;
     int n;
+    const fd_kv_view *paged; // not NULL: read the cache through this page table instead
 } attn_ctx;
 
 static void f_attn_prefill(void *p) {
     attn_ctx *a = p;
-    a->be->attention(a->be, a->out, a->q, a->cache, a->pos0, NULL, a->n, 24, 4, 256, a->cap, 0.0625f, 1);
+    const fd_kv_view *kv = a->paged ? a->paged : FD_KV_FLAT(a->cache, a->cap);
+    a->be->attention(a->be, a->out, a->q, kv, a->pos0, NULL, a->n, 24, 4, 256, 0.0625f, 1);
 }
 
 static double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
@@ -383,24 +417,28 @@ TEST(bench_cuda_attn_prefill) {
             be->to_device(be, k, h, kvn * 4);
             test_fill_uniform(h, kvn, -1, 1, &g_seed);
             be->to_device(be, v, h, kvn * 4);
-            be->kv_store(be, a.cache, k, v, p, NULL, N, Hkv, hd, cap);
+            be->kv_store(be, FD_KV_FLAT(a.cache, cap), k, v, p, NULL, N, Hkv, hd);
         }
         test_fill_uniform(h, qn, -1, 1, &g_seed);
         a.q = be->alloc(be, qn * 4);
         be->to_device(be, a.q, h, qn * 4);
         a.out = be->alloc(be, qn * 4);
         const int64_t ctxs[] = {4096, 32768, 65536};
-        for (int i = 0; i < 3; i++) {
-            a.pos0 = ctxs[i] - N;
-            double ms = time_be_ms(be, f_attn_prefill, &a);
-            double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the query tokens
-            double tf = 4.0 * H * visible * hd / ms / 1e9;
-            char what[96];
-            snprintf(what, sizeof what, "attn prefill mma %s 4096 q at %lldK..%lldK", e4 ? "e4m3" : "bf16",
-                     (long long)(a.pos0 / 1024), (long long)(ctxs[i] / 1024));
-            printf("BENCH | %-44s | %9.3f ms | %7.1f TFLOP/s (%4.1f%% of 621)\n", what, ms, tf, 100.0 * tf / 621.0);
-        }
+        void *table = NULL;
+        const fd_kv_view paged = shuffled_view(be, a.cache, cap, cap, &table);
+        for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table
+            for (int i = 0; i < 3; i++) {
+                a.pos0 = ctxs[i] - N, a.paged = pg ? &paged : NULL;
+                double ms = time_be_ms(be, f_attn_prefill, &a);
+                double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the query tokens
+                double tf = 4.0 * H * visible * hd / ms / 1e9;
+                char what[96];
+                snprintf(what, sizeof what, "attn prefill mma %s%s 4096 q at %lldK..%lldK", e4 ? "e4m3" : "bf16",
+                         pg ? " paged" : "", (long long)(a.pos0 / 1024), (long long)(ctxs[i] / 1024));
+                printf("BENCH | %-44s | %9.3f ms | %7.1f TFLOP/s (%4.1f%% of 621)\n", what, ms, tf, 100.0 * tf / 621.0);
+            }
         free(h);
+        be->free(be, table);
         be->free(be, k), be->free(be, v), be->free(be, a.q), be->free(be, a.out), be->free(be, a.cache);
         be->destroy(be);
     }
@@ -511,9 +549,10 @@ static void f_dyn_conv(void *p) {
 static void f_window(void *p) {
     d2_ctx *c = p;
     if (c->window)
-        B()->attention_window(B(), c->out, c->q, c->cache, c->pos0, c->n, 32, 8, 128, c->cap, 0.088f, c->window);
+        B()->attention_window(B(), c->out, c->q, FD_KV_FLAT(c->cache, c->cap), c->pos0, c->n, 32, 8, 128, 0.088f,
+                              c->window);
     else // the same block without a window: every key of the context
-        B()->attention(B(), c->out, c->q, c->cache, c->pos0, NULL, c->n, 32, 8, 128, c->cap, 0.088f, 0);
+        B()->attention(B(), c->out, c->q, FD_KV_FLAT(c->cache, c->cap), c->pos0, NULL, c->n, 32, 8, 128, 0.088f, 0);
 }
 
 TEST(bench_cuda_dflash2_ops) {
@@ -540,7 +579,8 @@ TEST(bench_cuda_dflash2_ops) {
     c.cache = B()->alloc(B(), kvb * (size_t)c.cap);
     {
         void *k = dev_rand((size_t)4096 * 8 * 128, -1, 1), *v = dev_rand((size_t)4096 * 8 * 128, -1, 1);
-        for (int64_t p = 0; p < ctx; p += 4096) B()->kv_store(B(), c.cache, k, v, p, NULL, 4096, 8, 128, c.cap);
+        for (int64_t p = 0; p < ctx; p += 4096)
+            B()->kv_store(B(), FD_KV_FLAT(c.cache, c.cap), k, v, p, NULL, 4096, 8, 128);
         B()->free(B(), k), B()->free(B(), v);
     }
     c.q = dev_rand((size_t)n * 32 * 128, -1, 1);

@@ -58,8 +58,8 @@ static rig mkrig(pair *p, int64_t tokens, int64_t cap, int Hkv, int hd, uint64_t
     test_fill_uniform(k, count, -2, 2, seed);
     test_fill_uniform(v, count, -1, 1, seed);
     void *dk = up(p->g, k, count * sizeof(float)), *dv = up(p->g, v, count * sizeof(float));
-    p->c->kv_store(p->c, r.cc, k, v, 0, NULL, (int)tokens, Hkv, hd, cap);
-    p->g->kv_store(p->g, r.cg, dk, dv, 0, NULL, (int)tokens, Hkv, hd, cap);
+    p->c->kv_store(p->c, FD_KV_FLAT(r.cc, cap), k, v, 0, NULL, (int)tokens, Hkv, hd);
+    p->g->kv_store(p->g, FD_KV_FLAT(r.cg, cap), dk, dv, 0, NULL, (int)tokens, Hkv, hd);
     p->g->free(p->g, dk), p->g->free(p->g, dv);
     free(k), free(v);
     return r;
@@ -85,8 +85,8 @@ static double vs_cpu(pair *p, rig *r, int64_t pos0, int n, int G, int causal, ui
     void *dq = up(p->g, q, qn * sizeof(float)), *dout = p->g->alloc(p->g, qn * sizeof(float));
     poison(p->g, dout, qn);
     const int64_t before = splitk_calls(p->g);
-    p->g->attention(p->g, dout, dq, r->cg, pos0, NULL, n, H, r->Hkv, hd, r->cap, scale, causal);
-    p->c->attention(p->c, oc, q, r->cc, pos0, NULL, n, H, r->Hkv, hd, r->cap, scale, causal);
+    p->g->attention(p->g, dout, dq, FD_KV_FLAT(r->cg, r->cap), pos0, NULL, n, H, r->Hkv, hd, scale, causal);
+    p->c->attention(p->c, oc, q, FD_KV_FLAT(r->cc, r->cap), pos0, NULL, n, H, r->Hkv, hd, scale, causal);
     p->g->to_host(p->g, og, dout, qn * sizeof(float));
     const int fast = hd == 64 || hd == 128 || hd == 256;
     EXPECT(splitk_calls(p->g) == before + fast, "hd=%d n=%d: the split-K route count did not move as expected", hd, n);
@@ -137,12 +137,13 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
     test_fill_uniform(q, qn, -3, 3, seed);
     void *dq = up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float));
     poison(g, dout, qn);
-    g->attention(g, dout, dq, r.cg, pos0, NULL, n, H, Hkv, hd, r.cap, scale, 1);
+    g->attention(g, dout, dq, FD_KV_FLAT(r.cg, r.cap), pos0, NULL, n, H, Hkv, hd, scale, 1);
     g->to_host(g, on, dout, qn * sizeof(float));
     int same = 1;
     for (int j = 0; j < n; j++) { // token j alone, at its own position, over the same history
         poison(g, dout, row);
-        g->attention(g, dout, (const float *)dq + j * row, r.cg, pos0 + j, NULL, 1, H, Hkv, hd, r.cap, scale, 1);
+        g->attention(g, dout, (const float *)dq + j * row, FD_KV_FLAT(r.cg, r.cap), pos0 + j, NULL, 1, H, Hkv, hd,
+                     scale, 1);
         g->to_host(g, o1 + j * row, dout, row * sizeof(float));
         same &= !memcmp(o1 + j * row, on + j * row, row * sizeof(float));
     }
@@ -151,16 +152,16 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
     // the same history in a cache with ~3000 more slots, position from device memory, host pos0 deliberately 0
     const int64_t cap2 = pos0 + n + 3000;
     void *cg2 = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * cap2);
-    g->kv_copy(g, cg2, 0, cap2, r.cg, 0, r.cap, pos0 + n, Hkv, hd);
+    g->kv_copy(g, FD_KV_FLAT(cg2, cap2), 0, FD_KV_FLAT(r.cg, r.cap), 0, pos0 + n, Hkv, hd);
     void *pd = up(g, &pos0, sizeof pos0);
     int same_dev = 1;
     for (int causal = 1; causal >= 0; causal--) {
         if (!causal) { // the reference of the drafter-block form
-            g->attention(g, dout, dq, r.cg, pos0, NULL, n, H, Hkv, hd, r.cap, scale, 0);
+            g->attention(g, dout, dq, FD_KV_FLAT(r.cg, r.cap), pos0, NULL, n, H, Hkv, hd, scale, 0);
             g->to_host(g, on, dout, qn * sizeof(float));
         }
         poison(g, dout, qn);
-        g->attention(g, dout, dq, cg2, 0, (const int64_t *)pd, n, H, Hkv, hd, cap2, scale, causal);
+        g->attention(g, dout, dq, FD_KV_FLAT(cg2, cap2), 0, (const int64_t *)pd, n, H, Hkv, hd, scale, causal);
         g->to_host(g, o1, dout, qn * sizeof(float));
         same_dev &= !memcmp(o1, on, qn * sizeof(float));
     }
@@ -204,15 +205,15 @@ TEST(cuda_attention_pos_dev_prefill) {
     float *o1 = malloc(qn * sizeof(float));
     test_fill_uniform(q, qn, -2, 2, &seed);
     void *dq = up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float)), *pd = up(g, &pos0, sizeof pos0);
-    p.c->attention(p.c, oc, q, r.cc, pos0, NULL, n, H, Hkv, hd, cap2, scale, 1);
+    p.c->attention(p.c, oc, q, FD_KV_FLAT(r.cc, cap2), pos0, NULL, n, H, Hkv, hd, scale, 1);
     const char *kernels[] = {"mma", "simt"};
     for (int k = 0; k < 2; k++) {
         ASSERT(fd_cuda_set_route(g, "attn_kernel", kernels[k]) == 0, "%s", fd_error_msg());
         poison(g, dout, qn);
-        g->attention(g, dout, dq, r.cg, pos0, NULL, n, H, Hkv, hd, cap2, scale, 1);
+        g->attention(g, dout, dq, FD_KV_FLAT(r.cg, cap2), pos0, NULL, n, H, Hkv, hd, scale, 1);
         g->to_host(g, o0, dout, qn * sizeof(float));
         poison(g, dout, qn);
-        g->attention(g, dout, dq, r.cg, 3, (const int64_t *)pd, n, H, Hkv, hd, cap2, scale, 1);
+        g->attention(g, dout, dq, FD_KV_FLAT(r.cg, cap2), 3, (const int64_t *)pd, n, H, Hkv, hd, scale, 1);
         g->to_host(g, o1, dout, qn * sizeof(float));
         const double e0 = test_rel_l2(o0, oc, qn), e1 = test_rel_l2(o1, oc, qn);
         printf("    %s n=%d pos0=%lld cap=%lld: rel-L2 vs CPU %.3g (pos0), %.3g (pos_dev)\n", kernels[k], n,

@@ -181,10 +181,16 @@ static float *dev_f32(const void *d, size_t n) {
     return h;
 }
 
-// Positions [0, n) of one plane of a bf16 KV cache ([cap, Hkv, hd] per plane) as f32.
-static float *kv_plane_f32(const void *cache, int64_t cap, int plane, int64_t n, size_t row) {
+// Positions [0, n) of one plane (K or V) of attention layer l of e's paged bf16 KV cache as f32: gathered through
+// the sequence's page table into a contiguous cache of n positions ([n, Hkv, hd] per plane) first.
+static float *kv_plane_f32(const fd_engine *e, int l, int plane, int64_t n, size_t row) {
+    const fd_config *c = &e->m->cfg;
+    void *flat = gpu()->alloc(gpu(), (size_t)n * row * 2 * 2);
+    const fd_kv_view src = engine_kv_view(e, l);
+    gpu()->kv_copy(gpu(), FD_KV_FLAT(flat, n), 0, &src, 0, n, c->num_kv_heads, c->head_dim);
     uint16_t *raw = malloc((size_t)n * row * 2 + 2);
-    gpu()->to_host(gpu(), raw, (const uint16_t *)cache + (size_t)plane * cap * row, (size_t)n * row * 2);
+    gpu()->to_host(gpu(), raw, (const uint16_t *)flat + (size_t)plane * n * row, (size_t)n * row * 2);
+    gpu()->free(gpu(), flat);
     float *f = malloc((size_t)n * row * 4 + 4);
     for (size_t i = 0; i < (size_t)n * row; i++) f[i] = fd_bf16_to_f32(raw[i]);
     free(raw);
@@ -232,8 +238,8 @@ static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
             const size_t row = (size_t)c->num_kv_heads * c->head_dim;
             double e[2];
             for (int p = 0; p < 2; p++) { // K, V
-                float *a = kv_plane_f32(r->e.kv[l], r->e.opt.capacity, p, n_past, row);
-                float *b = kv_plane_f32(cc->fresh.kv[l], cc->fresh.opt.capacity, p, n_past, row);
+                float *a = kv_plane_f32(&r->e, l, p, n_past, row);
+                float *b = kv_plane_f32(&cc->fresh, l, p, n_past, row);
                 e[p] = test_rel_l2(a, b, (size_t)n_past * row);
                 free(a);
                 free(b);

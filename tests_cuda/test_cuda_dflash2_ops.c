@@ -103,15 +103,16 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     for (int i = 0; i < 2; i++) {
         if (!counts[i]) continue;
         const size_t o = (size_t)starts[i] * row;
-        c->kv_store(c, cc, k + o, v + o, starts[i], NULL, (int)counts[i], Hkv, hd, cap);
-        g->kv_store(g, cg, (const float *)dk + o, (const float *)dv + o, starts[i], NULL, (int)counts[i], Hkv, hd, cap);
+        c->kv_store(c, FD_KV_FLAT(cc, cap), k + o, v + o, starts[i], NULL, (int)counts[i], Hkv, hd);
+        g->kv_store(g, FD_KV_FLAT(cg, cap), (const float *)dk + o, (const float *)dv + o, starts[i], NULL,
+                    (int)counts[i], Hkv, hd);
     }
     const float scale = 1.0f / sqrtf((float)hd);
     float *oc = fd_malloc(qn * 4), *og = fd_malloc(qn * 4);
     void *dout = g->alloc(g, qn * 4);
     poison(g, dout, qn);
-    g->attention_window(g, dout, dq, cg, n0, n, H, Hkv, hd, cap, scale, window);
-    c->attention_window(c, oc, q, cc, n0, n, H, Hkv, hd, cap, scale, window);
+    g->attention_window(g, dout, dq, FD_KV_FLAT(cg, cap), n0, n, H, Hkv, hd, scale, window);
+    c->attention_window(c, oc, q, FD_KV_FLAT(cc, cap), n0, n, H, Hkv, hd, scale, window);
     g->to_host(g, og, dout, qn * 4);
     const double e = test_rel_l2(og, oc, qn);
     printf("    attention_window kv=%-4s pos0=%-4d n=%-2d H=%-2d Hkv=%d hd=%-3d window=%-4d rel-L2 %.3g\n", kv, n0, n,

@@ -37,8 +37,8 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     k[5] = 0; // a zero row exercises the amax == 0 scale
     void *cc = c->alloc(c, tb * cap), *cg = g->alloc(g, tb * cap);
     void *dk = up(g, k, sizeof(float) * tot * row), *dv = up(g, v, sizeof(float) * tot * row);
-    c->kv_store(c, cc, k, v, 0, NULL, (int)tot, Hkv, hd, cap);
-    g->kv_store(g, cg, dk, dv, 0, NULL, (int)tot, Hkv, hd, cap);
+    c->kv_store(c, FD_KV_FLAT(cc, cap), k, v, 0, NULL, (int)tot, Hkv, hd);
+    g->kv_store(g, FD_KV_FLAT(cg, cap), dk, dv, 0, NULL, (int)tot, Hkv, hd);
     unsigned char *gb = malloc(tb * cap);
     g->to_host(g, gb, cg, tb * cap);
     // bytes of the stored positions: K and V planes, then their scales
@@ -50,8 +50,8 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     void *dq = up(g, q, sizeof(float) * n * H * hd), *dout = g->alloc(g, sizeof(float) * n * H * hd);
     memset(og, 0xff, sizeof(float) * n * H * hd); // NaN everywhere: a row the kernel forgets cannot pass
     g->to_device(g, dout, og, sizeof(float) * n * H * hd);
-    c->attention(c, oc, q, cc, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
-    g->attention(g, dout, dq, cg, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    c->attention(c, oc, q, FD_KV_FLAT(cc, cap), n0, NULL, n, H, Hkv, hd, 1.0f / sqrtf((float)hd), causal);
+    g->attention(g, dout, dq, FD_KV_FLAT(cg, cap), n0, NULL, n, H, Hkv, hd, 1.0f / sqrtf((float)hd), causal);
     g->to_host(g, og, dout, sizeof(float) * n * H * hd);
     const double e = test_rel_l2(og, oc, (size_t)n * H * hd);
     printf("    e4m3 %s%s pos0=%d n=%d H=%d Hkv=%d hd=%d: attention rel-L2 vs CPU e4m3 %.2e\n", kernel,
@@ -59,10 +59,10 @@ static void check(fd_backend *c, fd_backend *g, int n0, int n, int H, int Hkv, i
     EXPECT(e <= 1e-2, "e4m3 attention rel-L2 %.3g", e);
     // kv_copy through a smaller cache and back gives the same attention
     void *snap = g->alloc(g, tb * (size_t)n), *cg2 = g->alloc(g, tb * cap);
-    g->kv_copy(g, cg2, 0, cap, cg, 0, cap, n0, Hkv, hd);
-    g->kv_copy(g, snap, 0, n, cg, n0, cap, n, Hkv, hd);
-    g->kv_copy(g, cg2, n0, cap, snap, 0, n, n, Hkv, hd);
-    g->attention(g, dout, dq, cg2, n0, NULL, n, H, Hkv, hd, cap, 1.0f / sqrtf((float)hd), causal);
+    g->kv_copy(g, FD_KV_FLAT(cg2, cap), 0, FD_KV_FLAT(cg, cap), 0, n0, Hkv, hd);
+    g->kv_copy(g, FD_KV_FLAT(snap, n), 0, FD_KV_FLAT(cg, cap), n0, n, Hkv, hd);
+    g->kv_copy(g, FD_KV_FLAT(cg2, cap), n0, FD_KV_FLAT(snap, n), 0, n, Hkv, hd);
+    g->attention(g, dout, dq, FD_KV_FLAT(cg2, cap), n0, NULL, n, H, Hkv, hd, 1.0f / sqrtf((float)hd), causal);
     float *og2 = malloc(sizeof(float) * n * H * hd);
     g->to_host(g, og2, dout, sizeof(float) * n * H * hd);
     EXPECT(!memcmp(og2, og, sizeof(float) * n * H * hd), "kv_copy changed the attention output");

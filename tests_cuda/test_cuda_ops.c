@@ -530,16 +530,16 @@ static void check_attn(int n0, int n, int H, int Hkv, int hd, int causal) {
         // overwrite the first store's rows and the attention below would differ)
         int64_t *dpos = gpu()->alloc(gpu(), sizeof(int64_t)), at = starts[call];
         gpu()->to_device(gpu(), dpos, &at, sizeof at);
-        gpu()->kv_store(gpu(), cg, dk, dv, call ? 0 : starts[call], call ? dpos : NULL, m, Hkv, hd, cap);
-        cpu()->kv_store(cpu(), cc, k, v, starts[call], NULL, m, Hkv, hd, cap);
+        gpu()->kv_store(gpu(), FD_KV_FLAT(cg, cap), dk, dv, call ? 0 : starts[call], call ? dpos : NULL, m, Hkv, hd);
+        cpu()->kv_store(cpu(), FD_KV_FLAT(cc, cap), k, v, starts[call], NULL, m, Hkv, hd);
         dfree(dpos);
         free(k), free(v), dfree(dk), dfree(dv);
     }
     q = rnd(qn, -2, 2);
     dq = up(q, qn), dout = dalloc(qn);
     poison(dout, qn);
-    gpu()->attention(gpu(), dout, dq, cg, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
-    cpu()->attention(cpu(), oc, q, cc, n0, NULL, n, H, Hkv, hd, cap, scale, causal);
+    gpu()->attention(gpu(), dout, dq, FD_KV_FLAT(cg, cap), n0, NULL, n, H, Hkv, hd, scale, causal);
+    cpu()->attention(cpu(), oc, q, FD_KV_FLAT(cc, cap), n0, NULL, n, H, Hkv, hd, scale, causal);
     float *og = down(dout, qn);
     char what[96];
     snprintf(what, sizeof what, "attention%s pos0=%d n=%d H=%d Hkv=%d hd=%d", causal ? "" : "_noncausal", n0, n, H, Hkv,

@@ -24,6 +24,7 @@ typedef struct {
     int prefill_chunk; // 0 = default budget
     int threads;
     int64_t ctx; // 0 = what the request needs
+    int64_t kv_tokens;          // paged KV pool (0 = FD_KV_TOKENS_DEFAULT)
     const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment
     int n_routes;
     const char *backend;
@@ -121,6 +122,9 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
         } else if (!strcmp(a, "--ctx")) {
             if (parse_int(v, 1, 1 << 24, &x)) return cli_error("--ctx: '%s' is not in 1..16777216", v);
             o->ctx = x;
+        } else if (!strcmp(a, "--kv-tokens")) {
+            if (parse_int(v, 1, 1 << 30, &x)) return cli_error("--kv-tokens: '%s' is not in 1..1073741824", v);
+            o->kv_tokens = x;
         } else if (!strcmp(a, "--route") || !strcmp(a, "--gdn-prefill")) { // --gdn-prefill X = --route gdn_prefill=X
             if (o->n_routes == 8) return cli_error("%s", "at most 8 --route options");
             if (a[2] == 'g' && strcmp(v, "chunked") && strcmp(v, "serial"))
@@ -284,6 +288,7 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     fd_engine_opts eo;
     engine_default_opts(&eo);
     eo.capacity = o->ctx ? o->ctx : (tokens > 0 ? tokens : 1);
+    eo.kv_tokens = o->kv_tokens ? o->kv_tokens : FD_KV_TOKENS_DEFAULT;
     if (o->prefill_chunk) eo.max_batch = o->prefill_chunk;
     if (eo.max_batch > eo.capacity) eo.max_batch = (int)eo.capacity;
     if (o->draft_dir || o->draft_random) {
@@ -312,8 +317,8 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 2;
     }
-    FD_INFO("backend %s, %d threads, capacity %lld tokens, prefill budget %d", s->be->name, fd_threads_count(),
-            (long long)eo.capacity, eo.max_batch);
+    FD_INFO("backend %s, %d threads, capacity %lld tokens (KV pool %lld), prefill budget %d", s->be->name,
+            fd_threads_count(), (long long)eo.capacity, (long long)kv_pool_tokens(s->eng.pool), eo.max_batch);
     if (fd_log_level_enabled(FD_LOG_INFO)) routes_print(&s->eng, stderr);
     return 0;
 }

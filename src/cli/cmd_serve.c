@@ -18,9 +18,11 @@ static int usage(FILE *f) {
             "  --backend cpu|cuda      (default cpu)   --threads N  CPU backend threads\n"
             "  --slots N               concurrent sequences (default 4)\n"
             "  --ctx N                 tokens per sequence, prompt + completion (default 4096)\n"
+            "  --kv-tokens N           paged KV cache shared by the slots, tokens (default 262144; at most slots x ctx\n"
+            "                          are used); a prompt waits for its pages, a generation finding none gets 503\n"
             "  --prefill-chunk K       token budget of one scheduler step (default 512)\n"
             "  --max-queue N           waiting requests before 429 (default 64)\n"
-            "  --queue-timeout S       seconds waiting for a slot before 503 (default 60)\n"
+            "  --queue-timeout S       seconds waiting for a slot (or KV pages) before 503 (default 60)\n"
             "  --request-timeout S     seconds per request before 504 (default 600)\n"
             "  --conn-timeout S        idle connection timeout (default 30)\n"
             "  --body-timeout S        seconds to receive a request body before 408 (default 30)\n"
@@ -93,6 +95,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--http-threads", 1, 256, http_threads)
         NUM("--slots", 1, 256, slots)
         NUM("--ctx", 2, 1 << 24, ctx)
+        NUM("--kv-tokens", 1, 1 << 30, kv_tokens)
         NUM("--prefill-chunk", 1, 1 << 20, prefill_chunk)
         NUM("--max-queue", 1, 1 << 20, max_queue)
         NUM("--queue-timeout", 0.001, 1e6, queue_timeout)

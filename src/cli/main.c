@@ -27,6 +27,7 @@ static const struct {
 
 static void common_options(FILE *f) {
     fprintf(f, "\ncommon options: --backend cpu|cuda  --route NAME=VALUE (docs/routes.md)  --ctx N  --prefill-chunk K\n"
+               "                --kv-tokens N (paged KV cache, tokens; default 262144)\n"
                "                --threads N  --trace FILE (Chrome-trace JSON of per-op timings)\n");
 }
 

@@ -37,8 +37,8 @@ void cpu_install_gdn(fd_backend *be);
 void cpu_install_attn(fd_backend *be);
 // Attention of q [n, H, hd] at positions pos0.. over a cache of either kv layout (cpu_attn.c): causal (keys up to
 // the query's position) or all pos0+n keys; window > 0 keeps only keys within window - 1 of the query's position.
-void cpu_attention_keys(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                        int Hkv, int hd, int64_t capacity, float scale, int causal, int window);
+void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                        int Hkv, int hd, float scale, int causal, int window);
 void cpu_install_moe(fd_backend *be);
 void cpu_install_dflash2(fd_backend *be);
 void cpu_install_sample(fd_backend *be);

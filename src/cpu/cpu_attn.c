@@ -51,10 +51,11 @@ static void cpu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const
     cpu_rope(be, k, n, Hkv, hd, rot_dim, theta, pos0, pos_dev);
 }
 
-// KV cache layouts (capacity C tokens), chosen by route kv:
+// KV cache layouts (C = view->slots token slots), chosen by route kv:
 //   f32:  K [C, Hkv, hd] f32, V [C, Hkv, hd] f32
 //   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32. Each (token, head)
 //         row is scaled by amax/448 before rounding, so every row uses the full e4m3 range.
+// Position p lives in slot kv_slot(view, p) (backend.h: a page table, or contiguous).
 static size_t cpu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
     cpu_impl *c = cpu_of(be);
     c->routes[0].locked = 1; // a cache is being sized: its layout is fixed from here on
@@ -62,14 +63,27 @@ static size_t cpu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
                                 : (size_t)2 * Hkv * hd * sizeof(float);
 }
 
+static int64_t kv_slot(const fd_kv_view *kv, int64_t p) {
+    if (!kv->pages) return p;
+    const int64_t P = kv->page_tokens;
+    return (int64_t)kv->pages[p / P] * P + p % P;
+}
+
+// Positions [p, p + len) that share one page (so their slots are consecutive), len <= n.
+static int64_t kv_run(const fd_kv_view *kv, int64_t p, int64_t n) {
+    if (!kv->pages) return n;
+    const int64_t left = kv->page_tokens - p % kv->page_tokens;
+    return left < n ? left : n;
+}
+
 typedef struct {
     uint8_t *k, *v;
     float *ks, *vs;
 } kv8;
 
-static kv8 kv8_planes(const void *cache, int64_t cap, int Hkv, int hd) {
-    uint8_t *base = (uint8_t *)cache;
-    const int64_t plane = cap * Hkv * hd;
+static kv8 kv8_planes(const fd_kv_view *kv, int Hkv, int hd) {
+    uint8_t *base = (uint8_t *)kv->base;
+    const int64_t cap = kv->slots, plane = cap * Hkv * hd;
     kv8 p = {base, base + plane, (float *)(base + 2 * plane), (float *)(base + 2 * plane) + cap * Hkv};
     return p;
 }
@@ -82,45 +96,58 @@ static void quantize_row(uint8_t *dst, float *scale, const float *x, int hd) {
     *scale = s;
 }
 
-static void cpu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0,
-                         const int64_t *pos_dev, int n, int Hkv, int hd, int64_t capacity) {
+static void cpu_kv_store(fd_backend *be, const fd_kv_view *kv, const void *k, const void *v, int64_t pos0,
+                         const int64_t *pos_dev, int n, int Hkv, int hd) {
     if (pos_dev) pos0 = *pos_dev;
-    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store [%lld, %lld) beyond capacity %lld", (long long)pos0,
-             (long long)(pos0 + n), (long long)capacity);
+    FD_CHECK(pos0 >= 0 && pos0 + n <= kv->capacity, "kv_store [%lld, %lld) beyond capacity %lld", (long long)pos0,
+             (long long)(pos0 + n), (long long)kv->capacity);
     const size_t row = (size_t)Hkv * hd;
     cpu_impl *c = cpu_of(be);
     c->routes[0].calls[c->kv]++;
     c->routes[0].tokens[c->kv] += n;
-    if (c->kv == CPU_KV_E4M3) {
-        kv8 p = kv8_planes(cache, capacity, Hkv, hd);
-        for (int64_t r = 0; r < (int64_t)n * Hkv; r++) {
-            const int64_t at = pos0 * Hkv + r; // (token, head) row
-            quantize_row(p.k + at * hd, p.ks + at, (const float *)k + r * hd, hd);
-            quantize_row(p.v + at * hd, p.vs + at, (const float *)v + r * hd, hd);
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t slot = kv_slot(kv, pos0 + t);
+        if (c->kv == CPU_KV_E4M3) {
+            kv8 p = kv8_planes(kv, Hkv, hd);
+            for (int h = 0; h < Hkv; h++) {
+                const int64_t at = slot * Hkv + h, r = t * Hkv + h; // (slot, head) row; (token, head) source row
+                quantize_row(p.k + at * hd, p.ks + at, (const float *)k + r * hd, hd);
+                quantize_row(p.v + at * hd, p.vs + at, (const float *)v + r * hd, hd);
+            }
+        } else {
+            float *K = kv->base, *V = K + kv->slots * row;
+            memcpy(K + slot * row, (const float *)k + t * row, row * 4);
+            memcpy(V + slot * row, (const float *)v + t * row, row * 4);
         }
-        return;
     }
-    float *K = cache, *V = K + capacity * row;
-    memcpy(K + pos0 * row, k, (size_t)n * row * 4);
-    memcpy(V + pos0 * row, v, (size_t)n * row * 4);
 }
 
-static void cpu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
-                        int64_t src_cap, int64_t n, int Hkv, int hd) {
-    const int64_t rows = n * Hkv;
-    if (cpu_of(be)->kv == CPU_KV_E4M3) {
-        kv8 d = kv8_planes(dst, dst_cap, Hkv, hd), s = kv8_planes(src, src_cap, Hkv, hd);
-        memmove(d.k + dst_pos * Hkv * hd, s.k + src_pos * Hkv * hd, (size_t)(rows * hd));
-        memmove(d.v + dst_pos * Hkv * hd, s.v + src_pos * Hkv * hd, (size_t)(rows * hd));
-        memmove(d.ks + dst_pos * Hkv, s.ks + src_pos * Hkv, (size_t)rows * sizeof(float));
-        memmove(d.vs + dst_pos * Hkv, s.vs + src_pos * Hkv, (size_t)rows * sizeof(float));
-        return;
-    }
+// Runs of positions that are consecutive slots on both sides move as one memmove per plane.
+static void cpu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src, int64_t src_pos,
+                        int64_t n, int Hkv, int hd) {
+    FD_CHECK(dst_pos >= 0 && src_pos >= 0 && dst_pos + n <= dst->capacity && src_pos + n <= src->capacity,
+             "kv_copy: [%lld, +%lld) -> [%lld, +%lld) beyond capacity", (long long)src_pos, (long long)n,
+             (long long)dst_pos, (long long)n);
+    const int e4 = cpu_of(be)->kv == CPU_KV_E4M3;
     const int64_t row = (int64_t)Hkv * hd;
-    float *D = dst;
-    const float *S = src;
-    memmove(D + dst_pos * row, S + src_pos * row, (size_t)(n * row) * sizeof(float));
-    memmove(D + dst_cap * row + dst_pos * row, S + src_cap * row + src_pos * row, (size_t)(n * row) * sizeof(float));
+    for (int64_t i = 0; i < n;) {
+        int64_t len = kv_run(dst, dst_pos + i, n - i);
+        len = kv_run(src, src_pos + i, len);
+        const int64_t ds = kv_slot(dst, dst_pos + i), ss = kv_slot(src, src_pos + i);
+        if (e4) {
+            kv8 d = kv8_planes(dst, Hkv, hd), s = kv8_planes(src, Hkv, hd);
+            memmove(d.k + ds * row, s.k + ss * row, (size_t)(len * row));
+            memmove(d.v + ds * row, s.v + ss * row, (size_t)(len * row));
+            memmove(d.ks + ds * Hkv, s.ks + ss * Hkv, (size_t)(len * Hkv) * sizeof(float));
+            memmove(d.vs + ds * Hkv, s.vs + ss * Hkv, (size_t)(len * Hkv) * sizeof(float));
+        } else {
+            float *D = dst->base;
+            const float *S = src->base;
+            memmove(D + ds * row, S + ss * row, (size_t)(len * row) * sizeof(float));
+            memmove(D + (dst->slots + ds) * row, S + (src->slots + ss) * row, (size_t)(len * row) * sizeof(float));
+        }
+        i += len;
+    }
 }
 
 typedef struct {
@@ -128,6 +155,7 @@ typedef struct {
     const float *q, *K, *V; // f32 layout
     kv8 p8;                 // e4m3 layout (when K is NULL)
     float lut[256];         // e4m3 code -> value
+    const fd_kv_view *kv;
     int64_t pos0;
     int n, H, Hkv, hd;
     float scale;
@@ -135,9 +163,9 @@ typedef struct {
     int window; // > 0: only keys with |query position - key| < window (DFlash2's sliding layers)
 } attn_ctx;
 
-// Key or value row (token j, kv head h) as fp32 into tmp (e4m3) or in place (f32).
+// Key or value row (position j, kv head h) as fp32 into tmp (e4m3) or in place (f32).
 static const float *kv_row(const attn_ctx *c, int is_v, int64_t j, int h, float *tmp) {
-    const int64_t at = j * c->Hkv + h;
+    const int64_t at = kv_slot(c->kv, j) * c->Hkv + h;
     if (c->K) return (is_v ? c->V : c->K) + at * c->hd;
     const uint8_t *b = (is_v ? c->p8.v : c->p8.k) + at * c->hd;
     const float s = (is_v ? c->p8.vs : c->p8.ks)[at];
@@ -182,29 +210,37 @@ static void attn_rows(void *p, int64_t b, int64_t e) {
     free(tmp);
 }
 
-void cpu_attention_keys(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                        int Hkv, int hd, int64_t capacity, float scale, int causal, int window) {
-    FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention: keys [0, %lld) beyond capacity %lld", (long long)(pos0 + n),
-             (long long)capacity);
+void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                        int Hkv, int hd, float scale, int causal, int window) {
+    FD_CHECK(pos0 >= 0 && pos0 + n <= kv->capacity, "attention: keys [0, %lld) beyond capacity %lld",
+             (long long)(pos0 + n), (long long)kv->capacity);
     attn_ctx *c = fd_calloc(1, sizeof *c);
-    *c = (attn_ctx){.out = out, .q = q, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd, .scale = scale,
-                    .causal = causal, .window = window};
+    *c = (attn_ctx){.out = out,
+                    .q = q,
+                    .kv = kv,
+                    .pos0 = pos0,
+                    .n = n,
+                    .H = H,
+                    .Hkv = Hkv,
+                    .hd = hd,
+                    .scale = scale,
+                    .causal = causal,
+                    .window = window};
     if (cpu_of(be)->kv == CPU_KV_E4M3) {
-        c->p8 = kv8_planes(cache, capacity, Hkv, hd);
+        c->p8 = kv8_planes(kv, Hkv, hd);
         for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
     } else {
-        c->K = cache;
-        c->V = c->K + capacity * Hkv * hd;
+        c->K = kv->base;
+        c->V = c->K + kv->slots * Hkv * hd;
     }
     fd_parallel_for((int64_t)n * H, 1, attn_rows, c);
     free(c);
 }
 
 // pos_dev is host memory on this backend: the position is read when the op runs, which on the CPU is now.
-static void cpu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0,
-                          const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, float scale,
-                          int causal) {
-    cpu_attention_keys(be, out, q, cache, pos_dev ? *pos_dev : pos0, n, H, Hkv, hd, capacity, scale, causal, 0);
+static void cpu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0,
+                          const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal) {
+    cpu_attention_keys(be, out, q, kv, pos_dev ? *pos_dev : pos0, n, H, Hkv, hd, scale, causal, 0);
 }
 
 void cpu_install_attn(fd_backend *be) {

@@ -31,10 +31,10 @@ static void cpu_dyn_conv(fd_backend *be, void *out, const void *x, const float *
 
 // Non-causal attention over the draft block and its context with a symmetric window: the shared CPU attention
 // (cpu_attn.c, both kv layouts) restricted to keys within window - 1 of each query's position.
-static void cpu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n,
-                                 int H, int Hkv, int hd, int64_t capacity, float scale, int window) {
+static void cpu_attention_window(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n,
+                                 int H, int Hkv, int hd, float scale, int window) {
     FD_CHECK(window >= 1, "attention_window: window %d", window);
-    cpu_attention_keys(be, out, q, cache, pos0, n, H, Hkv, hd, capacity, scale, 0, window);
+    cpu_attention_keys(be, out, q, kv, pos0, n, H, Hkv, hd, scale, 0, window);
 }
 
 void cpu_install_dflash2(fd_backend *be) {

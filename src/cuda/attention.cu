@@ -1,7 +1,8 @@
 // Gated attention's cache and core: KV cache (route kv), causal flash-style attention (online softmax, no n x n
 // matrix), GQA, head_dim up to 256.
 //
-// Cache layout per layer (capacity C tokens), route kv:
+// Cache layout per layer (C = the view's token slots; position p sits in slot cu_kv_slot(p): a page table lookup,
+// once per key tile in the attention kernels), route kv:
 //   bf16: K [C, Hkv, hd] bf16, then V [C, Hkv, hd] bf16.
 //   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32; each (token, head)
 //         row is divided by amax/448 before rounding (the same arithmetic as the CPU backend, bit for bit).
@@ -32,47 +33,66 @@ size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd) {
                                : (size_t)2 * Hkv * hd * sizeof(__nv_bfloat16);
 }
 
-cu_kv cu_kv_view(fd_backend *be, const void *cache, int64_t capacity, int Hkv, int hd) {
+// The page size is a power of two (backend.h); the kernels shift instead of dividing.
+static int page_shift_of(const fd_kv_view *view) {
+    if (!view->pages) return 0;
+    int sh = 0;
+    while ((1 << sh) < view->page_tokens) sh++;
+    FD_CHECK((1 << sh) == view->page_tokens && view->page_tokens % 64 == 0,
+             "kv view: page size %d must be a power of two and a multiple of 64 (the largest key tile)",
+             view->page_tokens);
+    return sh;
+}
+
+cu_kv cu_kv_view(fd_backend *be, const fd_kv_view *view, int Hkv, int hd) {
     cu_kv v = {};
-    const int64_t plane = capacity * Hkv * hd;
+    const int64_t slots = view->slots, plane = slots * Hkv * hd;
     if (cu_of(be)->kv == CU_KV_E4M3) {
-        v.k8 = (const uint8_t *)cache;
+        v.k8 = (const uint8_t *)view->base;
         v.v8 = v.k8 + plane;
         v.ks = (const float *)(v.k8 + 2 * plane);
-        v.vs = v.ks + capacity * Hkv;
+        v.vs = v.ks + slots * Hkv;
     } else {
-        v.k = (const __nv_bfloat16 *)cache;
+        v.k = (const __nv_bfloat16 *)view->base;
         v.v = v.k + plane;
     }
+    v.pages = view->pages;
+    v.page_shift = page_shift_of(view);
     return v;
 }
 
-// Both store kernels take the cache base and the first position: pos_dev (when not NULL) is read when the kernel
-// runs, so a replayed CUDA graph stores at the step's position. Rows at or beyond capacity are dropped.
+// Both store kernels take the first position: pos_dev (when not NULL) is read when the kernel runs, so a replayed
+// CUDA graph stores at the step's position. Rows at or beyond capacity are dropped. One page lookup per token
+// row (the store is a few rows per call; the kernels that stream the cache look up once per key tile).
 static __device__ __forceinline__ int64_t kv_first_pos(int64_t pos0, const int64_t *pos_dev) {
     return pos_dev ? *pos_dev : pos0;
 }
 
-// count = n * Hkv * hd elements of k and v; row = Hkv * hd elements per token.
-__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *k, const float *v, int64_t pos0,
-                           const int64_t *pos_dev, int64_t count, int64_t row, int64_t capacity) {
-    const int64_t base = kv_first_pos(pos0, pos_dev) * row, end = capacity * row;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        if (base + i < 0 || base + i >= end) continue;
-        kc[base + i] = __float2bfloat16_rn(k[i]);
-        vc[base + i] = __float2bfloat16_rn(v[i]);
+// One block-stride pass per token: row = Hkv * hd elements of k and v for each of the n tokens.
+__global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, cu_kv kv, const float *k, const float *v, int64_t pos0,
+                           const int64_t *pos_dev, int n, int64_t row, int64_t capacity) {
+    const int64_t p0 = kv_first_pos(pos0, pos_dev);
+    for (int t = blockIdx.x; t < n; t += gridDim.x) {
+        const int64_t p = p0 + t;
+        if (p < 0 || p >= capacity) continue;
+        const int64_t at = cu_kv_slot(kv, p) * row;
+        for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+            kc[at + i] = __float2bfloat16_rn(k[t * row + i]);
+            vc[at + i] = __float2bfloat16_rn(v[t * row + i]);
+        }
     }
 }
 
 // One warp per (token, head) row of K or V: amax, scale = amax / 448, e4m3(x / scale) with saturation.
-__global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, const float *src, int64_t pos0, const int64_t *pos_dev,
-                                int64_t rows, int Hkv, int hd, int64_t capacity) {
+__global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, cu_kv kv, const float *src, int64_t pos0,
+                                const int64_t *pos_dev, int64_t rows, int Hkv, int hd, int64_t capacity) {
     const int lane = threadIdx.x & 31;
-    const int64_t at0 = kv_first_pos(pos0, pos_dev) * Hkv, end = capacity * Hkv;
+    const int64_t p0 = kv_first_pos(pos0, pos_dev);
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / 32) {
-        const int64_t at = at0 + r; // warp-uniform
-        if (at < 0 || at >= end) continue;
+        const int64_t p = p0 + r / Hkv; // warp-uniform
+        if (p < 0 || p >= capacity) continue;
+        const int64_t at = cu_kv_slot(kv, p) * Hkv + r % Hkv;
         const float *x = src + r * hd;
         float amax = 0.f;
         for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(x[i]));
@@ -84,50 +104,98 @@ __global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, const float *src, i
     }
 }
 
-void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
-                 int n, int Hkv, int hd, int64_t capacity) {
+void cu_kv_store(fd_backend *be, const fd_kv_view *view, const void *k, const void *v, int64_t pos0,
+                 const int64_t *pos_dev, int n, int Hkv, int hd) {
     if (n <= 0) return;
+    const int64_t capacity = view->capacity;
     // With pos_dev the host's pos0 is the position at recording time; the engine checks capacity before a replay.
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "kv_store: positions %lld..%lld exceed capacity %lld", (long long)pos0,
              (long long)(pos0 + n), (long long)capacity);
     cu_impl *c = cu_of(be);
     c->routes[CU_ROUTE_KV].calls[c->kv]++;
     c->routes[CU_ROUTE_KV].tokens[c->kv] += n;
+    const cu_kv kv = cu_kv_view(be, view, Hkv, hd);
     if (c->kv == CU_KV_E4M3) {
-        const int64_t plane = capacity * Hkv * hd, rows = (int64_t)n * Hkv;
-        uint8_t *k8 = (uint8_t *)cache, *v8 = k8 + plane;
-        float *ks = (float *)(k8 + 2 * plane), *vs = ks + capacity * Hkv;
+        const int64_t rows = (int64_t)n * Hkv;
+        uint8_t *k8 = (uint8_t *)kv.k8, *v8 = (uint8_t *)kv.v8;
+        float *ks = (float *)kv.ks, *vs = (float *)kv.vs;
         unsigned grid = (unsigned)((rows * 32 + 255) / 256 < 8192 ? (rows * 32 + 255) / 256 : 8192);
-        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(k8, ks, (const float *)k, pos0, pos_dev, rows, Hkv, hd, capacity);
+        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(k8, ks, kv, (const float *)k, pos0, pos_dev, rows, Hkv, hd,
+                                                     capacity);
         FD_CUDA_LAUNCH_CHECK();
-        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(v8, vs, (const float *)v, pos0, pos_dev, rows, Hkv, hd, capacity);
+        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(v8, vs, kv, (const float *)v, pos0, pos_dev, rows, Hkv, hd,
+                                                     capacity);
         FD_CUDA_LAUNCH_CHECK();
         return;
     }
-    __nv_bfloat16 *kc = (__nv_bfloat16 *)cache;
-    __nv_bfloat16 *vc = (__nv_bfloat16 *)cache + capacity * Hkv * hd;
-    const int64_t row = (int64_t)Hkv * hd, count = (int64_t)n * row;
-    unsigned grid = cu_blocks(count, 256) > 8192 ? 8192 : cu_blocks(count, 256);
-    k_kv_store<<<grid, 256, 0, c->stream>>>(kc, vc, (const float *)k, (const float *)v, pos0, pos_dev, count, row,
-                                            capacity);
+    const int64_t row = (int64_t)Hkv * hd;
+    const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
+    k_kv_store<<<grid, 256, 0, c->stream>>>((__nv_bfloat16 *)kv.k, (__nv_bfloat16 *)kv.v, kv, (const float *)k,
+                                            (const float *)v, pos0, pos_dev, n, row, capacity);
     FD_CUDA_LAUNCH_CHECK();
 }
 
-// Positions between two caches of (possibly) different capacities: each plane is one strided-free copy.
-void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
-                int64_t src_cap, int64_t n, int Hkv, int hd) {
+// Paged copy: one block per token; its K and V rows (and, for e4m3, its K and V scale rows) move between the two
+// slots in units of U bytes (the largest of 16, 8, 4, 1 that divides both row sizes; cudaMalloc bases are 256-byte
+// aligned and every offset is a multiple of a row, so every access is U-aligned). row, srow in units of U.
+template <typename U>
+__global__ void k_kv_copy(U *d, const U *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos, cu_kv sk, int64_t src_slots,
+                          int64_t src_pos, int64_t n, int64_t row, int64_t srow) {
+    for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+        const int64_t ds = cu_kv_slot(dk, dst_pos + t), ss = cu_kv_slot(sk, src_pos + t);
+        for (int plane = 0; plane < 2; plane++) // K then V rows
+            for (int64_t i = threadIdx.x; i < row; i += blockDim.x)
+                d[(plane * dst_slots + ds) * row + i] = s[(plane * src_slots + ss) * row + i];
+        if (!srow) continue;
+        U *dsc = d + 2 * dst_slots * row;
+        const U *ssc = s + 2 * src_slots * row;
+        for (int plane = 0; plane < 2; plane++) // Kscale then Vscale rows
+            for (int64_t i = threadIdx.x; i < srow; i += blockDim.x)
+                dsc[(plane * dst_slots + ds) * srow + i] = ssc[(plane * src_slots + ss) * srow + i];
+    }
+}
+
+template <typename U>
+static void launch_kv_copy(cudaStream_t st, void *d, const void *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos,
+                           cu_kv sk, int64_t src_slots, int64_t src_pos, int64_t n, size_t row, size_t srow) {
+    const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
+    k_kv_copy<U><<<grid, 128, 0, st>>>((U *)d, (const U *)s, dk, dst_slots, dst_pos, sk, src_slots, src_pos, n,
+                                       (int64_t)(row / sizeof(U)), (int64_t)(srow / sizeof(U)));
+    FD_CUDA_LAUNCH_CHECK();
+}
+
+// Positions between two caches: contiguous on both sides, each plane is one copy; else the paged copy kernel.
+void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src, int64_t src_pos,
+                int64_t n, int Hkv, int hd) {
     if (n <= 0) return;
+    FD_CHECK(dst_pos >= 0 && src_pos >= 0 && dst_pos + n <= dst->capacity && src_pos + n <= src->capacity,
+             "kv_copy: [%lld, +%lld) -> [%lld, +%lld) beyond capacity", (long long)src_pos, (long long)n,
+             (long long)dst_pos, (long long)n);
     cudaStream_t st = cu_of(be)->stream;
     const int e4 = cu_of(be)->kv == CU_KV_E4M3;
     const size_t el = e4 ? 1 : sizeof(__nv_bfloat16), row = (size_t)Hkv * hd * el;
-    char *d = (char *)dst;
-    const char *s = (const char *)src;
+    const size_t srow = e4 ? (size_t)Hkv * sizeof(float) : 0;
+    char *d = (char *)dst->base;
+    const char *s = (const char *)src->base;
+    const int64_t dst_cap = dst->slots, src_cap = src->slots;
+    if (dst->pages || src->pages) {
+        const cu_kv dk = cu_kv_view(be, dst, Hkv, hd), sk = cu_kv_view(be, src, Hkv, hd);
+        const size_t both = row | srow; // srow 0 (bf16) constrains nothing
+        if (both % 16 == 0)
+            launch_kv_copy<uint4>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else if (both % 8 == 0)
+            launch_kv_copy<uint2>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else if (both % 4 == 0)
+            launch_kv_copy<uint32_t>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        else
+            launch_kv_copy<unsigned char>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+        return;
+    }
     for (int plane = 0; plane < 2; plane++) // K then V
         FD_CUDA_CHECK(cudaMemcpyAsync(d + ((size_t)plane * dst_cap + dst_pos) * row,
                                       s + ((size_t)plane * src_cap + src_pos) * row, (size_t)n * row,
                                       cudaMemcpyDeviceToDevice, st));
     if (!e4) return;
-    const size_t srow = (size_t)Hkv * sizeof(float);
     char *ds = d + 2 * dst_cap * row;
     const char *ss = s + 2 * src_cap * row;
     for (int plane = 0; plane < 2; plane++) // Kscale then Vscale
@@ -173,12 +241,13 @@ __global__ void __launch_bounds__(128)
     }
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += ATT_BK) {
         __syncthreads(); // previous tile fully consumed (and Qs written, on the first pass)
+        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + ATT_BK)); // 32-aligned: one page
         for (int e = threadIdx.x; e < ATT_BK * hd2; e += blockDim.x) {
             int j = e / hd2, d2 = e - j * hd2;
             int64_t kp = kt0 + j;
             __nv_bfloat162 z2 = __floats2bfloat162_rn(0.f, 0.f);
             bool ok = kp < kend;
-            int64_t row = kp * Hkv + kvh;
+            int64_t row = cu_kv_tile_slot(pt, kt0, kp) * Hkv + kvh;
             Kt[j * ldk + d2] = ok ? cu_kv_pair(kv.k, kv.k8, kv.ks, row, hd, 2 * d2) : z2;
             Vt[j * hd2 + d2] = ok ? cu_kv_pair(kv.v, kv.v8, kv.vs, row, hd, 2 * d2) : z2;
         }
@@ -251,14 +320,15 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
-                  int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal) {
+void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *view, int64_t pos0,
+                  const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal) {
+    const int64_t capacity = view->capacity;
     if (n <= 0) return;
     if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);
     if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention beyond cache capacity");
     cu_impl *c = cu_of(be);
-    const cu_kv kv = cu_kv_view(be, cache, capacity, Hkv, hd);
+    const cu_kv kv = cu_kv_view(be, view, Hkv, hd);
     fd_route *route = &c->routes[CU_ROUTE_ATTN_KERNEL];
     const int decode = n <= CU_DECODE_MAX_N;
     if (decode && cu_attention_decode(be, (float *)out, (const float *)q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity,

@@ -93,13 +93,15 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
     if (t < ntiles) {
         char *st = raw + (t % P::NST) * P::RAW_STAGE;
         const int64_t k0 = kbeg + (int64_t)t * DEC_BK;
+        const cu_kv_tile pt = cu_kv_tile_at(*kv, k0, min(kend, k0 + DEC_BK)); // 32-aligned tile: one page, one read
         if (E4) {
             constexpr int OCT = HD / 16; // 16-byte pieces per fp8 row
             for (int e = tid; e < 2 * DEC_BK * OCT; e += DEC_WARPS * 32) {
                 const int plane = e / (DEC_BK * OCT), j = (e / OCT) % DEC_BK, o = e % OCT;
                 const int64_t kp = k0 + j;
                 const bool ok = kp < kend;
-                const uint8_t *src = (plane ? kv->v8 : kv->k8) + ((ok ? kp : 0) * Hkv + kvh) * HD + o * 16;
+                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                const uint8_t *src = (plane ? kv->v8 : kv->k8) + (slot * Hkv + kvh) * HD + o * 16;
                 cp_async16(st + (plane * DEC_BK + j) * HD + o * 16, src, ok);
             }
             float *sc = (float *)(st + 2 * DEC_BK * HD);
@@ -107,7 +109,8 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
                 const int plane = tid / DEC_BK, j = tid % DEC_BK;
                 const int64_t kp = k0 + j;
                 const bool ok = kp < kend;
-                cp_async4(sc + tid, (plane ? kv->vs : kv->ks) + (ok ? kp : 0) * Hkv + kvh, ok);
+                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                cp_async4(sc + tid, (plane ? kv->vs : kv->ks) + slot * Hkv + kvh, ok);
             }
         } else {
             constexpr int OCT = HD / 8; // 16-byte pieces per bf16 row
@@ -115,7 +118,8 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
                 const int plane = e / (DEC_BK * OCT), j = (e / OCT) % DEC_BK, o = e % OCT;
                 const int64_t kp = k0 + j;
                 const bool ok = kp < kend;
-                const __nv_bfloat16 *src = (plane ? kv->v : kv->k) + ((ok ? kp : 0) * Hkv + kvh) * HD + o * 8;
+                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                const __nv_bfloat16 *src = (plane ? kv->v : kv->k) + (slot * Hkv + kvh) * HD + o * 8;
                 cp_async16(st + plane * P::KV_TILE + (j * P::LDQ + o * 8) * 2, src, ok);
             }
         }

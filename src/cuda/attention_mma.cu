@@ -113,6 +113,7 @@ template <int HD, bool E4>
 static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_kv kv, int64_t kt0, int64_t kend,
                                                   int Hkv, int kvh) {
     typedef mma_plan<HD, E4> P;
+    const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + MMA_BN)); // 64-aligned tile: one page, one read
     if (!E4) {
         constexpr int CPR = HD / 8; // 16-byte chunks per row
         __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + P::q_bytes + (size_t)st * 2 * P::tile_bytes);
@@ -122,7 +123,8 @@ static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_
             const int j = e / CPR, c8 = (e - j * CPR) * 8;
             const int64_t kp = kt0 + j;
             const bool ok = kp < kend;
-            const int64_t off = ((ok ? kp : 0) * Hkv + kvh) * HD + c8; // the zero-fill form still needs an address
+            const int64_t off =
+                ((ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh) * HD + c8; // zero-fill: any address
             cp_async16(Ks + j * P::LD + c8, kv.k + off, ok);
             cp_async16(Vs + j * P::LD + c8, kv.v + off, ok);
         }
@@ -135,7 +137,7 @@ static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_
             const int j = e / CPR, c16 = (e - j * CPR) * 16;
             const int64_t kp = kt0 + j;
             const bool ok = kp < kend;
-            const int64_t off = ((ok ? kp : 0) * Hkv + kvh) * HD + c16;
+            const int64_t off = ((ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh) * HD + c16;
             cp_async16(K8 + j * HD + c16, kv.k8 + off, ok);
             cp_async16(V8 + j * HD + c16, kv.v8 + off, ok);
         }
@@ -143,7 +145,7 @@ static __device__ __forceinline__ void issue_tile(unsigned char *sm, int st, cu_
             const int j = threadIdx.x & (MMA_BN - 1), isv = threadIdx.x >= MMA_BN;
             const int64_t kp = kt0 + j;
             const bool ok = kp < kend;
-            const int64_t row = (ok ? kp : 0) * Hkv + kvh;
+            const int64_t row = (ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh;
             cp_async4((isv ? Vsc : Ksc) + j, (isv ? kv.vs : kv.ks) + row, ok);
         }
     }

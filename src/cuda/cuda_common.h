@@ -114,12 +114,43 @@ enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUT
 enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
 
 // A layer's KV cache as the attention kernels read it: bf16 planes, or e4m3 planes with one fp32 scale per
-// (token, kv head) row. Row r = token * Hkv + head.
+// (slot, kv head) row. Row r = slot * Hkv + head; position p is in slot cu_kv_slot(kv, p) (backend.h fd_kv_view).
 typedef struct {
     const __nv_bfloat16 *k, *v; // bf16 layout (NULL for e4m3)
     const uint8_t *k8, *v8;     // e4m3 layout
     const float *ks, *vs;
+    const int32_t *pages; // device page table, NULL: contiguous (slot = position)
+    int page_shift;       // log2 of the page size in tokens
 } cu_kv;
+
+static __device__ __forceinline__ int64_t cu_kv_slot(const cu_kv &kv, int64_t p) {
+    if (!kv.pages) return p;
+    return ((int64_t)__ldg(kv.pages + (p >> kv.page_shift)) << kv.page_shift) | (p & ((1ll << kv.page_shift) - 1));
+}
+
+// The slots of the live keys [kt0, kend) of a key tile (kend - kt0 <= the page size): keys before `split` are in
+// slot s0 + (key - kt0), the others in s1 + (key - split). One page-table read for a tile inside one page (every
+// tile that starts on a multiple of its size), two for one that straddles pages; never one for a key >= kend
+// (the sequence may not own that page).
+typedef struct {
+    int64_t s0, s1, split;
+} cu_kv_tile;
+
+static __device__ __forceinline__ cu_kv_tile cu_kv_tile_at(const cu_kv &kv, int64_t kt0, int64_t kend) {
+    cu_kv_tile t;
+    if (!kv.pages) {
+        t.s0 = kt0, t.split = INT64_MAX, t.s1 = 0;
+        return t;
+    }
+    t.s0 = cu_kv_slot(kv, kt0);
+    t.split = (kt0 | ((1ll << kv.page_shift) - 1)) + 1; // the next page's first position
+    t.s1 = t.split < kend ? cu_kv_slot(kv, t.split) : 0;
+    return t;
+}
+
+static __device__ __forceinline__ int64_t cu_kv_tile_slot(const cu_kv_tile &t, int64_t kt0, int64_t kp) {
+    return kp < t.split ? t.s0 + (kp - kt0) : t.s1 + (kp - t.split);
+}
 
 static __device__ __forceinline__ float cu_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -151,7 +182,7 @@ static __device__ __forceinline__ uint4 cu_kv_oct(const __nv_bfloat16 *b, const 
     for (int i = 0; i < 4; i++) o2[i] = cu_kv_pair(NULL, b8, sc, r, hd, c + 2 * i);
     return out;
 }
-cu_kv cu_kv_view(fd_backend *be, const void *cache, int64_t capacity, int Hkv, int hd);
+cu_kv cu_kv_view(fd_backend *be, const fd_kv_view *view, int Hkv, int hd);
 
 static inline cu_impl *cu_of(fd_backend *be) {
     return (cu_impl *)be->impl;
@@ -244,12 +275,12 @@ void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, 
 
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);
-void cu_kv_store(fd_backend *be, void *cache, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
-                 int n, int Hkv, int hd, int64_t capacity);
-void cu_kv_copy(fd_backend *be, void *dst, int64_t dst_pos, int64_t dst_cap, const void *src, int64_t src_pos,
-                int64_t src_cap, int64_t n, int Hkv, int hd);
-void cu_attention(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, const int64_t *pos_dev,
-                  int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
+void cu_kv_store(fd_backend *be, const fd_kv_view *kv, const void *k, const void *v, int64_t pos0,
+                 const int64_t *pos_dev, int n, int Hkv, int hd);
+void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd_kv_view *src, int64_t src_pos,
+                int64_t n, int Hkv, int hd);
+void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, const int64_t *pos_dev,
+                  int n, int H, int Hkv, int hd, float scale, int causal);
 
 // ---- attention_mma.cu ----
 // Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.

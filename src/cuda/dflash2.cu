@@ -126,10 +126,12 @@ __global__ void __launch_bounds__(128)
     kend = min(kend, win_hi(pos0 + t_last, window, last) + 1);
     for (int64_t kt0 = kbeg; kt0 < kend; kt0 += WIN_BK) {
         __syncthreads(); // previous tile consumed (and Qs written, on the first pass)
+        const cu_kv_tile pt = cu_kv_tile_at(kv, kt0, min(kend, kt0 + WIN_BK)); // unaligned tile: <= 2 pages
         for (int e = threadIdx.x; e < WIN_BK * hd2; e += blockDim.x) {
             const int j = e / hd2, d2 = e - j * hd2;
-            const int64_t kp = kt0 + j, row = kp * Hkv + kvh;
+            const int64_t kp = kt0 + j;
             const bool ok = kp < kend;
+            const int64_t row = (ok ? cu_kv_tile_slot(pt, kt0, kp) : 0) * Hkv + kvh;
             const __nv_bfloat162 z2 = __floats2bfloat162_rn(0.f, 0.f);
             Kt[j * ldk + d2] = ok ? cu_kv_pair(kv.k, kv.k8, kv.ks, row, hd, 2 * d2) : z2;
             Vt[j * hd2 + d2] = ok ? cu_kv_pair(kv.v, kv.v8, kv.vs, row, hd, 2 * d2) : z2;
@@ -229,15 +231,16 @@ __global__ void k_win_combine(float *out, const float *opart, const float *ml, i
     }
 }
 
-static void cu_attention_window(fd_backend *be, void *out, const void *q, const void *cache, int64_t pos0, int n, int H,
-                                int Hkv, int hd, int64_t capacity, float scale, int window) {
+static void cu_attention_window(fd_backend *be, void *out, const void *q, const fd_kv_view *view, int64_t pos0, int n,
+                                int H, int Hkv, int hd, float scale, int window) {
+    const int64_t capacity = view->capacity;
     if (n <= 0) return;
     FD_CHECK(window >= 1, "attention_window: window %d", window);
     if ((hd & 1) || hd > 2 * 32 * WIN_MAXP) FD_PANIC("attention_window: head_dim %d unsupported (even, <= 256)", hd);
     if (Hkv <= 0 || H % Hkv) FD_PANIC("attention_window: %d heads not a multiple of %d kv heads", H, Hkv);
     FD_CHECK(pos0 >= 0 && pos0 + n <= capacity, "attention_window beyond cache capacity");
     cu_impl *c = cu_of(be);
-    const cu_kv kv = cu_kv_view(be, cache, capacity, Hkv, hd);
+    const cu_kv kv = cu_kv_view(be, view, Hkv, hd);
     const size_t smem = (size_t)WIN_BQ * hd * 4 + (size_t)WIN_BK * (hd / 2 + 1) * 4 + (size_t)WIN_BK * (hd / 2) * 4;
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention_window, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + WIN_BQ - 1) / WIN_BQ, blocks = tiles * Hkv;

@@ -78,7 +78,8 @@ static void draft_kv_store(fd_dflash *s, int l, int m, int64_t pos0) {
     const fd_draft_layer *L = &d->layers[l];
     be->rmsnorm(be, s->k, s->k, &L->k_norm, (int64_t)m * d->num_kv_heads, d->head_dim, d->rms_norm_eps, 0);
     be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0, NULL);
-    be->kv_store(be, s->kv[l], s->k, s->v, pos0, NULL, m, d->num_kv_heads, d->head_dim, s->capacity);
+    const fd_kv_view kv = fd_kv_flat(s->kv[l], s->capacity);
+    be->kv_store(be, &kv, s->k, s->v, pos0, NULL, m, d->num_kv_heads, d->head_dim);
 }
 
 // K and V of `m` rows of `src` [m, d] for drafter layer l (draft_kv_store).
@@ -131,9 +132,10 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
         draft_kv_store(s, l, B, s->n_ctx);
         if (s->v2)
             dflash2_attention(s, l); // sliding-window layers
-        else
-            be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, NULL, B, H, d->num_kv_heads, hd, s->capacity,
-                          1.0f / sqrtf((float)hd), 0);
+        else {
+            const fd_kv_view kv = fd_kv_flat(s->kv[l], s->capacity);
+            be->attention(be, s->att, s->q, &kv, s->n_ctx, NULL, B, H, d->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0);
+        }
         be->matmul(be, s->y, s->att, &L->o_proj, B, 0);
         if (s->v2) dflash2_conv_out(s, l, 0, s->y);
         be->add(be, s->x, s->y, (int64_t)B * D);

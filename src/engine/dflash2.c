@@ -81,12 +81,13 @@ void dflash2_attention(fd_dflash *s, int l) {
     const float scale = 1.0f / sqrtf((float)d->head_dim);
     // Keys run from position 0 to the block's last query (n_ctx + B - 1 apart at most): a window wider than that
     // masks nothing, and the plain attention is the same computation.
+    const fd_kv_view kv = fd_kv_flat(s->kv[l], s->capacity);
     if (!w || s->n_ctx + s->B <= w)
-        be->attention(be, s->att, s->q, s->kv[l], s->n_ctx, NULL, s->B, d->num_heads, d->num_kv_heads,
-                      d->head_dim, s->capacity, scale, 0);
+        be->attention(be, s->att, s->q, &kv, s->n_ctx, NULL, s->B, d->num_heads, d->num_kv_heads, d->head_dim, scale,
+                      0);
     else
-        be->attention_window(be, s->att, s->q, s->kv[l], s->n_ctx, s->B, d->num_heads, d->num_kv_heads, d->head_dim,
-                             s->capacity, scale, w);
+        be->attention_window(be, s->att, s->q, &kv, s->n_ctx, s->B, d->num_heads, d->num_kv_heads, d->head_dim, scale,
+                             w);
 }
 
 static void w_row(const fd_weight *w, int64_t row, float *out) {

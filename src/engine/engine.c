@@ -13,6 +13,8 @@ void engine_default_opts(fd_engine_opts *o) {
     o->max_batch = 4096;
     o->capacity = 262144;
     o->gdn_prefill = FD_GDN_CHUNKED;
+    o->pool = NULL;
+    o->kv_tokens = 0;
 }
 
 // Logits are computed in blocks of this many rows so a long all-positions request needs no [n, V] buffer
@@ -85,13 +87,25 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
             .sel = &e->graphs_sel,
             .help = "forwards recorded as CUDA graphs: not on this backend (cpu, or cuda under --trace, "
                     "FD_CUDA_SYNC=1 or FD_CUDA_PROFILE=1, which need every op run as it is issued)"};
-    e->kv = fd_calloc((size_t)c->num_layers, sizeof(void *));
+    if (opt->pool) {
+        FD_CHECK(opt->pool->be == be && opt->pool->num_layers == c->num_layers && opt->pool->Hkv == c->num_kv_heads &&
+                     opt->pool->hd == c->head_dim,
+                 "shared KV pool of another model or backend");
+        e->pool = opt->pool;
+    } else {
+        // A lone sequence never uses more than its capacity, so a larger budget is capped there.
+        const int64_t tokens = opt->kv_tokens > 0 && opt->kv_tokens < opt->capacity ? opt->kv_tokens : opt->capacity;
+        if (kv_pool_init(&e->own_pool, be, c, tokens, 0)) {
+            engine_free(e); // keeps the error
+            return -1;
+        }
+        e->pool = &e->own_pool;
+    }
+    kv_pages_init(&e->pages, e->pool, opt->capacity);
     e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
     for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] == FD_LAYER_ATTN) {
-            e->kv[i] = be->alloc(be, be->kv_bytes_per_token(be, c->num_kv_heads, c->head_dim) * (size_t)opt->capacity);
-        } else {
+        if (c->layer_kind[i] == FD_LAYER_GDN) {
             e->conv_state[i] = be->alloc(be, (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float));
             e->gdn_state[i] = be->alloc(be, (size_t)(Hv * c->gdn_k_dim * dv) * sizeof(float));
         }
@@ -108,7 +122,19 @@ void engine_reset(fd_engine *e) {
             be->zero(be, e->gdn_state[i],
                      (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float));
         }
-    e->n_past = 0; // stale KV beyond n_past is never read
+    e->n_past = 0;
+    kv_pages_release(&e->pages, e->pool);
+}
+
+int engine_reserve(fd_engine *e, int64_t positions) {
+    if (positions > e->opt.capacity)
+        return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
+                            (long long)positions, (long long)e->opt.capacity);
+    return kv_pages_reserve(&e->pages, e->pool, positions);
+}
+
+fd_kv_view engine_kv_view(const fd_engine *e, int li) {
+    return kv_pages_view(&e->pages, e->pool, li);
 }
 
 void engine_free(fd_engine *e) {
@@ -116,8 +142,10 @@ void engine_free(fd_engine *e) {
     if (!be) return;
     engine_graphs_free(e); // before the buffers they point at
     const fd_config *c = &e->m->cfg;
-    for (int i = 0; i < c->num_layers; i++) {
-        if (e->kv[i]) be->free(be, e->kv[i]);
+    if (e->pages.host) kv_pages_release(&e->pages, e->pool); // a shared pool outlives this engine
+    kv_pages_free(&e->pages, be);
+    if (e->own_pool.be) kv_pool_free(&e->own_pool);
+    for (int i = 0; e->conv_state && i < c->num_layers; i++) {
         if (e->conv_state[i]) be->free(be, e->conv_state[i]);
         if (e->gdn_state[i]) be->free(be, e->gdn_state[i]);
     }
@@ -128,7 +156,6 @@ void engine_free(fd_engine *e) {
     free(e->gdn_slots);
     free(e->conv_slots);
     if (e->taps) be->free(be, e->taps);
-    free(e->kv);
     free(e->conv_state);
     free(e->gdn_state);
     void *bufs[] = {e->x, e->h, e->y, e->t0, e->t1, e->t2, e->t3, e->t4, e->t5, e->logits_dev, e->step_dev};
@@ -217,10 +244,10 @@ static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_s
         be->qk_norm_rope(be, qr, row(e->t3, r0, (int64_t)H * hd, ab), kr, row(e->t0, r0, (int64_t)2 * H * hd, ab),
                          &L->q_norm, &L->k_norm, m, H, Hkv, hd, c->rotary_dim, c->rope_theta, c->rms_norm_eps,
                          q->n_past, pd);
-        be->kv_store(be, q->kv[li], kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, pd, m, Hkv, hd,
-                     q->opt.capacity);
-        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, q->kv[li], q->n_past, pd, m, H, Hkv, hd,
-                      q->opt.capacity, 1.0f / sqrtf((float)hd), 1);
+        const fd_kv_view kv = engine_kv_view(q, li);
+        be->kv_store(be, &kv, kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, pd, m, Hkv, hd);
+        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, &kv, q->n_past, pd, m, H, Hkv, hd,
+                      1.0f / sqrtf((float)hd), 1);
     }
     be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
     be->matmul(be, e->y, e->t1, &L->o_proj, n, 0);
@@ -355,7 +382,8 @@ static int check_forward(fd_engine *e, const int32_t *ids, int n) {
     if (e->n_past < 0 || e->n_past + n > e->opt.capacity)
         return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
-    return check_ids(&e->m->cfg, ids, n);
+    FD_TRY(check_ids(&e->m->cfg, ids, n));
+    return engine_reserve(e, e->n_past + n); // last: a refused forward leaves the sequence (and its pages) as it was
 }
 
 int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
@@ -410,6 +438,13 @@ static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logit
         }
         segs[i] = (fwd_seg){q, i, 1, NULL};
     }
+    // Pages for every sequence's new position. A refusal leaves every n_past as it was (a page one sequence took
+    // stays reserved for its next step).
+    for (int i = 0; i < n; i++)
+        if (engine_reserve(seqs[i], seqs[i]->n_past + 1)) {
+            free(segs);
+            return fd_error_prefix("decode batch: sequence %d", i);
+        }
     // Not recorded: the set of sequences (whose caches and states the ops address) changes from step to step.
     forward_rows(e, ids, n, segs, n, sink, 0);
     free(segs);
@@ -447,6 +482,7 @@ int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float
     if (e->n_past + n > e->opt.capacity)
         return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
+    FD_TRY(engine_reserve(e, e->n_past + n)); // the whole prompt's pages now: a short pool refuses it untouched
     const int V = e->m->cfg.vocab_size;
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
@@ -473,6 +509,7 @@ static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
     if (e->n_past + n > e->opt.capacity)
         return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
+    FD_TRY(engine_reserve(e, e->n_past + n)); // the whole prompt's pages now: a short pool refuses it untouched
     if (n_new < 1) return engine_prefill(e, ids, n, chunk, NULL, 0);
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
@@ -495,6 +532,7 @@ int engine_prefill_sample(fd_engine *e, const int32_t *ids, int64_t n, int chunk
     if (e->n_past + n > e->opt.capacity)
         return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
+    FD_TRY(engine_reserve(e, e->n_past + n)); // the whole prompt's pages now: a short pool refuses it untouched
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
         if (i + len < n) FD_TRY(engine_forward(e, ids + i, len, NULL, 0));

@@ -4,6 +4,7 @@
 #ifndef FD_ENGINE_H
 #define FD_ENGINE_H
 #include "backend.h"
+#include "engine/kv_pool.h"
 #include "model/model.h"
 
 typedef struct {
@@ -27,8 +28,12 @@ typedef struct {
 
 typedef struct {
     int max_batch;        // scratch rows: the largest n one forward call takes (the prefill token budget)
-    int64_t capacity;     // KV positions per sequence
+    int64_t capacity;     // KV positions per sequence (its maximum context)
     fd_gdn_route gdn_prefill;
+    // The paged KV pool (kv_pool.h): a shared one (not owned; every engine on it must use the same model and
+    // backend), or NULL for a pool of the engine's own of min(kv_tokens, capacity) tokens (kv_tokens 0: capacity).
+    fd_kv_pool *pool;
+    int64_t kv_tokens;
 } fd_engine_opts;
 
 typedef struct {
@@ -37,7 +42,9 @@ typedef struct {
     fd_engine_opts opt;
     // per-sequence state
     int64_t n_past;
-    void **kv;          // [num_layers] attention caches (NULL for GDN layers)
+    fd_kv_pool *pool; // attention KV pages (shared or own_pool)
+    fd_kv_pool own_pool;
+    fd_kv_pages pages;  // this sequence's page table: positions [0, pages.held * P) are backed
     float **conv_state; // [num_layers] f32 [conv_dim, K-1] (NULL for attention layers)
     float **gdn_state;  // [num_layers] f32 [Hv, dk, dv]
     // scratch (backend memory), sized for max_batch tokens
@@ -76,7 +83,13 @@ typedef struct {
 void engine_default_opts(fd_engine_opts *o);
 int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts *opt);
 void engine_free(fd_engine *e);
-void engine_reset(fd_engine *e); // forget the sequence (zero state, n_past = 0)
+void engine_reset(fd_engine *e); // forget the sequence (zero state, n_past = 0, KV pages back to the pool)
+// Makes positions [0, positions) of the KV cache addressable (pages from the pool; host only, nothing recorded).
+// Forwards reserve what they need themselves; the prefix cache calls this before restoring KV. On a short pool:
+// the "KV cache full" error, nothing changed.
+int engine_reserve(fd_engine *e, int64_t positions);
+// Attention layer li's KV cache of this sequence (a paged view).
+fd_kv_view engine_kv_view(const fd_engine *e, int li);
 
 // Runs n tokens (n <= max_batch) at positions n_past.. and appends them to the sequence. Writes fp32 logits
 // to host `logits`: all n rows ([n, V]) when all_logits, else only the last row ([V]); NULL for none.
@@ -121,7 +134,7 @@ int engine_enable_slots(fd_engine *e, int block);
 // Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
 // run the recurrence and record the state after every token. n_past advances by n until engine_commit.
 int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits);
-// Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position, GDN and conv state
-// are taken from slot keep-1 (no recompute).
+// Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
+// GDN and conv state are taken from slot keep-1 (no recompute).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
 #endif

@@ -1,7 +1,8 @@
 // Engine state snapshots (see engine_state.h).
 //
-// KV layout: private to the backend. A snapshot buffer of n tokens is itself a cache of capacity n, filled and
-// read back with the backend's kv_copy, so any layout (fp32, bf16, e4m3 with scales) snapshots the same way.
+// KV layout: private to the backend. A snapshot buffer of n tokens is itself a contiguous cache of capacity n, filled
+// and read back with the backend's kv_copy through the sequence's page table, so any layout (fp32, bf16, e4m3 with
+// scales) and any page placement snapshots the same way.
 #include "engine/engine_state.h"
 
 #include <string.h>
@@ -51,20 +52,25 @@ void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
     }
 }
 
-size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, int Hkv, int hd, void *buf, int64_t pos0,
-                     int64_t n, int save) {
-    FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= capacity, "KV range [%lld, %lld) beyond capacity %lld",
-             (long long)pos0, (long long)(pos0 + n), (long long)capacity);
-    if (save) be->kv_copy(be, buf, 0, n, cache, pos0, capacity, n, Hkv, hd);
-    else be->kv_copy(be, cache, pos0, capacity, buf, 0, n, n, Hkv, hd);
+size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, void *buf, int64_t pos0, int64_t n,
+                     int save) {
+    FD_CHECK(pos0 >= 0 && n >= 0 && pos0 + n <= cache->capacity, "KV range [%lld, %lld) beyond capacity %lld",
+             (long long)pos0, (long long)(pos0 + n), (long long)cache->capacity);
+    const fd_kv_view snap = fd_kv_flat(buf, n);
+    if (save)
+        be->kv_copy(be, &snap, 0, cache, pos0, n, Hkv, hd);
+    else
+        be->kv_copy(be, cache, pos0, &snap, 0, n, Hkv, hd);
     return be->kv_bytes_per_token(be, Hkv, hd) * (size_t)n;
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
     const fd_config *c = &e->m->cfg;
     for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_ATTN)
-            buf += es_cache_rows(e->be, e->kv[i], e->opt.capacity, g->Hkv, g->hd, buf, pos0, n, save);
+        if (c->layer_kind[i] == FD_LAYER_ATTN) {
+            const fd_kv_view kv = engine_kv_view(e, i);
+            buf += es_cache_rows(e->be, &kv, g->Hkv, g->hd, buf, pos0, n, save);
+        }
 }
 
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n) { kv_move(e, g, dst, pos0, n, 1); }

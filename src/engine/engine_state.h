@@ -29,13 +29,14 @@ void es_state_save(fd_engine *e, const es_geom *g, void *dst);
 void es_state_load(fd_engine *e, const es_geom *g, const void *src);
 
 // KV of positions [pos0, pos0+n) of every attention layer <-> a buffer of es_kv_bytes(g, n): one cache of capacity
-// n per attention layer, in the backend's layout. Positions must lie below e->opt.capacity.
+// n per attention layer, in the backend's layout. Positions must lie below e->opt.capacity, and a load's positions
+// must be reserved first (engine_reserve).
 void es_kv_save(fd_engine *e, const es_geom *g, void *dst, int64_t pos0, int64_t n);
 void es_kv_load(fd_engine *e, const es_geom *g, const void *src, int64_t pos0, int64_t n);
 
-// Positions [pos0, pos0+n) of one attention-style cache of `capacity` positions (Hkv heads of hd) to (save) or
-// from buf, which holds them as a cache of capacity n (be->kv_copy). Returns the bytes of buf used. The DFlash
+// Positions [pos0, pos0+n) of one attention-style cache (Hkv heads of hd; paged or contiguous) to (save) or from
+// buf, which holds them as a contiguous cache of capacity n (be->kv_copy). Returns the bytes of buf used. The DFlash
 // drafter's context caches are caches of the same kind (both come from be->kv_store).
-size_t es_cache_rows(fd_backend *be, void *cache, int64_t capacity, int Hkv, int hd, void *buf, int64_t pos0,
-                     int64_t n, int save);
+size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, void *buf, int64_t pos0, int64_t n,
+                     int save);
 #endif

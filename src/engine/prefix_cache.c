@@ -72,9 +72,10 @@ static void block_kv(pc_cache *pc, fd_engine *e, fd_dflash *spec, void *buf, int
     if (save) es_kv_save(e, &pc->g, buf, pos0, pc->block);
     else es_kv_load(e, &pc->g, buf, pos0, pc->block);
     char *p = (char *)buf + es_kv_bytes(&pc->g, pc->block);
-    for (int l = 0; l < pc->n_draft; l++)
-        p += es_cache_rows(pc->be, spec->kv[l], spec->capacity, pc->draft_Hkv, pc->draft_hd, p, pos0, pc->block,
-                           save);
+    for (int l = 0; l < pc->n_draft; l++) {
+        const fd_kv_view kv = fd_kv_flat(spec->kv[l], spec->capacity);
+        p += es_cache_rows(pc->be, &kv, pc->draft_Hkv, pc->draft_hd, p, pos0, pc->block, save);
+    }
 }
 
 int pc_block(const pc_cache *pc) { return pc->block; }
@@ -163,6 +164,12 @@ int64_t pc_restore(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *i
         if (c->state) usable = depth;
     }
     touch_path(pc, path, depth);
+    // Pages for the restored positions; a short pool restores nothing (the request's own prefill then reports the
+    // pool as full, or fits once the pages it needs are there).
+    if (usable && engine_reserve(e, usable * pc->block)) {
+        fd_error_clear();
+        usable = 0;
+    }
     for (int64_t i = 0; i < usable; i++) block_kv(pc, e, spec, path[i]->kv, i * pc->block, 0);
     if (usable) {
         es_state_load(e, &pc->g, path[usable - 1]->state);

@@ -129,27 +129,27 @@ static void tr_qk_norm_rope(fd_backend *be, void *q, void *g, void *k, const voi
     TRACED("qk_norm_rope", n,
            IN(be)->qk_norm_rope(IN(be), q, g, k, qg, qn, kn, n, H, Hkv, hd, rot, theta, eps, pos0, pos_dev));
 }
-static void tr_kv_store(fd_backend *be, void *c, const void *k, const void *v, int64_t pos0, const int64_t *pos_dev,
-                        int n, int Hkv, int hd, int64_t cap) {
-    TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, pos_dev, n, Hkv, hd, cap));
+static void tr_kv_store(fd_backend *be, const fd_kv_view *c, const void *k, const void *v, int64_t pos0,
+                        const int64_t *pos_dev, int n, int Hkv, int hd) {
+    TRACED("kv_store", n, IN(be)->kv_store(IN(be), c, k, v, pos0, pos_dev, n, Hkv, hd));
 }
-static void tr_kv_copy(fd_backend *be, void *d, int64_t dp, int64_t dc, const void *s, int64_t sp, int64_t sc,
-                       int64_t n, int Hkv, int hd) {
-    TRACED("kv_copy", n, IN(be)->kv_copy(IN(be), d, dp, dc, s, sp, sc, n, Hkv, hd));
+static void tr_kv_copy(fd_backend *be, const fd_kv_view *d, int64_t dp, const fd_kv_view *s, int64_t sp, int64_t n,
+                       int Hkv, int hd) {
+    TRACED("kv_copy", n, IN(be)->kv_copy(IN(be), d, dp, s, sp, n, Hkv, hd));
 }
-static void tr_attention(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, const int64_t *pos_dev,
-                         int n, int H, int Hkv, int hd, int64_t cap, float scale, int causal) {
+static void tr_attention(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0,
+                         const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal) {
     TRACED(causal ? "attention" : "attention[noncausal]", pos0 + n,
-           IN(be)->attention(IN(be), o, q, c, pos0, pos_dev, n, H, Hkv, hd, cap, scale, causal));
+           IN(be)->attention(IN(be), o, q, c, pos0, pos_dev, n, H, Hkv, hd, scale, causal));
 }
 static void tr_dyn_conv(fd_backend *be, void *o, const void *x, const float *dyn, int ds, const fd_weight *bw, int half,
                         int n, int d, int group, int K) {
     TRACED("dyn_conv", n, IN(be)->dyn_conv(IN(be), o, x, dyn, ds, bw, half, n, d, group, K));
 }
-static void tr_attention_window(fd_backend *be, void *o, const void *q, const void *c, int64_t pos0, int n, int H,
-                                int Hkv, int hd, int64_t cap, float scale, int window) {
+static void tr_attention_window(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0, int n, int H,
+                                int Hkv, int hd, float scale, int window) {
     TRACED("attention[window]", pos0 + n,
-           IN(be)->attention_window(IN(be), o, q, c, pos0, n, H, Hkv, hd, cap, scale, window));
+           IN(be)->attention_window(IN(be), o, q, c, pos0, n, H, Hkv, hd, scale, window));
 }
 static void tr_argmax_rows(fd_backend *be, int32_t *o, const float *l, int rows, int V) {
     TRACED("argmax_rows", rows, IN(be)->argmax_rows(IN(be), o, l, rows, V));

@@ -63,6 +63,7 @@ struct srv_sched {
     slot *slots;
     int n_slots, rr;
     pc_cache *pc;
+    fd_kv_pool pool; // the slots' KV pages
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv, cv_reset;
@@ -106,6 +107,7 @@ static void slot_release(srv_sched *s, slot *sl) {
     }
     sl->roll = NULL;
     sl->roll_pos = 0;
+    engine_reset(&sl->e); // its KV pages go back to the pool for the other slots
     size_t n;
     tok_stream_flush(sl->ts, &n); // resets the stream for the next request
     sl->text.len = 0;
@@ -119,6 +121,15 @@ static void slot_fail(srv_sched *s, slot *sl, int status, const char *type, cons
     job_fail(sl->job, status, type, code, msg);
     met_finish(s, kind, sl->job, fd_time_s());
     slot_release(s, sl);
+}
+
+// A failed forward: a full KV pool is the server's capacity, not a fault (503, like an overloaded queue).
+static void slot_fail_forward(srv_sched *s, slot *sl) {
+    const char *msg = fd_error_msg();
+    if (strstr(msg, "KV cache full"))
+        slot_fail(s, sl, 503, "server_overloaded", "kv_cache_full", msg, SRV_FIN_ERROR);
+    else
+        slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
 }
 
 // ---- output ----
@@ -262,6 +273,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     seq_push(sl, j->prompt, j->n_prompt);
     fd_dflash *spec = s->dr ? &sl->spec : NULL;
     int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, spec, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
+    // The prompt's KV pages up front: a prompt the pool cannot hold now is refused before any work (503).
+    const int kv_ok = engine_reserve(&sl->e, j->n_prompt) == 0;
     pthread_mutex_lock(&j->mu);
     j->n_cached = (int)cached;
     pthread_mutex_unlock(&j->mu);
@@ -275,6 +288,13 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     srv_hist_observe(&s->met->queue, now - j->t_arrival);
     pthread_mutex_unlock(&s->met->mu);
     sl->st = SLOT_PREFILL;
+    if (!kv_ok) slot_fail_forward(s, sl);
+}
+
+// The KV tokens (whole pages) a job's prompt takes.
+static int64_t kv_prompt_tokens(const srv_sched *s, const srv_job *j) {
+    const int64_t P = s->pool.page_tokens;
+    return ((int64_t)j->n_prompt + P - 1) / P * P;
 }
 
 // Is the client still there? Peeks at the socket while libmicrohttpd has the connection suspended (it does not watch
@@ -304,7 +324,7 @@ static void spec_round(srv_sched *s, slot *sl) {
     const int left = j->max_tokens - sl->n_gen;
     const int L = left < sl->spec.B ? left : sl->spec.B;
     if (dflash_round(&sl->spec, sl->next, L, sampler_is_greedy(&sl->smp) ? NULL : &sl->smp, sl->n_gen, em, &ne)) {
-        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+        slot_fail_forward(s, sl);
         return;
     }
     pthread_mutex_lock(&s->met->mu);
@@ -344,6 +364,16 @@ static void decode_slots(srv_sched *s, slot **sls, int n) {
     fd_engine *es[256];
     fd_sampler *smps[256];
     int32_t ids[256], picked[256];
+    // A slot whose next position finds the KV pool full ends with 503; the others go on.
+    int live = 0;
+    for (int i = 0; i < n; i++) {
+        if (engine_reserve(&sls[i]->e, sls[i]->e.n_past + 1))
+            slot_fail_forward(s, sls[i]);
+        else
+            sls[live++] = sls[i];
+    }
+    n = live;
+    if (n == 0) return;
     for (int i = 0; i < n; i++) {
         seq_push(sls[i], &sls[i]->next, 1);
         es[i] = &sls[i]->e;
@@ -380,7 +410,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
     int32_t first = -1; // the first generated token, sampled on the backend by the final chunk
     if (final ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
               : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), NULL, 0)) {
-        slot_fail(s, sl, 500, "server_error", NULL, fd_error_msg(), SRV_FIN_ERROR);
+        slot_fail_forward(s, sl);
         return end - pos;
     }
     if (s->dr) dflash_context_append(&sl->spec, (int)(end - pos));
@@ -510,13 +540,20 @@ static void *sched_main(void *arg) {
         int n_adm = 0, n_exp = 0, free_slots = s->n_slots - n_active(s);
         srv_job *adm[256];
         const double now = fd_time_s();
+        // KV pages: a prompt waits in the queue (FIFO) until the pool has its pages free; one the whole pool could
+        // never hold is admitted and refused at once (503 kv_cache_full, slot_start).
+        int64_t kv_free = kv_pool_free_tokens(&s->pool), kv_blocked = 0;
         for (int k = s->q_len; k > 0; k--) {
             srv_job *j = q_pop(s);
+            const int64_t need = kv_prompt_tokens(s, j);
+            const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pool);
             if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) tmp[n_exp++] = j;
-            else if (free_slots > 0 && n_adm < 256) {
+            else if (free_slots > 0 && n_adm < 256 && kv_fits && !kv_blocked) {
                 adm[n_adm++] = j;
                 free_slots--;
+                if (need <= kv_free) kv_free -= need;
             } else {
+                kv_blocked |= free_slots > 0 && !kv_fits; // later requests may not overtake it
                 s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
                 s->q_len++;
             }
@@ -528,7 +565,8 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < n_exp; i++) {
             int gone = atomic_load(&tmp[i]->cancelled);
             job_fail(tmp[i], gone ? 499 : 503, gone ? "cancelled" : "server_overloaded", NULL,
-                     gone ? "the client disconnected" : "no sequence slot became free within the queue timeout");
+                     gone ? "the client disconnected"
+                          : "no sequence slot (or not enough KV cache pages) became free within the queue timeout");
             pthread_mutex_lock(&s->met->mu);
             if (gone) s->met->finished[SRV_FIN_ABORT]++;
             else s->met->rejected_timeout++;
@@ -547,6 +585,12 @@ static void *sched_main(void *arg) {
 
 // ---- public ----
 
+int64_t sched_kv_tokens(const srv_config *cfg) {
+    const int64_t page = FD_KV_PAGE_TOKENS, per_slot = (cfg->ctx + page - 1) / page * page;
+    const int64_t most = per_slot * cfg->slots; // what the slots could ever hold at once
+    return cfg->kv_tokens < most ? cfg->kv_tokens : most;
+}
+
 srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
                         fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met) {
     srv_sched *s = fd_calloc(1, sizeof *s);
@@ -563,10 +607,12 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     fd_engine_opts eo;
     engine_default_opts(&eo);
     eo.capacity = cfg->ctx;
+    eo.pool = &s->pool;
     eo.max_batch = cfg->prefill_chunk;
     eo.gdn_prefill = cfg->gdn_prefill;
     // Routes from the environment (FD_ROUTE_<NAME>): the backend's before any cache exists, the engines' after.
     int route_err = routes_backend_preset(be, NULL, 0);
+    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg), 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (route_err || engine_init(&sl->e, m, be, &eo) || routes_from_env(&sl->e) || routes_check(&sl->e) ||
@@ -576,6 +622,7 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
                 engine_free(&s->slots[k].e);
                 tok_stream_free(s->slots[k].ts);
             }
+            kv_pool_free(&s->pool);
             free(s->slots);
             free(s);
             return NULL;
@@ -669,6 +716,7 @@ void sched_free(srv_sched *s) {
         srv_buf_free(&sl->text);
         if (sl->roll) s->be->free(s->be, sl->roll);
     }
+    kv_pool_free(&s->pool); // after the engines, which hand their pages back
     free(s->slots);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/threads.h"
+#include "engine/kv_pool.h"
 #include "server/http.h"
 
 void srv_config_defaults(srv_config *c) {
@@ -21,6 +22,7 @@ void srv_config_defaults(srv_config *c) {
     c->http_threads = 4;
     c->slots = 4;
     c->ctx = 4096;
+    c->kv_tokens = FD_KV_TOKENS_DEFAULT;
     c->prefill_chunk = 512;
     c->max_queue = 64;
     c->queue_timeout = 60;
@@ -70,9 +72,10 @@ static int collect_eos(const char *model_dir, const tok_tokenizer *t, int32_t *e
 }
 
 int srv_main(const srv_config *cfg) {
-    if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2) {
+    if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2 ||
+        cfg->kv_tokens < 1) {
         fprintf(stderr, "flashdelta: error: serve: bad limits (--prefix-checkpoint must be a multiple of "
-                        "--prefix-block; --slots, --prefill-chunk >= 1; --ctx >= 2)\n");
+                        "--prefix-block; --slots, --prefill-chunk, --kv-tokens >= 1; --ctx >= 2)\n");
         return 2;
     }
     // Signals go to sigwait() below only: block them before any thread starts.
@@ -168,12 +171,13 @@ int srv_main(const srv_config *cfg) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S.daemon, MHD_DAEMON_INFO_BIND_PORT);
     const int port = di ? di->port : cfg->port;
-    FD_INFO("serving %s (%s, vocab %d) on http://%s:%d: backend %s, %d slots x %lld tokens, prefill budget %d, "
+    FD_INFO("serving %s (%s, vocab %d) on http://%s:%d: backend %s, %d slots x %lld tokens (KV pool %lld tokens), "
+            "prefill budget %d, "
             "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB), speculative decoding: %s",
             S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
-            cfg->prefill_chunk, cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial",
-            cfg->prefix_cache ? "on" : "off", cfg->pc_block, cfg->pc_checkpoint, cfg->pc_budget >> 20,
-            has_draft ? cfg->draft_dir : "off");
+            (long long)sched_kv_tokens(cfg), cfg->prefill_chunk,
+            cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", cfg->prefix_cache ? "on" : "off", cfg->pc_block,
+            cfg->pc_checkpoint, cfg->pc_budget >> 20, has_draft ? cfg->draft_dir : "off");
     if (cfg->port_file && write_port_file(cfg->port_file, port)) {
         fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
         rc = 1;

@@ -18,6 +18,7 @@ typedef struct {
     int http_threads;        // libmicrohttpd thread pool size
     int slots;               // concurrent sequences (one engine each)
     int64_t ctx;             // context capacity per sequence (prompt + completion)
+    int64_t kv_tokens;       // paged KV pool shared by the slots, tokens (capped at slots x ctx, which is all they use)
     int prefill_chunk;       // token budget of one scheduler step
     int max_queue;           // requests waiting for a slot before 429
     double queue_timeout;    // seconds a request may wait for a slot before 503

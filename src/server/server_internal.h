@@ -70,6 +70,8 @@ void srv_job_wake_locked(srv_job *j);
 // ---- scheduler ----
 typedef struct srv_sched srv_sched;
 // dr: a DFlash drafter for speculative decoding, or NULL.
+// Tokens of the KV pool the slots share: --kv-tokens, at most slots x ctx (rounded up to pages), all they can use.
+int64_t sched_kv_tokens(const srv_config *cfg);
 srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
                         fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
 // Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
