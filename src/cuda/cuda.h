@@ -33,9 +33,11 @@ int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm);
 //   1 = ring2: a 2-step register ring, a step's slot reloaded right after its MMAs (2 blocks per SM)
 //   2 = ring3: 3-step ring, 1 block per SM (up to 255 registers: x of every slot held early)
 //   3 = ring4: 4-step ring, 1 block per SM
+//   4, 5, 6 = stream2, stream3, stream4: the rings of 1, 2, 3 in persistent blocks (grid = what is resident),
+//       the ring running on across a block's items, so the next item's weights load during the block end
 // Every variant runs the same k partition in the same order, so all give bitwise the same results (unlike the
 // blocks-per-SM knob); only the speed differs. Returns the previous value, or -1 (nothing changed) outside
-// 0..3.
+// 0..6.
 int fd_cuda_set_gemv_variant(fd_backend *be, int variant);
 
 // The distribution sample_rows draws from, for tests: probs [rows, V] (device) = sampler_probs of each row under

@@ -115,17 +115,17 @@ static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint3
     }
 }
 
-// What a block needs before its k loop: its segment si (the last one starting at or before the block;
+// What a block needs before its k loop (item bid: a block id of the one-block-per-item grid): its segment si (the last one starting at or before the block;
 // block-uniform selects, no local copy of the table), its (tile, slice) and k range, the lane's weight row base
 // (rows row_base + g + 8i, i = 2r + hf, from one pointer: fewer registers than one per row) and its x rows.
 // Only what the k loop needs is selected here; the output pointers after it (gv_finish: fewer live registers).
 template <int R, int NG>
-static __device__ __forceinline__ void gv_block_setup(const gv_job &job, const float *x, int n, int k, int *si_out,
+static __device__ __forceinline__ void gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid,
+                                                      int *si_out,
                                                       int *tile_out, int *s_out, int *kbeg_out, int *kend_out,
                                                       const __nv_bfloat16 **wlane_out, int64_t *wstep_out,
                                                       bool (&wok)[R][2], const float *(&xrow)[NG], bool (&xok)[NG]) {
     const int g = (threadIdx.x & 31) >> 2;
-    const int bid = blockIdx.x;
     int si = 0;
 #pragma unroll
     for (int i = 1; i < GV_MAX_SEGS; i++)
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
     int64_t wstep;
     bool wok[R][2], xok[NG];
     const float *xrow[NG];
-    gv_block_setup<R, NG>(job, x, n, k, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
+    gv_block_setup<R, NG>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
 
     float acc[R][NG][4];
 #pragma unroll
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(GV_THREADS, MINB)
     int64_t wstep;
     bool wok[R][2], xok[NG];
     const float *xrow[NG];
-    gv_block_setup<R, NG>(job, x, n, k, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
+    gv_block_setup<R, NG>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
 
     float acc[R][NG][4];
 #pragma unroll
@@ -362,6 +362,93 @@ __global__ void __launch_bounds__(GV_THREADS, MINB)
     }
 
     gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
+}
+
+// Stream schedule (variants 4-6): persistent blocks. The grid is what fits on the GPU at once (MINB per SM) and
+// block b runs the items b, b + grid, b + 2 grid, ..., an item being exactly one block of the other schedules
+// (a (segment, tile, slice) triple, same k partition, same gv_finish), so results are bitwise theirs. What
+// changes is that the weight ring runs across items: while a warp runs the last steps of an item and the block
+// adds its warp sums (gv_finish), the slots are already refilled with the first steps of its next item, so the
+// SM never drains its loads between items, and a short item (a 1024-wide slice: 64 KB of weights) costs no
+// ramp. That makes fine k slicing (more blocks per SM in gv_plan, hence a short last wave) cheap.
+// An item runs `trips` rounds of P steps for every warp (steps past the slice end are skipped: no load, no MMA),
+// so all warps of the block reach the item's end together and the slot of a step is static.
+template <int P>
+static __device__ __forceinline__ int gv_trips(int kbeg, int kend) {
+    return (kend - kbeg + P * GV_BLOCK_KSTEP - 1) / (P * GV_BLOCK_KSTEP);
+}
+
+template <int NG, int P, int MINB, int SPLIT>
+__global__ void __launch_bounds__(GV_THREADS, MINB)
+    k_gemv_stream(const gv_job job, const float *__restrict__ x, int n, int k, int items) {
+    constexpr int R = GV_ROWS / 16, NC = 8 * NG;
+    constexpr int XLAZY = MINB >= 2 ? NG > 1 : 32 * P + 8 * P * NG * (1 + SPLIT) > 144;
+    __shared__ float red[GV_WARPS][GV_ROWS][NC];
+    __shared__ int is_last;
+    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
+    const int kwarp = warp * GV_KSTEP; // this warp's first step, from the slice start
+
+    // Consumer: the item whose MMAs run. Loader: the item whose weights are being loaded (one round ahead).
+    int item = blockIdx.x, si, tile, s, kbeg, kend;
+    int l_item = item, l_si, l_tile, l_s, l_kbeg, l_kend, l_round = 0;
+    const __nv_bfloat16 *wlane, *l_wlane;
+    int64_t wstep;
+    bool wok[R][2], l_wok[R][2], xok[NG];
+    const float *xrow[NG];
+    gv_block_setup<R, NG>(job, x, n, k, item, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
+    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane, &wstep, l_wok,
+                          xrow, xok);
+    int l_rounds = gv_trips<P>(l_kbeg, l_kend);
+
+    uint4 wv[P][R][2][2];
+    uint32_t bh[P][2][NG][4], bl[P][2][NG][4];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        gv_load_w<R>(wv[p], l_wlane, wstep, l_wok, l_kbeg + kwarp + p * GV_BLOCK_KSTEP, l_kend, t);
+        if (!XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, l_kbeg + kwarp + p * GV_BLOCK_KSTEP, l_kend, t);
+    }
+    for (;;) {
+        float acc[R][NG][4];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
+        const int rounds = gv_trips<P>(kbeg, kend);
+        for (int round = 0; round < rounds; round++) {
+            // The loader moves one round ahead: to the next item of this block when the current one is done.
+            if (++l_round == l_rounds) {
+                l_item += gridDim.x, l_round = 0;
+                if (l_item < items) {
+                    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane,
+                                          &wstep, l_wok, xrow, xok);
+                    l_rounds = gv_trips<P>(l_kbeg, l_kend);
+                }
+            }
+            const int k0 = kbeg + kwarp + round * P * GV_BLOCK_KSTEP;
+            const int l_k0 = l_kbeg + kwarp + l_round * P * GV_BLOCK_KSTEP;
+            const bool l_live = l_item < items;
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const int kstep = k0 + p * GV_BLOCK_KSTEP;
+                if (kstep < kend) { // warp-uniform: steps past the slice are not in the partition (no zero MMAs)
+                    if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, kstep, kend, t);
+                    gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
+                }
+                if (l_live) {
+                    const int knext = l_k0 + p * GV_BLOCK_KSTEP;
+                    gv_load_w<R>(wv[p], l_wlane, wstep, l_wok, knext, l_kend, t);
+                    if (!XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, knext, l_kend, t);
+                }
+            }
+        }
+        // Every warp is done reading `red` and `is_last` of the previous item (gv_finish may return before its
+        // last barrier), and a fast warp must not overwrite them early.
+        __syncthreads();
+        gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
+        item += gridDim.x;
+        if (item >= items) break;
+        gv_block_setup<R, NG>(job, x, n, k, item, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
+    }
 }
 
 // The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
@@ -438,6 +525,23 @@ static void gv_launch_ring(cu_impl *c, int blocks, int split, const gv_job &job,
     FD_CUDA_LAUNCH_CHECK();
 }
 
+template <int P, int MINB>
+static void gv_launch_stream(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
+    const int grid = blocks < MINB * c->num_sms ? blocks : MINB * c->num_sms; // resident at once (launch bounds)
+    if (n <= 8) {
+        if (split)
+            k_gemv_stream<1, P, MINB, 1><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+        else
+            k_gemv_stream<1, P, MINB, 0><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+    } else {
+        if (split)
+            k_gemv_stream<2, P, MINB, 1><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+        else
+            k_gemv_stream<2, P, MINB, 0><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+    }
+    FD_CUDA_LAUNCH_CHECK();
+}
+
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
     cu_impl *c = cu_of(be);
     FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n, count,
@@ -487,6 +591,9 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     case 1: gv_launch_ring<2, 2>(c, blocks, split, job, x, n, k); break;
     case 2: gv_launch_ring<3, 1>(c, blocks, split, job, x, n, k); break;
     case 3: gv_launch_ring<4, 1>(c, blocks, split, job, x, n, k); break;
+    case 4: gv_launch_stream<2, 2>(c, blocks, split, job, x, n, k); break;
+    case 5: gv_launch_stream<3, 1>(c, blocks, split, job, x, n, k); break;
+    case 6: gv_launch_stream<4, 1>(c, blocks, split, job, x, n, k); break;
     default:
         if (n <= 8)
             gv_launch<1, 2, 0>(c, blocks, split, job, x, n, k);
