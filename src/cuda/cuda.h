@@ -37,7 +37,8 @@ int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm);
 //       the ring running on across a block's items, so the next item's weights load during the block end
 // Every variant runs the same k partition in the same order, so all give bitwise the same results (unlike the
 // blocks-per-SM knob); only the speed differs. Returns the previous value, or -1 (nothing changed) outside
-// 0..6.
+// 0..FD_CUDA_GEMV_VARIANTS - 1.
+#define FD_CUDA_GEMV_VARIANTS 7
 int fd_cuda_set_gemv_variant(fd_backend *be, int variant);
 
 // The distribution sample_rows draws from, for tests: probs [rows, V] (device) = sampler_probs of each row under

@@ -45,6 +45,7 @@
 #define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
+static_assert(CU_GEMV_VARIANTS == FD_CUDA_GEMV_VARIANTS, "the public variant count (cuda.h) is the dispatch's");
 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
 // tile fastest. partial/counters: its own regions of the shared split-k buffers (S > 1 only).
