@@ -395,13 +395,12 @@ TEST(cuda_gemv_variants_bitwise) {
     const int prev_variant = fd_cuda_set_gemv_variant(gpu(), 0);
     const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(gpu(), 6);
     ASSERT(prev_variant >= 0 && prev_bps >= 1, "gemv knobs refused");
-    EXPECT(fd_cuda_set_gemv_variant(gpu(), FD_CUDA_GEMV_VARIANTS) == -1, "variant %d accepted",
-           FD_CUDA_GEMV_VARIANTS);
+    EXPECT(fd_cuda_set_gemv_variant(gpu(), FD_CUDA_GEMV_VARIANTS) == -1, "variant %d accepted", FD_CUDA_GEMV_VARIANTS);
     EXPECT(fd_cuda_set_gemv_variant(gpu(), -1) == -1, "variant -1 accepted");
     set_route("gemm_small", "gemv");
     static const struct {
         int m, k, with_cpu;
-    } shapes[] = {{130, 1096, 1}, {515, 2048, 1}, {4100, 4104, 1}, {33, 16, 1},
+    } shapes[] = {{130, 1096, 1},   {515, 2048, 1},   {4100, 4104, 1}, {33, 16, 1},
                   {60000, 2056, 0}, {17408, 5120, 0}, {5120, 17408, 0}};
     static const int ns[] = {1, 3, 8, 9, 16}, bpss[] = {2, 6, 64};
     enum { NNS = 5 };
@@ -439,11 +438,11 @@ TEST(cuda_gemv_variants_bitwise) {
                         const int n = ns[in];
                         const int64_t c0 = small_calls("gemv");
                         float *og = gpu_matmul(dx, &W.g, n);
-                        EXPECT(small_calls("gemv") == c0 + 1, "variant %d m=%d k=%d n=%d: not the gemv kernel", v,
-                               m, k, n);
+                        EXPECT(small_calls("gemv") == c0 + 1, "variant %d m=%d k=%d n=%d: not the gemv kernel", v, m, k,
+                               n);
                         if (memcmp(og, ref[in], (size_t)n * m * 4) && !bad++)
-                            EXPECT(0, "variant %d %s bps=%d m=%d k=%d n=%d differs from variant 0", v, an, bpss[bi],
-                                   m, k, n);
+                            EXPECT(0, "variant %d %s bps=%d m=%d k=%d n=%d differs from variant 0", v, an, bpss[bi], m,
+                                   k, n);
                         if (oc[in]) {
                             double e = test_rel_l2(og, oc[in], (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
                             worst_cpu = e > worst_cpu ? e : worst_cpu;
@@ -463,8 +462,8 @@ TEST(cuda_gemv_variants_bitwise) {
                     }
                     float *og = gpu_matmul(dg, &W.g, 16);
                     if (memcmp(og + (size_t)3 * m, ref[NNS - 1] + (size_t)3 * m, (size_t)m * 4) && !bad++)
-                        EXPECT(0, "variant %d %s m=%d k=%d: row 3 changes when the other rows hold 1e30/Inf/NaN", v,
-                               an, m, k);
+                        EXPECT(0, "variant %d %s m=%d k=%d: row 3 changes when the other rows hold 1e30/Inf/NaN", v, an,
+                               m, k);
                     free(og);
                 }
                 EXPECT(bad == 0, "m=%d k=%d %s bps=%d: %d variant outputs differ", m, k, an, bpss[bi], bad);
@@ -505,8 +504,8 @@ TEST(cuda_gemv_variants_bitwise) {
                     EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "variant %d: fused group not one launch", v);
                     for (int i = 0; i < count; i++) {
                         if (memcmp(fused[i], sep[i], (size_t)n * groups[gi].m[i] * 4) && !bad++)
-                            EXPECT(0, "variant %d bps=%d k=%d n=%d: fused weight %d differs from variant 0 separate",
-                                   v, bpss[bi], k, n, i);
+                            EXPECT(0, "variant %d bps=%d k=%d n=%d: fused weight %d differs from variant 0 separate", v,
+                                   bpss[bi], k, n, i);
                         free(fused[i]);
                     }
                 }

@@ -31,6 +31,14 @@
 // qkv|z|b|a, attention q|k|v, FFN gate|up). Each weight is a segment with its own pointer, output, row tiles and
 // its own gv_plan (m of that weight, not of the group), so a fused result is bitwise the separate call's. The
 // weights need not be adjacent in memory: a block finds its segment in a small table passed by value.
+//
+// Load schedules (c->gemv_variant; FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant): how a warp's weight loads are
+// issued, never what it sums or in which order, so every schedule gives bitwise the same results and the knob is
+// free to change at any time. 0 batch (k_gemv): P = 2 steps loaded, waited for, multiplied, repeat. 1-3 ring
+// (k_gemv_ring): a ring of P = 2/3/4 steps per warp, a slot refilled right after its MMAs. 4-6 stream
+// (k_gemv_stream): the rings in persistent blocks, the ring running on across a block's items (an item = one
+// block of the other schedules), so a block end overlaps the next item's loads. The sweep that picks the default
+// (with the k-slicing target): FD_CUDA_BENCH=1 fd_cuda_tests bench_cuda_gemv_sweep.
 #include <stdint.h>
 #include <string.h>
 
@@ -116,16 +124,16 @@ static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint3
     }
 }
 
-// What a block needs before its k loop (item bid: a block id of the one-block-per-item grid): its segment si (the last one starting at or before the block;
-// block-uniform selects, no local copy of the table), its (tile, slice) and k range, the lane's weight row base
-// (rows row_base + g + 8i, i = 2r + hf, from one pointer: fewer registers than one per row) and its x rows.
+// What a block needs before its k loop, for item bid (= the block id of the one-block-per-item grid): its
+// segment si (the last one starting at or before bid; block-uniform selects, no local copy of the table), its
+// (tile, slice) and k range, the lane's weight row base (rows row_base + g + 8i, i = 2r + hf, from one
+// pointer: fewer registers than one per row) and its x rows.
 // Only what the k loop needs is selected here; the output pointers after it (gv_finish: fewer live registers).
 template <int R, int NG>
-static __device__ __forceinline__ void gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid,
-                                                      int *si_out,
-                                                      int *tile_out, int *s_out, int *kbeg_out, int *kend_out,
-                                                      const __nv_bfloat16 **wlane_out, int64_t *wstep_out,
-                                                      bool (&wok)[R][2], const float *(&xrow)[NG], bool (&xok)[NG]) {
+static __device__ __forceinline__ void
+gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si_out, int *tile_out, int *s_out,
+               int *kbeg_out, int *kend_out, const __nv_bfloat16 **wlane_out, int64_t *wstep_out, bool (&wok)[R][2],
+               const float *(&xrow)[NG], bool (&xok)[NG]) {
     const int g = (threadIdx.x & 31) >> 2;
     int si = 0;
 #pragma unroll
@@ -372,10 +380,9 @@ __global__ void __launch_bounds__(GV_THREADS, MINB)
 // adds its warp sums (gv_finish), the slots are already refilled with the first steps of its next item, so the
 // SM never drains its loads between items, and a short item (a 1024-wide slice: 64 KB of weights) costs no
 // ramp. That makes fine k slicing (more blocks per SM in gv_plan, hence a short last wave) cheap.
-// An item runs `trips` rounds of P steps for every warp (steps past the slice end are skipped: no load, no MMA),
+// An item runs gv_trips rounds of P steps for every warp (steps past the slice end are skipped: no load, no MMA),
 // so all warps of the block reach the item's end together and the slot of a step is static.
-template <int P>
-static __device__ __forceinline__ int gv_trips(int kbeg, int kend) {
+template <int P> static __device__ __forceinline__ int gv_trips(int kbeg, int kend) {
     return (kend - kbeg + P * GV_BLOCK_KSTEP - 1) / (P * GV_BLOCK_KSTEP);
 }
 
@@ -397,8 +404,8 @@ __global__ void __launch_bounds__(GV_THREADS, MINB)
     bool wok[R][2], l_wok[R][2], xok[NG];
     const float *xrow[NG];
     gv_block_setup<R, NG>(job, x, n, k, item, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
-    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane, &wstep, l_wok,
-                          xrow, xok);
+    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane, &wstep, l_wok, xrow,
+                          xok);
     int l_rounds = gv_trips<P>(l_kbeg, l_kend);
 
     uint4 wv[P][R][2][2];
@@ -589,12 +596,24 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     // blocks at one block per SM, 64 KB in flight, and reached only ~60 % of the n <= 8 bandwidth.)
     // The load schedules (fd_cuda_set_gemv_variant) share the grid and the partition: bitwise interchangeable.
     switch (c->gemv_variant) {
-    case 1: gv_launch_ring<2, 2>(c, blocks, split, job, x, n, k); break;
-    case 2: gv_launch_ring<3, 1>(c, blocks, split, job, x, n, k); break;
-    case 3: gv_launch_ring<4, 1>(c, blocks, split, job, x, n, k); break;
-    case 4: gv_launch_stream<2, 2>(c, blocks, split, job, x, n, k); break;
-    case 5: gv_launch_stream<3, 1>(c, blocks, split, job, x, n, k); break;
-    case 6: gv_launch_stream<4, 1>(c, blocks, split, job, x, n, k); break;
+    case 1:
+        gv_launch_ring<2, 2>(c, blocks, split, job, x, n, k);
+        break;
+    case 2:
+        gv_launch_ring<3, 1>(c, blocks, split, job, x, n, k);
+        break;
+    case 3:
+        gv_launch_ring<4, 1>(c, blocks, split, job, x, n, k);
+        break;
+    case 4:
+        gv_launch_stream<2, 2>(c, blocks, split, job, x, n, k);
+        break;
+    case 5:
+        gv_launch_stream<3, 1>(c, blocks, split, job, x, n, k);
+        break;
+    case 6:
+        gv_launch_stream<4, 1>(c, blocks, split, job, x, n, k);
+        break;
     default:
         if (n <= 8)
             gv_launch<1, 2, 0>(c, blocks, split, job, x, n, k);
