@@ -11,6 +11,8 @@
 //   - matmul_multi (fused projections): an eligible group runs as ONE gemv launch and every output is bitwise the
 //     separate matmul's, for n = 1..16 and both gemm_act values; groups it cannot fuse (an fp32 weight, weights
 //     of different k, n > 16, more than 4 weights) run one by one and are still right.
+//   - the load schedules (fd_cuda_set_gemv_variant): every variant bitwise variant 0 at several k-slicing
+//     targets, for every n, under both gemm_act values, for fused groups too, and on its own against the CPU.
 // Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
 // mantissa bits: ~1e-5 expected), gemv vs cuBLAS with identical products 2e-5 (fp32 summation order).
 #include <stdlib.h>
