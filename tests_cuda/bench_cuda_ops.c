@@ -606,9 +606,10 @@ TEST(bench_cuda_gemv_fused) {
 // ---- gemv schedule sweep: load schedule (variant) x k-slicing target (bps), a 27B step's fused GEMMs ----
 // The groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
 // variant of fd_cuda_set_gemv_variant (FD_BENCH_GEMV_VARIANTS, default all) and every k-slicing target
-// (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8). All variants are bitwise equal; bps changes the summation order, so
-// the pair is a tuning choice. One line per (n, variant, bps): the step total (all 257 GEMM launches of a token)
-// in ms and % of copy bandwidth, then the best pair per n and cuBLAS for reference.
+// (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide slices). All
+// variants are bitwise equal; bps changes the summation order, so the pair is a tuning choice. One line per
+// (n, variant, bps): the step total (all 257 GEMM launches of a token) in ms and % of copy bandwidth, then
+// cuBLAS, the best pair per n and that pair's time per group.
 static int parse_list(const char *env, const char *dflt, int *out, int max, int lo, int hi) {
     const char *p = getenv(env);
     if (!p || !*p) p = dflt;
@@ -644,7 +645,7 @@ TEST(bench_cuda_gemv_sweep) {
     const int ns[NN] = {1, 8, 16};
     int vars[MAXV], bpss[MAXB];
     const int nv = parse_list("FD_BENCH_GEMV_VARIANTS", "0,1,2,3,4,5,6", vars, MAXV, 0, MAXV - 1);
-    const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8", bpss, MAXB, 1, 64);
+    const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8,12,16", bpss, MAXB, 1, 64);
     const char *prev = fd_cuda_route(B(), "gemm_small");
     const int prev_variant = fd_cuda_set_gemv_variant(B(), 0);
     const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(B(), 6);
