@@ -824,3 +824,133 @@ TEST(bench_cuda_gdn_serial) {
     B()->free(B(), c.slots), B()->free(B(), c.conv_state), B()->free(B(), c.conv_slots), B()->free(B(), c.spacer);
     B()->free(B(), Al.dev), B()->free(B(), dtb.dev), B()->free(B(), cw.dev);
 }
+
+// ---- gemv schedule sweep: load schedule (variant) x k-slicing target (bps), a 27B step's fused GEMMs ----
+// The groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
+// variant of fd_cuda_set_gemv_variant (FD_BENCH_GEMV_VARIANTS, default all) and every k-slicing target
+// (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide slices). All
+// variants are bitwise equal; bps changes the summation order, so the pair is a tuning choice. One line per
+// (n, variant, bps): the step total (all 257 GEMM launches of a token) in ms and % of copy bandwidth, then
+// cuBLAS, the best pair per n and that pair's time per group.
+static int parse_list(const char *env, const char *dflt, int *out, int max, int lo, int hi) {
+    const char *p = getenv(env);
+    if (!p || !*p) p = dflt;
+    int n = 0;
+    while (*p && n < max) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v >= lo && v <= hi) out[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+TEST(bench_cuda_gemv_sweep) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    static const char *const variant_names[FD_CUDA_GEMV_VARIANTS] = {"batch",   "ring2",   "ring3",  "ring4",
+                                                                     "stream2", "stream3", "stream4"};
+    static const struct {
+        int count, k, per_token, m[4];
+        const char *what;
+    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
+                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
+                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
+                  {1, 6144, 64, {5120}, "GDN out, attn o"},
+                  {1, 17408, 64, {5120}, "FFN down"},
+                  {1, 5120, 1, {248320}, "lm_head"}};
+    enum { NG = sizeof groups / sizeof groups[0], NN = 3, MAXV = FD_CUDA_GEMV_VARIANTS, MAXB = 8 };
+    const int ns[NN] = {1, 8, 16};
+    int vars[MAXV], bpss[MAXB];
+    const int nv = parse_list("FD_BENCH_GEMV_VARIANTS", "0,1,2,3,4,5,6", vars, MAXV, 0, MAXV - 1);
+    const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8,12,16", bpss, MAXB, 1, 64);
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    const int prev_variant = fd_cuda_set_gemv_variant(B(), 0);
+    const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(B(), 6);
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gfuse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    static double step_ms[NN][MAXV][MAXB], group_ms[NG][NN][MAXV][MAXB], cublas_ms[NN];
+    memset(step_ms, 0, sizeof step_ms), memset(cublas_ms, 0, sizeof cublas_ms);
+    double wsum = 0;
+    for (int g = 0; g < NG; g++) {
+        const int count = groups[g].count, k = groups[g].k;
+        size_t gbytes = 0, wbytes[4];
+        for (int i = 0; i < count; i++)
+            wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
+        for (int i = 0; i < count; i++) wsum += (double)wbytes[i] * groups[g].per_token;
+        int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
+        const size_t pool_bytes = gbytes * (size_t)copies;
+        char *pool = B()->alloc(B(), pool_bytes);
+        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+            B()->copy(B(), pool + off, seed.dev, len);
+        }
+        c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
+        size_t off = 0;
+        for (int cp = 0; cp < copies; cp++)
+            for (int i = 0; i < count; i++) {
+                fd_weight *w = &c.Ws[cp * count + i];
+                w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
+                w->dev = pool + off, w->dev_dtype = FD_BF16;
+                off += (wbytes[i] + 255) / 256 * 256;
+            }
+        for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
+        c.copies = copies, c.count = count, c.fused = 1;
+        for (int in = 0; in < NN; in++) {
+            c.n = ns[in];
+            const double bytes = (double)gbytes + (double)c.n * k * 4;
+            c.reps = (int)(2e9 / bytes);
+            c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+            fd_cuda_set_route(B(), "gemm_small", "cublas");
+            cublas_ms[in] += time_ms(f_gfuse, &c) / c.reps * groups[g].per_token;
+            fd_cuda_set_route(B(), "gemm_small", "gemv");
+            for (int vi = 0; vi < nv; vi++)
+                for (int bi = 0; bi < nb; bi++) {
+                    fd_cuda_set_gemv_variant(B(), vars[vi]);
+                    fd_cuda_set_gemv_blocks_per_sm(B(), bpss[bi]);
+                    const double ms = time_ms(f_gfuse, &c) / c.reps;
+                    group_ms[g][in][vi][bi] = ms;
+                    step_ms[in][vi][bi] += ms * groups[g].per_token;
+                }
+        }
+        for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
+        free(c.Ws);
+        B()->free(B(), pool);
+    }
+    for (int in = 0; in < NN; in++) {
+        int bv = 0, bb = 0;
+        for (int vi = 0; vi < nv; vi++)
+            for (int bi = 0; bi < nb; bi++) {
+                char what[96];
+                snprintf(what, sizeof what, "sweep n=%-2d %-7s bps=%-2d 27B step GEMMs", ns[in],
+                         variant_names[vars[vi]], bpss[bi]);
+                row(what, step_ms[in][vi][bi], 0, wsum);
+                if (step_ms[in][vi][bi] < step_ms[in][bv][bb]) bv = vi, bb = bi;
+            }
+        char what[96];
+        snprintf(what, sizeof what, "sweep n=%-2d cublas 27B step GEMMs", ns[in]);
+        row(what, cublas_ms[in], 0, wsum);
+        if (nv && nb) {
+            snprintf(what, sizeof what, "sweep n=%-2d BEST %s bps=%d", ns[in], variant_names[vars[bv]], bpss[bb]);
+            row(what, step_ms[in][bv][bb], 0, wsum);
+            // Where the best pair's time goes, group by group (per call).
+            for (int g = 0; g < NG; g++) {
+                double gb = 0;
+                for (int i = 0; i < groups[g].count; i++) gb += (double)groups[g].m[i] * groups[g].k * 2;
+                snprintf(what, sizeof what, "  best n=%-2d %s (x%d)", ns[in], groups[g].what, groups[g].per_token);
+                row(what, group_ms[g][in][bv][bb], 0, gb);
+            }
+        }
+    }
+    fd_cuda_set_gemv_variant(B(), prev_variant);
+    fd_cuda_set_gemv_blocks_per_sm(B(), prev_bps);
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), seed.dev);
+}

@@ -70,6 +70,8 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 #define CU_GEMV_COUNTERS      4096 // gemv split-k arrival counters allocated with the backend
 #define CU_GEMV_MAX_SEGS      4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
 #define CU_GEMV_BLOCKS_PER_SM 6    // default k slicing: enough 64-row blocks for ~6 per SM (gemv.cu gv_plan)
+#define CU_GEMV_VARIANT       0    // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
+#define CU_GEMV_VARIANTS      7    // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
 #define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
 #define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
 
@@ -92,6 +94,7 @@ typedef struct {
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
     int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
+    int gemv_variant;       // gemv load schedule 0..CU_GEMV_VARIANTS-1 (CU_GEMV_VARIANT; FD_CUDA_GEMV_VARIANT)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
     // call copies nothing (a copy from host memory could not sit in a CUDA graph).
     struct {
