@@ -35,7 +35,7 @@ if has tests; then
 fi
 if has bench; then
     stamp "bench"
-    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
