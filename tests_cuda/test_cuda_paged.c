@@ -85,8 +85,9 @@ static prig mkrig(int e4, int Hkv, int hd, int64_t tot, uint64_t *seed) {
     void *dk = up(r.g, k, sizeof(float) * tot * row), *dv = up(r.g, v, sizeof(float) * tot * row);
     // uneven stores: mid-page starts, page-straddling spans; the one at 300 reads its position on the device
     const int64_t cuts[] = {0, 100, 300, 301, 700, 1024, tot};
-    for (int i = 0; i + 1 < 7; i++) {
-        const int64_t p0 = cuts[i], m = cuts[i + 1] - p0;
+    for (int i = 0; i + 1 < 7; i++) { // cuts past tot are clipped: a store never reads beyond the tot k/v rows
+        const int64_t p0 = cuts[i], m = (cuts[i + 1] < tot ? cuts[i + 1] : tot) - p0;
+        if (m <= 0) continue;
         const float *hk = k + p0 * row, *hv = v + p0 * row;
         const float *gk = (const float *)dk + p0 * row, *gv = (const float *)dv + p0 * row;
         void *pd = up(r.g, &p0, sizeof p0);
