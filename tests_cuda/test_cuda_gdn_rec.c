@@ -16,7 +16,6 @@
 #include "cuda/cuda.h"
 
 // src/cuda/gdn.cu: selects the serial kernel (1 = v1, 2 = v2), returns the previous one.
-int fd_cuda_set_gdn_serial_kernel(int version);
 
 static fd_backend *cpu(void) {
     static fd_backend *be;

@@ -28,6 +28,12 @@ int64_t fd_cuda_gemv_launches(fd_backend *be);
 // must not change while a model runs (decode and verify would differ): benches and tuning runs only. Returns
 // the previous value; values outside 1..64 are refused (returns -1, nothing changed).
 int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm);
+// Serial GDN kernel (src/cuda/gdn.cu): 2 = k_gdn_rec (default), 1 = k_gdn_serial (env FD_CUDA_GDN_SERIAL=v1).
+// Process-wide; the two sum in different orders, so tests and benches only. Returns the previous value; values
+// other than 1 and 2 only return it.
+int fd_cuda_set_gdn_serial_kernel(int version);
+// Records a cudaEvent_t (passed as void *) on the backend's stream, so a bench can time queued ops with events.
+void fd_cuda_record_event(fd_backend *be, void *event);
 // Load schedule of the small-n GEMM (default 0; env FD_CUDA_GEMV_VARIANT at creation), for tuning sweeps:
 //   0 = batch: each warp loads 2 steps of weights, waits, runs their MMAs (2 blocks per SM)
 //   1 = ring2: a 2-step register ring, a step's slot reloaded right after its MMAs (2 blocks per SM)

@@ -369,7 +369,7 @@ static int serial_kernel(void) {
     return g_serial_kernel;
 }
 
-// Bench/test hooks, declared where used (tests_cuda/bench_cuda_ops.c, test_cuda_ops.c, test_cuda_gdn_rec.c).
+// Bench/test hooks (cuda.h).
 // Sets the serial kernel (1 or 2) and returns the previous one; other values only return it.
 extern "C" int fd_cuda_set_gdn_serial_kernel(int version) {
     const int prev = serial_kernel();

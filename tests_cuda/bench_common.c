@@ -1,0 +1,72 @@
+// Helpers shared by the op benches (bench_cuda_ops.c, bench_cuda_gemv.c, bench_cuda_decode.c): bench_common.h.
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/test.h"
+#include "bench_common.h"
+
+fd_backend *B(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cuda_create(0);
+    return be;
+}
+
+uint64_t g_seed = 12345;
+
+void *dev_rand(size_t n, float lo, float hi) {
+    float *h = fd_malloc(n * 4);
+    test_fill_uniform(h, n, lo, hi, &g_seed);
+    void *d = B()->alloc(B(), n * 4);
+    B()->to_device(B(), d, h, n * 4);
+    free(h);
+    return d;
+}
+
+fd_weight wrand(int64_t rows, int64_t cols, float lo, float hi) {
+    size_t n = (size_t)(rows * cols);
+    float *f = fd_malloc(n * 4);
+    test_fill_uniform(f, n, lo, hi, &g_seed);
+    uint16_t *b = fd_malloc(n * 2);
+    for (size_t i = 0; i < n; i++) b[i] = fd_f32_to_bf16(f[i]);
+    free(f);
+    fd_weight w = {.name = "bench", .dtype = cols == 1 ? FD_F32 : FD_BF16, .rows = rows, .cols = cols, .data = b};
+    if (cols == 1) { // vectors are published fp32 here
+        float *v = fd_malloc(n * 4);
+        for (size_t i = 0; i < n; i++) v[i] = fd_bf16_to_f32(b[i]);
+        free(b);
+        w.data = v;
+    }
+    B()->upload_weight(B(), &w);
+    free((void *)w.data);
+    w.data = NULL;
+    return w;
+}
+
+int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+fd_backend *g_timed;
+double time_ms(bench_fn fn, void *ctx) {
+    fd_backend *be = g_timed ? g_timed : B();
+    double t[5];
+    fn(ctx);
+    be->sync(be);
+    for (int r = 0; r < 5; r++) {
+        double t0 = fd_time_s();
+        fn(ctx);
+        be->sync(be);
+        t[r] = (fd_time_s() - t0) * 1e3;
+    }
+    qsort(t, 5, sizeof t[0], cmp_d);
+    return t[2];
+}
+
+void row(const char *what, double ms, double flop, double bytes) {
+    printf("BENCH | %-44s | %9.3f ms |", what, ms);
+    if (flop > 0) printf(" %7.1f TFLOP/s (%4.1f%% of 709)", flop / ms / 1e9, 100.0 * flop / ms / 1e9 / 709.0);
+    if (bytes > 0) printf(" %7.0f GB/s (%4.1f%% of 4250)", bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / 4250.0);
+    printf("\n");
+}

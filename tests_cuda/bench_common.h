@@ -1,0 +1,20 @@
+// Helpers shared by the op benches (FD_CUDA_BENCH=1): one CUDA backend, seeded random device buffers and bf16
+// weights, wall-clock timing around be->sync (one warm-up, median of 5) and the table line with roofline ratios
+// (GEMM: TFLOP/s / 709, the bf16 ceiling measured on the H200; memory-bound ops: GB/s / 4250, copy bandwidth).
+#ifndef FD_BENCH_COMMON_H
+#define FD_BENCH_COMMON_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+fd_backend *B(void);           // the benches' CUDA backend (device 0), created on first use
+extern uint64_t g_seed;        // seed of dev_rand / wrand
+void *dev_rand(size_t n, float lo, float hi);                           // n f32 uniform in [lo, hi)
+fd_weight wrand(int64_t rows, int64_t cols, float lo, float hi);       // uploaded bf16 matrix (cols 1: f32 vector)
+int cmp_d(const void *a, const void *b);                                // qsort of doubles
+typedef void (*bench_fn)(void *ctx);
+extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
+double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
+void row(const char *what, double ms, double flop, double bytes);       // one "BENCH | ..." line
+#endif

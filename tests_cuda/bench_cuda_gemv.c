@@ -1,0 +1,351 @@
+// GEMV benches (FD_CUDA_BENCH=1): the small-n GEMV vs cuBLAS per shape, the fused groups of a 27B decode step, and
+// the sweep of load schedules x k-slicing targets that set the defaults (docs/perf-notes.md).
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/test.h"
+#include "backend.h"
+#include "bench_common.h"
+#include "cuda/cuda.h"
+#include "engine/kv_pool.h"
+#include "engine/routes.h"
+
+// ---- small-n GEMM (route gemm_small): every bf16 GEMM shape of a 27B decode step at n = 1, 8, 16 ----
+// Each timing cycles through enough copies of the weight (>= 384 MB together) that no call finds its weights in
+// the 50 MB L2, and runs back-to-back calls between two syncs (a decode step issues them that way), so launch
+// gaps count: the small shapes (k/v 1024 x 5120 = 10 MB, b/a 48 x 5120) are launch-bound by design.
+typedef struct {
+    fd_weight *Ws;
+    int copies, reps, n;
+    void *x, *out;
+} gemv_ctx;
+
+static void f_gemv(void *p) {
+    gemv_ctx *c = p;
+    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
+}
+
+TEST(bench_cuda_gemv) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    // m, k, and how many such GEMMs one Qwen3.5-27B decode token runs (48 GDN + 16 attention layers, 64 FFNs).
+    static const struct {
+        int m, k, per_token;
+        const char *what;
+    } shapes[] = {{10240, 5120, 48, "GDN qkv"},        {6144, 5120, 48, "GDN z"},        {48, 5120, 96, "GDN b, a"},
+                  {5120, 6144, 64, "GDN out, attn o"}, {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"},
+                  {17408, 5120, 128, "FFN gate, up"},  {5120, 17408, 64, "FFN down"},    {248320, 5120, 1, "lm_head"}};
+    const int ns[] = {1, 8, 16};
+    const char *routes[] = {"gemv", "cublas"};
+    double per_token_ms[3][2] = {{0}};
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    // One 32 MB block of random bf16 values, tiled on the device into each weight pool.
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gemv_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    c.out = B()->alloc(B(), (size_t)16 * 248320 * 4);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s].m, k = shapes[s].k;
+        const size_t wbytes = (size_t)m * k * 2;
+        int copies = (int)(((size_t)384 << 20) / wbytes) + 1;
+        if (wbytes > ((size_t)384 << 20)) copies = 1;
+        const size_t pool_bytes = wbytes * (size_t)copies;
+        char *pool = B()->alloc(B(), pool_bytes);
+        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+            B()->copy(B(), pool + off, seed.dev, len);
+        }
+        c.Ws = fd_calloc((size_t)copies, sizeof(fd_weight));
+        for (int i = 0; i < copies; i++) {
+            fd_weight *w = &c.Ws[i];
+            w->name = shapes[s].what, w->dtype = FD_BF16, w->rows = m, w->cols = k;
+            w->dev = pool + (size_t)i * wbytes; // wbytes is a multiple of 16 (k % 8 == 0)
+            w->dev_dtype = FD_BF16;
+        }
+        c.copies = copies;
+        for (int in = 0; in < 3; in++)
+            for (int r = 0; r < 2; r++) {
+                fd_cuda_set_route(B(), "gemm_small", routes[r]);
+                c.n = ns[in];
+                const double bytes = (double)wbytes + (double)c.n * k * 4 + (double)c.n * m * 4;
+                c.reps = (int)(2e9 / bytes);
+                c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+                double ms = time_ms(f_gemv, &c) / c.reps;
+                char what[96];
+                snprintf(what, sizeof what, "%-6s n=%-2d %6d x %-5d (%s)", routes[r], c.n, m, k, shapes[s].what);
+                row(what, ms, 0, bytes);
+                per_token_ms[in][r] += ms * shapes[s].per_token;
+            }
+        free(c.Ws);
+        B()->free(B(), pool);
+    }
+    // All bf16 GEMMs of one 27B decode step (n = 1) or verify/batched step (n = 8, 16), from the timings above.
+    double wsum = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        wsum += (double)shapes[s].m * shapes[s].k * 2 * shapes[s].per_token;
+    for (int in = 0; in < 3; in++)
+        for (int r = 0; r < 2; r++) {
+            char what[96];
+            snprintf(what, sizeof what, "%-6s n=%-2d all GEMMs of a 27B step (%.1f GB)", routes[r], ns[in], wsum / 1e9);
+            row(what, per_token_ms[in][r], 0, wsum);
+        }
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), c.out), B()->free(B(), seed.dev);
+}
+
+// ---- fused projections (matmul_multi): a 27B decode/verify step's GEMMs as the engine issues them ----
+// Each group is timed three ways at n = 1, 8, 16: fused (one matmul_multi), separate (one gemv matmul per weight:
+// the engine before fusion) and cuBLAS (route gemm_small=cublas). Same pools as bench_cuda_gemv: >= 384 MB of
+// copies per group, so the weights come from HBM, back-to-back calls between two syncs.
+// FD_BENCH_GEMV_BPS=2,3,4,6,8 repeats it for each k-slicing target (fd_cuda_set_gemv_blocks_per_sm; default:
+// the backend's), the step totals labelled "bps=N", to tune CU_GEMV_BLOCKS_PER_SM.
+typedef struct {
+    fd_weight *Ws; // copies x count
+    void *outs[4];
+    int copies, count, reps, n, fused;
+    void *x;
+} gfuse_ctx;
+
+static void f_gfuse(void *p) {
+    gfuse_ctx *c = p;
+    for (int r = 0; r < c->reps; r++) {
+        const fd_weight *W[4];
+        for (int i = 0; i < c->count; i++) W[i] = &c->Ws[(r % c->copies) * c->count + i];
+        if (c->fused)
+            B()->matmul_multi(B(), c->outs, W, c->count, c->x, c->n);
+        else
+            for (int i = 0; i < c->count; i++) B()->matmul(B(), c->outs[i], c->x, W[i], c->n, 0);
+    }
+}
+
+TEST(bench_cuda_gemv_fused) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    // One Qwen3.5-27B token: 48 GDN layers, 16 attention layers, 64 dense FFNs, the LM head.
+    static const struct {
+        int count, k, per_token, m[4];
+        const char *what;
+    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
+                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
+                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
+                  {1, 6144, 64, {5120}, "GDN out, attn o"},
+                  {1, 17408, 64, {5120}, "FFN down"},
+                  {1, 5120, 1, {248320}, "lm_head"}};
+    const int ns[] = {1, 8, 16};
+    const char *modes[] = {"fused", "separate", "cublas"};
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gfuse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    int bps_list[16], n_bps = 0;
+    const int bps_default = fd_cuda_set_gemv_blocks_per_sm(B(), 6); // read the current value, then restore it
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    for (const char *p = getenv("FD_BENCH_GEMV_BPS"); p && *p && n_bps < 16;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v >= 1 && v <= 64) bps_list[n_bps++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (!n_bps) bps_list[n_bps++] = bps_default;
+    for (int bi = 0; bi < n_bps; bi++) {
+        fd_cuda_set_gemv_blocks_per_sm(B(), bps_list[bi]);
+        double step_ms[3][3] = {{0}}; // [n][mode]
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+            const int count = groups[g].count, k = groups[g].k;
+            size_t gbytes = 0, wbytes[4];
+            for (int i = 0; i < count; i++)
+                wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
+            int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
+            const size_t pool_bytes = gbytes * (size_t)copies;
+            char *pool = B()->alloc(B(), pool_bytes);
+            for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+                size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+                B()->copy(B(), pool + off, seed.dev, len);
+            }
+            c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
+            size_t off = 0;
+            for (int cp = 0; cp < copies; cp++)
+                for (int i = 0; i < count; i++) {
+                    fd_weight *w = &c.Ws[cp * count + i];
+                    w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
+                    w->dev = pool + off, w->dev_dtype = FD_BF16;
+                    off += (wbytes[i] + 255) / 256 * 256;
+                }
+            for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
+            c.copies = copies, c.count = count;
+            for (int in = 0; in < 3; in++)
+                for (int md = 0; md < 3; md++) {
+                    fd_cuda_set_route(B(), "gemm_small", md == 2 ? "cublas" : "gemv");
+                    c.fused = md == 0, c.n = ns[in];
+                    const double bytes = (double)gbytes + (double)c.n * k * 4;
+                    c.reps = (int)(2e9 / bytes);
+                    c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+                    double ms = time_ms(f_gfuse, &c) / c.reps;
+                    char what[96];
+                    snprintf(what, sizeof what, "%-8s n=%-2d %s (%.0f MB)", modes[md], c.n, groups[g].what,
+                             gbytes / 1e6);
+                    row(what, ms, 0, bytes);
+                    step_ms[in][md] += ms * groups[g].per_token;
+                }
+            for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
+            free(c.Ws);
+            B()->free(B(), pool);
+        }
+        double wsum = 0;
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+            for (int i = 0; i < groups[g].count; i++)
+                wsum += (double)groups[g].m[i] * groups[g].k * 2 * groups[g].per_token;
+        for (int in = 0; in < 3; in++)
+            for (int md = 0; md < 3; md++) {
+                char what[96];
+                snprintf(what, sizeof what, "%-8s n=%-2d bps=%d 27B step GEMMs (%.1f GB)", modes[md], ns[in],
+                         bps_list[bi], wsum / 1e9);
+                row(what, step_ms[in][md], 0, wsum);
+            }
+    }
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), seed.dev);
+}
+
+// ---- gemv schedule sweep: load schedule (variant) x k-slicing target (bps), a 27B step's fused GEMMs ----
+// The groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
+// variant of fd_cuda_set_gemv_variant (FD_BENCH_GEMV_VARIANTS, default all) and every k-slicing target
+// (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide slices). All
+// variants are bitwise equal; bps changes the summation order, so the pair is a tuning choice. One line per
+// (n, variant, bps): the step total (all 257 GEMM launches of a token) in ms and % of copy bandwidth, then
+// cuBLAS, the best pair per n and that pair's time per group.
+static int parse_list(const char *env, const char *dflt, int *out, int max, int lo, int hi) {
+    const char *p = getenv(env);
+    if (!p || !*p) p = dflt;
+    int n = 0;
+    while (*p && n < max) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v >= lo && v <= hi) out[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+TEST(bench_cuda_gemv_sweep) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    static const char *const variant_names[FD_CUDA_GEMV_VARIANTS] = {"batch",   "ring2",   "ring3",  "ring4",
+                                                                     "stream2", "stream3", "stream4"};
+    static const struct {
+        int count, k, per_token, m[4];
+        const char *what;
+    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
+                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
+                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
+                  {1, 6144, 64, {5120}, "GDN out, attn o"},
+                  {1, 17408, 64, {5120}, "FFN down"},
+                  {1, 5120, 1, {248320}, "lm_head"}};
+    enum { NG = sizeof groups / sizeof groups[0], NN = 3, MAXV = FD_CUDA_GEMV_VARIANTS, MAXB = 8 };
+    const int ns[NN] = {1, 8, 16};
+    int vars[MAXV], bpss[MAXB];
+    const int nv = parse_list("FD_BENCH_GEMV_VARIANTS", "0,1,2,3,4,5,6", vars, MAXV, 0, MAXV - 1);
+    const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8,12,16", bpss, MAXB, 1, 64);
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    const int prev_variant = fd_cuda_set_gemv_variant(B(), 0);
+    const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(B(), 6);
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gfuse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    static double step_ms[NN][MAXV][MAXB], group_ms[NG][NN][MAXV][MAXB], cublas_ms[NN];
+    memset(step_ms, 0, sizeof step_ms), memset(cublas_ms, 0, sizeof cublas_ms);
+    double wsum = 0;
+    for (int g = 0; g < NG; g++) {
+        const int count = groups[g].count, k = groups[g].k;
+        size_t gbytes = 0, wbytes[4];
+        for (int i = 0; i < count; i++)
+            wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
+        for (int i = 0; i < count; i++) wsum += (double)wbytes[i] * groups[g].per_token;
+        int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
+        const size_t pool_bytes = gbytes * (size_t)copies;
+        char *pool = B()->alloc(B(), pool_bytes);
+        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
+            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
+            B()->copy(B(), pool + off, seed.dev, len);
+        }
+        c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
+        size_t off = 0;
+        for (int cp = 0; cp < copies; cp++)
+            for (int i = 0; i < count; i++) {
+                fd_weight *w = &c.Ws[cp * count + i];
+                w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
+                w->dev = pool + off, w->dev_dtype = FD_BF16;
+                off += (wbytes[i] + 255) / 256 * 256;
+            }
+        for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
+        c.copies = copies, c.count = count, c.fused = 1;
+        for (int in = 0; in < NN; in++) {
+            c.n = ns[in];
+            const double bytes = (double)gbytes + (double)c.n * k * 4;
+            c.reps = (int)(2e9 / bytes);
+            c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+            fd_cuda_set_route(B(), "gemm_small", "cublas");
+            cublas_ms[in] += time_ms(f_gfuse, &c) / c.reps * groups[g].per_token;
+            fd_cuda_set_route(B(), "gemm_small", "gemv");
+            for (int vi = 0; vi < nv; vi++)
+                for (int bi = 0; bi < nb; bi++) {
+                    fd_cuda_set_gemv_variant(B(), vars[vi]);
+                    fd_cuda_set_gemv_blocks_per_sm(B(), bpss[bi]);
+                    const double ms = time_ms(f_gfuse, &c) / c.reps;
+                    group_ms[g][in][vi][bi] = ms;
+                    step_ms[in][vi][bi] += ms * groups[g].per_token;
+                }
+        }
+        for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
+        free(c.Ws);
+        B()->free(B(), pool);
+    }
+    for (int in = 0; in < NN; in++) {
+        int bv = 0, bb = 0;
+        for (int vi = 0; vi < nv; vi++)
+            for (int bi = 0; bi < nb; bi++) {
+                char what[96];
+                snprintf(what, sizeof what, "sweep n=%-2d %-7s bps=%-2d 27B step GEMMs", ns[in],
+                         variant_names[vars[vi]], bpss[bi]);
+                row(what, step_ms[in][vi][bi], 0, wsum);
+                if (step_ms[in][vi][bi] < step_ms[in][bv][bb]) bv = vi, bb = bi;
+            }
+        char what[96];
+        snprintf(what, sizeof what, "sweep n=%-2d cublas 27B step GEMMs", ns[in]);
+        row(what, cublas_ms[in], 0, wsum);
+        if (nv && nb) {
+            snprintf(what, sizeof what, "sweep n=%-2d BEST %s bps=%d", ns[in], variant_names[vars[bv]], bpss[bb]);
+            row(what, step_ms[in][bv][bb], 0, wsum);
+            // Where the best pair's time goes, group by group (per call).
+            for (int g = 0; g < NG; g++) {
+                double gb = 0;
+                for (int i = 0; i < groups[g].count; i++) gb += (double)groups[g].m[i] * groups[g].k * 2;
+                snprintf(what, sizeof what, "  best n=%-2d %s (x%d)", ns[in], groups[g].what, groups[g].per_token);
+                row(what, group_ms[g][in][bv][bb], 0, gb);
+            }
+        }
+    }
+    fd_cuda_set_gemv_variant(B(), prev_variant);
+    fd_cuda_set_gemv_blocks_per_sm(B(), prev_bps);
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), seed.dev);
+}
