@@ -15,8 +15,6 @@
 #include "backend.h"
 #include "cuda/cuda.h"
 
-// src/cuda/gdn.cu: selects the serial kernel (1 = v1, 2 = v2), returns the previous one.
-
 static fd_backend *cpu(void) {
     static fd_backend *be;
     if (!be) be = fd_backend_cpu_create(0);

@@ -454,7 +454,6 @@ TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
     }
 }
 
-// src/cuda/gdn.cu: selects the serial kernel (1 = v1, the first one; 2 = v2, the default), returns the previous.
 
 // The first serial kernel stays selectable (FD_CUDA_GDN_SERIAL=v1) for comparisons: it must stay correct too.
 TEST(cuda_gdn_serial_v1_vs_cpu_and_fp64) {
