@@ -454,7 +454,6 @@ TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
     }
 }
 
-
 // The first serial kernel stays selectable (FD_CUDA_GDN_SERIAL=v1) for comparisons: it must stay correct too.
 TEST(cuda_gdn_serial_v1_vs_cpu_and_fp64) {
     const int prev = fd_cuda_set_gdn_serial_kernel(1);
