@@ -50,7 +50,10 @@ int cmp_d(const void *a, const void *b) {
 
 fd_backend *g_timed;
 double time_ms(bench_fn fn, void *ctx) {
-    fd_backend *be = g_timed ? g_timed : B();
+    return time_be_ms(g_timed ? g_timed : B(), fn, ctx);
+}
+
+double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
     double t[5];
     fn(ctx);
     be->sync(be);

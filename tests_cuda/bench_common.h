@@ -16,5 +16,6 @@ int cmp_d(const void *a, const void *b);                                // qsort
 typedef void (*bench_fn)(void *ctx);
 extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
 double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
+double time_be_ms(fd_backend *be, bench_fn fn, void *ctx);              // the same, synchronising `be`
 void row(const char *what, double ms, double flop, double bytes);       // one "BENCH | ..." line
 #endif

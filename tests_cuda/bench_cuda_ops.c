@@ -242,20 +242,6 @@ static void f_attn_prefill(void *p) {
     a->be->attention(a->be, a->out, a->q, kv, a->pos0, NULL, a->n, 24, 4, 256, 0.0625f, 1);
 }
 
-static double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
-    double t[5];
-    fn(ctx);
-    be->sync(be);
-    for (int r = 0; r < 5; r++) {
-        double t0 = fd_time_s();
-        fn(ctx);
-        be->sync(be);
-        t[r] = (fd_time_s() - t0) * 1e3;
-    }
-    qsort(t, 5, sizeof t[0], cmp_d);
-    return t[2];
-}
-
 TEST(bench_cuda_attn_prefill) {
     const char *en = getenv("FD_CUDA_BENCH");
     if (!en || en[0] != '1') {
