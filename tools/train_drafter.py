@@ -23,9 +23,7 @@ import hashlib
 import json
 import math
 import os
-import random
 import sys
-import traceback
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
 
@@ -250,27 +248,8 @@ def main():
         man["total_wall_s"] = round(time.time() - T0, 1)
         json.dump(man, open(os.path.join(a.out, "manifest_drafter.json"), "w"), indent=1)
 
-    def stage(name, fn):
-        t = time.time()
-        try:
-            fn()
-            man["stages"][name] = dict(status="ok", wall_s=round(time.time() - t, 1))
-            return True
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            man["stages"][name] = dict(status="failed", error=repr(e)[:500], wall_s=round(time.time() - t, 1))
-            return False
-        finally:
-            save_manifest()
-
-    torch.manual_seed(a.seed)
-    random.seed(a.seed)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    dev = torch.device("cuda")
+    stage = tt.stage_runner(man, save_manifest)
+    dev = tt.seeded_torch(a.seed)
     sys.path.insert(0, a.ref)
     from dflash.model import DFlashDraftModel
     st = {}

@@ -208,6 +208,39 @@ def param_groups(model, wd):
     return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def seeded_torch(seed):
+    """The seeds and torch settings both training scripts run under; returns the CUDA device. Bitwise replays:
+    deterministic kernels where torch has a choice (e.g. the embedding backward sorts instead of adding atomically);
+    warn_only so an op without a deterministic form still runs and names itself in the log
+    (tools/check_rebuild_determinism.sh compares two runs)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return torch.device("cuda")
+
+
+def stage_runner(man, save_manifest):
+    """stage(name, fn): runs fn, records its status and wall time in man["stages"], saves the manifest either way
+    (a later failure keeps what came before); returns whether fn succeeded."""
+    def stage(name, fn):
+        t = time.time()
+        try:
+            fn()
+            man["stages"][name] = dict(status="ok", wall_s=round(time.time() - t, 1))
+            return True
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            man["stages"][name] = dict(status="failed", error=repr(e)[:500], wall_s=round(time.time() - t, 1))
+            return False
+        finally:
+            save_manifest()
+    return stage
+
+
 def autocast():
     return torch.autocast("cuda", dtype=torch.bfloat16)
 
@@ -554,29 +587,8 @@ def main():
         man["total_wall_s"] = round(now(), 1)
         json.dump(man, open(os.path.join(a.out, "manifest.json"), "w"), indent=1)
 
-    def stage(name, fn):
-        t = now()
-        try:
-            fn()
-            man["stages"][name] = dict(status="ok", wall_s=round(now() - t, 1))
-            return True
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            man["stages"][name] = dict(status="failed", error=repr(e)[:500], wall_s=round(now() - t, 1))
-            return False
-        finally:
-            save_manifest()
-
-    torch.manual_seed(a.seed)
-    random.seed(a.seed)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    # Bitwise replays: deterministic kernels where torch has a choice (e.g. the embedding backward sorts instead of
-    # adding atomically); warn_only so an op without a deterministic form still runs and names itself in the log.
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    dev = torch.device("cuda")
+    stage = stage_runner(man, save_manifest)
+    dev = seeded_torch(a.seed)
     st = {}
 
     # ---- 1. data + tokenizer
