@@ -170,11 +170,7 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
 int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *anchor) {
     fd_engine *t = s->tgt;
     const int V = t->m->cfg.vocab_size;
-    if (chunk <= 0 || chunk > t->opt.max_batch) chunk = t->opt.max_batch;
-    if (n < 1) return fd_error_set("empty prompt");
-    if (t->n_past + n > t->opt.capacity)
-        return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
-                            (long long)(t->n_past + n), (long long)t->opt.capacity);
+    FD_TRY(engine_prompt_begin(t, n, &chunk));
     float *logits = fd_malloc((size_t)V * sizeof(float));
     int rc = 0;
     for (int64_t i = 0; rc == 0 && i < n; i += chunk) {

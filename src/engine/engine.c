@@ -476,9 +476,7 @@ int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, fd_s
     return rc;
 }
 
-// The checks every prompt entry point makes before its first chunk, and the chunk size it runs: a non-empty prompt
-// that fits the context, with all of its KV pages taken now (a short pool refuses it with the sequence untouched).
-static int prompt_begin(fd_engine *e, int64_t n, int *chunk) {
+int engine_prompt_begin(fd_engine *e, int64_t n, int *chunk) {
     if (*chunk <= 0 || *chunk > e->opt.max_batch) *chunk = e->opt.max_batch;
     if (n < 1) return fd_error_set("empty prompt");
     if (e->n_past + n > e->opt.capacity)
@@ -488,7 +486,7 @@ static int prompt_begin(fd_engine *e, int64_t n, int *chunk) {
 }
 
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits) {
-    FD_TRY(prompt_begin(e, n, &chunk));
+    FD_TRY(engine_prompt_begin(e, n, &chunk));
     const int V = e->m->cfg.vocab_size;
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
@@ -510,7 +508,7 @@ int32_t engine_argmax(const float *logits, int V) {
 
 // Greedy picks come from the backend (argmax_rows): no [V] logits row crosses to the host per token.
 static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
-    FD_TRY(prompt_begin(e, n, &chunk));
+    FD_TRY(engine_prompt_begin(e, n, &chunk));
     if (n_new < 1) return engine_prefill(e, ids, n, chunk, NULL, 0);
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
@@ -528,7 +526,7 @@ static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
 }
 
 int engine_prefill_sample(fd_engine *e, const int32_t *ids, int64_t n, int chunk, fd_sampler *smp, int32_t *out) {
-    FD_TRY(prompt_begin(e, n, &chunk));
+    FD_TRY(engine_prompt_begin(e, n, &chunk));
     for (int64_t i = 0; i < n; i += chunk) {
         const int len = (int)(n - i < chunk ? n - i : chunk);
         if (i + len < n) FD_TRY(engine_forward(e, ids + i, len, NULL, 0));

@@ -98,6 +98,10 @@ int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int a
 // position. GEMMs and MoE run once over the n rows (weights read once); conv, GDN, RoPE, KV and attention run per
 // sequence. The scratch of seqs[0] is used (n <= its max_batch). logits: host [n, V].
 int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits);
+// What every prompt entry point checks before its first chunk: a non-empty prompt of n tokens that fits the
+// context, with all of its KV pages taken now (a short pool refuses it with the sequence untouched); clamps *chunk
+// to 1..max_batch (<= 0: max_batch).
+int engine_prompt_begin(fd_engine *e, int64_t n, int *chunk);
 // Prefill of any length in chunks of at most `chunk` tokens (0 = max_batch). Logits as engine_forward.
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits);
 // Greedy: prefill ids, then generate n_new tokens (argmax, lowest index on ties) into out.
