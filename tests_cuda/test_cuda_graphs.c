@@ -63,20 +63,37 @@ static void print_stats(const char *what, const fd_engine *e) {
            (long long)s->eager);
 }
 
+// Route pdl for each engine's calls: the on engine (graphs) runs under pdl=on, the off engine under pdl=off.
+static void use_pdl(const char *v) {
+    ASSERT(fd_cuda_set_route(gpu(), "pdl", v) == 0, "%s", fd_error_msg());
+}
+
+// routes_verify, except route pdl: step_both switches it on purpose, so its counts hold both values.
+static int verify_routes(fd_engine *e) {
+    fd_route *pdl = routes_find(e, "pdl");
+    memset(pdl->calls, 0, sizeof pdl->calls);
+    return routes_verify(e);
+}
+
 // One decode step on both engines from token tok; returns the greedy id (from the off engine's host logits) and
 // counts a logits mismatch. greedy: the on engine takes engine_forward_greedy (device argmax) instead of logits.
 static int32_t step_both(pair *p, int32_t tok, float *la, float *lb, int greedy, int *mismatch) {
     int32_t ga = -1;
+    use_pdl("on");
     if (greedy)
         ASSERT(engine_forward_greedy(&p->on, &tok, 1, &ga) == 0, "%s", fd_error_msg());
     else
         ASSERT(engine_forward(&p->on, &tok, 1, la, 0) == 0, "%s", fd_error_msg());
+    use_pdl("off");
     ASSERT(engine_forward(&p->off, &tok, 1, lb, 0) == 0, "%s", fd_error_msg());
+    use_pdl("on");
     const int32_t gb = engine_argmax(lb, p->V);
     if (greedy ? ga != gb : memcmp(la, lb, sizeof(float) * (size_t)p->V) != 0) (*mismatch)++;
     return gb;
 }
 
+// Decode steps of the graphs=on engine under pdl=on (recorded with programmatic edges, the default) against the
+// graphs=off engine under pdl=off: bitwise equal logits and ids. The prompts run under the same split.
 TEST(cuda_graphs_decode_equal_off) {
     enum { STEPS = 48 };
     for (int f = 0; k_fixture_names[f]; f++) {
@@ -85,7 +102,9 @@ TEST(cuda_graphs_decode_equal_off) {
         const int V = p.V;
         float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
         ASSERT(engine_prefill(&p.on, p.fx.ids, p.fx.n_ids, 0, la, 0) == 0, "%s", fd_error_msg());
+        use_pdl("off");
         ASSERT(engine_prefill(&p.off, p.fx.ids, p.fx.n_ids, 0, lb, 0) == 0, "%s", fd_error_msg());
+        use_pdl("on");
         EXPECT(!memcmp(la, lb, sizeof(float) * (size_t)V), "%s: prefill logits differ", k_fixture_names[f]);
         // prefix-cache style snapshot of the post-prompt state
         es_geom g;
@@ -126,8 +145,8 @@ TEST(cuda_graphs_decode_equal_off) {
             EXPECT(p.on.graph_stats.replayed >= 2 * STEPS, "%s: only %lld replays", k_fixture_names[f],
                    (long long)p.on.graph_stats.replayed);
         EXPECT(p.off.graph_stats.replayed == 0 && p.off.graph_stats.recorded == 0, "graphs=off recorded");
-        EXPECT(routes_verify(&p.on) == 0, "%s", fd_error_msg());
-        EXPECT(routes_verify(&p.off) == 0, "%s", fd_error_msg());
+        EXPECT(verify_routes(&p.on) == 0, "%s", fd_error_msg());
+        EXPECT(verify_routes(&p.off) == 0, "%s", fd_error_msg());
         gpu()->free(gpu(), sa);
         gpu()->free(gpu(), sb);
         free(la), free(lb);
@@ -184,7 +203,7 @@ TEST(cuda_graphs_verify_equal_off) {
         if (p.on.graphs_capable)
             EXPECT(p.on.graph_stats.replayed >= 6, "%s: only %lld replays", k_fixture_names[f],
                    (long long)p.on.graph_stats.replayed);
-        EXPECT(routes_verify(&p.on) == 0, "%s", fd_error_msg());
+        EXPECT(verify_routes(&p.on) == 0, "%s", fd_error_msg());
         free(la), free(lb), free(ta), free(tb);
         pair_close(&p);
     }
@@ -226,7 +245,7 @@ TEST(cuda_graphs_rerecord_after_scratch_growth) {
     EXPECT(s1->replayed - s0.replayed >= 4, "only %lld replays after the re-recording",
            (long long)(s1->replayed - s0.replayed));
     EXPECT(s1->failed == 0, "%lld recordings discarded", (long long)s1->failed);
-    EXPECT(routes_verify(&p.on) == 0, "%s", fd_error_msg());
+    EXPECT(verify_routes(&p.on) == 0, "%s", fd_error_msg());
     free(la), free(lb);
     pair_close(&p);
 }

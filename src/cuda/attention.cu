@@ -71,6 +71,7 @@ static __device__ __forceinline__ int64_t kv_first_pos(int64_t pos0, const int64
 // One block-stride pass per token: row = Hkv * hd elements of k and v for each of the n tokens.
 __global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, cu_kv kv, const float *k, const float *v, int64_t pos0,
                            const int64_t *pos_dev, int n, int64_t row, int64_t capacity) {
+    CU_PDL_ENTER();
     const int64_t p0 = kv_first_pos(pos0, pos_dev);
     for (int t = blockIdx.x; t < n; t += gridDim.x) {
         const int64_t p = p0 + t;
@@ -86,6 +87,7 @@ __global__ void k_kv_store(__nv_bfloat16 *kc, __nv_bfloat16 *vc, cu_kv kv, const
 // One warp per (token, head) row of K or V: amax, scale = amax / 448, e4m3(x / scale) with saturation.
 __global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, cu_kv kv, const float *src, int64_t pos0,
                                 const int64_t *pos_dev, int64_t rows, int Hkv, int hd, int64_t capacity) {
+    CU_PDL_ENTER();
     const int lane = threadIdx.x & 31;
     const int64_t p0 = kv_first_pos(pos0, pos_dev);
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
@@ -120,19 +122,16 @@ void cu_kv_store(fd_backend *be, const fd_kv_view *view, const void *k, const vo
         uint8_t *k8 = (uint8_t *)kv.k8, *v8 = (uint8_t *)kv.v8;
         float *ks = (float *)kv.ks, *vs = (float *)kv.vs;
         unsigned grid = (unsigned)((rows * 32 + 255) / 256 < 8192 ? (rows * 32 + 255) / 256 : 8192);
-        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(k8, ks, kv, (const float *)k, pos0, pos_dev, rows, Hkv, hd,
-                                                     capacity);
-        FD_CUDA_LAUNCH_CHECK();
-        k_kv_store_e4m3<<<grid, 256, 0, c->stream>>>(v8, vs, kv, (const float *)v, pos0, pos_dev, rows, Hkv, hd,
-                                                     capacity);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_kv_store_e4m3, grid, 256, 0, k8, ks, kv, (const float *)k, pos0, pos_dev, rows, Hkv, hd,
+                  capacity);
+        cu_launch(be, k_kv_store_e4m3, grid, 256, 0, v8, vs, kv, (const float *)v, pos0, pos_dev, rows, Hkv, hd,
+                  capacity);
         return;
     }
     const int64_t row = (int64_t)Hkv * hd;
     const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
-    k_kv_store<<<grid, 256, 0, c->stream>>>((__nv_bfloat16 *)kv.k, (__nv_bfloat16 *)kv.v, kv, (const float *)k,
-                                            (const float *)v, pos0, pos_dev, n, row, capacity);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_kv_store, grid, 256, 0, (__nv_bfloat16 *)kv.k, (__nv_bfloat16 *)kv.v, kv, (const float *)k,
+              (const float *)v, pos0, pos_dev, n, row, capacity);
 }
 
 // Paged copy: one block per token; its K and V rows (and, for e4m3, its K and V scale rows) move between the two
@@ -141,6 +140,7 @@ void cu_kv_store(fd_backend *be, const fd_kv_view *view, const void *k, const vo
 template <typename U>
 __global__ void k_kv_copy(U *d, const U *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos, cu_kv sk, int64_t src_slots,
                           int64_t src_pos, int64_t n, int64_t row, int64_t srow) {
+    CU_PDL_ENTER();
     for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
         const int64_t ds = cu_kv_slot(dk, dst_pos + t), ss = cu_kv_slot(sk, src_pos + t);
         for (int plane = 0; plane < 2; plane++) // K then V rows
@@ -156,12 +156,11 @@ __global__ void k_kv_copy(U *d, const U *s, cu_kv dk, int64_t dst_slots, int64_t
 }
 
 template <typename U>
-static void launch_kv_copy(cudaStream_t st, void *d, const void *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos,
+static void launch_kv_copy(fd_backend *be, void *d, const void *s, cu_kv dk, int64_t dst_slots, int64_t dst_pos,
                            cu_kv sk, int64_t src_slots, int64_t src_pos, int64_t n, size_t row, size_t srow) {
     const unsigned grid = n > 8192 ? 8192 : (unsigned)n;
-    k_kv_copy<U><<<grid, 128, 0, st>>>((U *)d, (const U *)s, dk, dst_slots, dst_pos, sk, src_slots, src_pos, n,
-                                       (int64_t)(row / sizeof(U)), (int64_t)(srow / sizeof(U)));
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, (k_kv_copy<U>), grid, 128, 0, (U *)d, (const U *)s, dk, dst_slots, dst_pos, sk, src_slots, src_pos, n,
+              (int64_t)(row / sizeof(U)), (int64_t)(srow / sizeof(U)));
 }
 
 // Positions between two caches: contiguous on both sides, each plane is one copy; else the paged copy kernel.
@@ -182,13 +181,13 @@ void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd
         const cu_kv dk = cu_kv_view(be, dst, Hkv, hd), sk = cu_kv_view(be, src, Hkv, hd);
         const size_t both = row | srow; // srow 0 (bf16) constrains nothing
         if (both % 16 == 0)
-            launch_kv_copy<uint4>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+            launch_kv_copy<uint4>(be, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
         else if (both % 8 == 0)
-            launch_kv_copy<uint2>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+            launch_kv_copy<uint2>(be, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
         else if (both % 4 == 0)
-            launch_kv_copy<uint32_t>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+            launch_kv_copy<uint32_t>(be, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
         else
-            launch_kv_copy<unsigned char>(st, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
+            launch_kv_copy<unsigned char>(be, d, s, dk, dst_cap, dst_pos, sk, src_cap, src_pos, n, row, srow);
         return;
     }
     for (int plane = 0; plane < 2; plane++) // K then V
@@ -211,6 +210,7 @@ void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd
 __global__ void __launch_bounds__(128)
     k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
                 int n, int H, int Hkv, int hd, float scale, int64_t chunk, int64_t zslots, int causal) {
+    CU_PDL_ENTER();
     extern __shared__ float sm[];
     int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
@@ -376,9 +376,8 @@ void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *vi
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H, Hkv,
-                                                hd, scale, chunk, S, causal);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_attention, grid, 128, smem, (float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H, Hkv,
+              hd, scale, chunk, S, causal);
     cu_prof_mark(be, &pr, split ? "splits" : "main");
     if (split) {
         cu_attn_combine(be, (float *)out, opart, ml, S, chunk, pos0, pos_dev, n, H, hd, causal, 0);

@@ -133,6 +133,7 @@ template <int HD, int MT, bool E4>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
     k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H,
                   int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal) {
+    CU_PDL_ENTER();
     typedef dec_plan<HD, MT, E4> P;
     constexpr int NST = P::NST, LDQ = P::LDQ, LDS = P::LDS, LDP = P::LDP, NTW = HD / 64; // n-tiles per warp in P V
     extern __shared__ uint4 dec_sm[];
@@ -335,6 +336,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
 __global__ void __launch_bounds__(64)
     k_attn_combine(float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk, int64_t pos0,
                    const int64_t *pos_dev, int n, int H, int hd, int causal, int log2_domain) {
+    CU_PDL_ENTER();
     __shared__ float red[2];
     const int64_t th = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -376,9 +378,8 @@ void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float
     const int64_t rows = (int64_t)n * H;
     FD_CHECK(rows < (1ll << 31));
     dim3 grid((unsigned)rows, (unsigned)((hd + 63) / 64));
-    k_attn_combine<<<grid, 64, 0, cu_of(be)->stream>>>(out, opart, ml, zslots, chunk, pos0, pos_dev, n, H, hd, causal,
-                                                       log2_domain);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_attn_combine, grid, 64, 0, out, opart, ml, zslots, chunk, pos0, pos_dev, n, H, hd, causal,
+              log2_domain);
 }
 
 template <int HD, int MT, bool E4>
@@ -397,9 +398,8 @@ static void launch_decode(fd_backend *be, float *opart, float *ml, const float *
     }
     const int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + P::ROWS - 1) / P::ROWS), (unsigned)zslots, (unsigned)Hkv);
-    k_attn_decode<HD, MT, E4><<<grid, DEC_WARPS * 32, P::TOTAL, cu_of(be)->stream>>>(
-        opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale * 1.4426950408889634f, causal);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, (k_attn_decode<HD, MT, E4>), grid, DEC_WARPS * 32, P::TOTAL, opart, ml, q, kv, pos0, pos_dev, n, H,
+              Hkv, capacity, zslots, scale * 1.4426950408889634f, causal);
 }
 
 template <int HD, bool E4>

@@ -179,6 +179,7 @@ template <int HD, bool E4>
 __global__ void __launch_bounds__(MMA_THREADS, HD <= 64 ? 2 : 1)
     k_attn_mma(float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H, int Hkv,
                float scale_log2, int causal, int tiles) {
+    CU_PDL_ENTER();
     typedef mma_plan<HD, E4> P;
     constexpr int LD = P::LD, NT = HD / 8; // NT: n-tiles of the output (8 dims each)
     extern __shared__ uint4 sm_u4[];
@@ -350,14 +351,13 @@ static void launch(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t
     FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<HD, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + MMA_BM - 1) / MMA_BM;
     FD_CHECK(tiles * Hkv < (1ll << 31), "attention: %lld row tiles", (long long)tiles);
-    k_attn_mma<HD, E4><<<(unsigned)(tiles * Hkv), MMA_THREADS, smem, cu_of(be)->stream>>>(
-        out, q, kv, pos0, pos_dev, n, H, Hkv, scale * 1.4426950408889634f, causal, (int)tiles);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, (k_attn_mma<HD, E4>), (unsigned)(tiles * Hkv), MMA_THREADS, smem, out, q, kv, pos0, pos_dev, n, H,
+              Hkv, scale * 1.4426950408889634f, causal, (int)tiles);
 }
 
 template <int HD>
-static void launch_kv(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
-                      int n, int H, int Hkv, float scale, int causal) {
+static void launch_kv(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
+                      int H, int Hkv, float scale, int causal) {
     if (kv.k)
         launch<HD, false>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, scale, causal);
     else

@@ -15,6 +15,7 @@
 // state after the last token (the same buffer as `state`: the thread read it before).
 __global__ void k_conv1d_silu(float *out, float *slots, float *new_state, const float *x, const float *w,
                               const float *state, int n, int C, int K) {
+    CU_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int t0 = blockIdx.y * CONV_TT;
@@ -52,6 +53,7 @@ __global__ void k_conv1d_silu(float *out, float *slots, float *new_state, const 
 
 // new_state[c, j] = in(n - (K-1) + j, c) for j < K-1, reading the old state before overwriting it.
 __global__ void k_conv_state(float *state, const float *x, int n, int C, int K) {
+    CU_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float nv[CONV_MAXK];
@@ -76,11 +78,9 @@ void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w
     cudaStream_t s = cu_of(be)->stream;
     const int one_tile = n <= CONV_TT;
     dim3 grid(cu_blocks(C, 128), cu_blocks(n, CONV_TT));
-    k_conv1d_silu<<<grid, 128, 0, s>>>((float *)out, state_slots, one_tile ? conv_state : NULL, (const float *)x,
-                                       cu_wf32(w), conv_state, n, C, K);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_conv1d_silu, grid, 128, 0, (float *)out, state_slots, one_tile ? conv_state : NULL,
+              (const float *)x, cu_wf32(w), conv_state, n, C, K);
     if (K > 1 && !one_tile) {
-        k_conv_state<<<cu_blocks(C, 128), 128, 0, s>>>(conv_state, (const float *)x, n, C, K);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_conv_state, cu_blocks(C, 128), 128, 0, conv_state, (const float *)x, n, C, K);
     }
 }

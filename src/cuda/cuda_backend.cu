@@ -61,7 +61,7 @@ void *cu_scratch(fd_backend *be, int slot, size_t bytes) {
             FD_CUDA_CHECK(cudaFree(c->scratch[slot]));
         }
         if (c->scratch[slot]) c->graph_gen++; // graphs recorded earlier point at the old buffer
-        size_t want = bytes + bytes / 4; // grow geometrically-ish to avoid re-allocating on every new shape
+        size_t want = bytes + bytes / 4;      // grow geometrically-ish to avoid re-allocating on every new shape
         FD_CUDA_CHECK(cudaMalloc(&c->scratch[slot], want));
         c->scratch_bytes[slot] = want;
     }
@@ -115,6 +115,7 @@ static void cu_sync(fd_backend *be) {
 // ---- weights ----
 // src dtype -> fp32 or bf16, elementwise.
 __global__ void k_convert(void *dst, int dst_bf16, const void *src, int src_dtype, int64_t count) {
+    CU_PDL_ENTER();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float v;
@@ -157,8 +158,7 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
     } else {
         void *tmp = cu_scratch(be, CU_SCR_H, src_bytes);
         FD_CUDA_CHECK(cudaMemcpyAsync(tmp, w->data, src_bytes, cudaMemcpyHostToDevice, c->stream));
-        k_convert<<<cu_blocks(count, 256), 256, 0, c->stream>>>(dst, want == FD_BF16, tmp, (int)w->dtype, count);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_convert, cu_blocks(count, 256), 256, 0, dst, want == FD_BF16, tmp, (int)w->dtype, count);
     }
     // The host copy may be an mmap that the caller unmaps later; finish the transfer now.
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
@@ -179,6 +179,7 @@ static void cu_release_weight(fd_backend *be, fd_weight *w) {
 // engine checks their range on the host before copying them in. An id outside the table still never reads out of
 // bounds: its row is written as zeros.
 __global__ void k_embed(float *out, const void *table, int bf16, const int32_t *ids, int n, int d, int64_t rows) {
+    CU_PDL_ENTER();
     for (int i = blockIdx.y; i < n; i += gridDim.y) { // grid.y is capped at 65535
         int64_t row = ids[i];
         const int ok = row >= 0 && row < rows;
@@ -196,9 +197,8 @@ static void cu_embed(fd_backend *be, void *out, const fd_weight *table, const in
     if (n <= 0) return;
     int d = (int)table->cols;
     dim3 grid(cu_blocks(d, 256) < 8 ? cu_blocks(d, 256) : 8, n < 65535 ? (unsigned)n : 65535u);
-    k_embed<<<grid, 256, 0, c->stream>>>((float *)out, table->dev, table->dev_dtype == FD_BF16, ids_dev, n, d,
-                                         table->rows);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_embed, grid, 256, 0, (float *)out, table->dev, table->dev_dtype == FD_BF16, ids_dev, n, d,
+              table->rows);
 }
 
 static void cu_to_f32(fd_backend *be, float *out, const void *x, int64_t count) {
@@ -224,18 +224,20 @@ static void cu_destroy(fd_backend *be) {
 static const char *const k_gemm_act[] = {"bf16", "bf16x2"};
 static const char *const k_attn_kernel[] = {"simt", "mma"};
 static const char *const k_gemm_small[] = {"gemv", "cublas"};
+static const char *const k_pdl[] = {"off", "on"};
 
 static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
     if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
     if (!strcmp(route, "attn_kernel")) return *names = k_attn_kernel, &cu_of(be)->attn_kernel;
     if (!strcmp(route, "gemm_small")) return *names = k_gemm_small, &cu_of(be)->gemm_small;
+    if (!strcmp(route, "pdl")) return *names = k_pdl, &cu_of(be)->pdl;
     return NULL;
 }
 
 extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
     const char *const *names;
     int *slot = route_slot(be, route, &names);
-    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, gemm_small)", route);
+    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, gemm_small, pdl)", route);
     for (int i = 0; i < 2; i++)
         if (!strcmp(value, names[i])) {
             *slot = i;
@@ -268,6 +270,9 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     c->gemm_act = CU_GEMM_BF16;
     // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
     c->gemm_small = CU_GEMM_SMALL_GEMV;
+    // pdl=off: with the wait-only form (cuda_common.h CU_PDL_ENTER) pdl=on measured no gain on the H200 (27B
+    // decode at 1K 60.3 vs 60.5 tok/s, 32K 59.3 vs 59.3; docs/perf-notes.md session 4), so the plain launch stays.
+    c->pdl = CU_PDL_OFF;
     FD_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     FD_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
@@ -359,16 +364,23 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rs->sel = &c->gemm_small;
     rs->by_shape = "n > 16 rows always cublas; so are k % 8 != 0 and unaligned x";
     rs->help = "bf16-weight GEMMs with <= 16 rows: tensor-core GEMV (batch invariant) or cuBLASLt";
+    fd_route *rp = &c->routes[CU_ROUTE_PDL];
+    rp->name = "pdl";
+    rp->values[0] = "off";
+    rp->values[1] = "on";
+    rp->sel = &c->pdl;
+    rp->help = "programmatic dependent launch: a kernel is scheduled while the one before it finishes (calls = "
+               "kernel launches)";
     be->routes = c->routes;
-    be->n_routes = 4;
+    be->n_routes = 5;
     const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN"), *gs = getenv("FD_CUDA_GEMM_SMALL");
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
     if (gs && fd_cuda_set_route(be, "gemm_small", gs)) FD_PANIC("FD_CUDA_GEMM_SMALL: %s", fd_error_msg());
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s", device,
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s pdl=%s", device,
             prop.name, c->num_sms, (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"),
-            fd_cuda_route(be, "attn_kernel"), fd_cuda_route(be, "gemm_small"));
+            fd_cuda_route(be, "attn_kernel"), fd_cuda_route(be, "gemm_small"), fd_cuda_route(be, "pdl"));
     return be;
 }

@@ -34,9 +34,8 @@ extern "C" {
                      #call);                                                                                           \
     } while (0)
 
-// After every kernel launch: catches bad launch configurations at the call site. (Asynchronous faults
-// surface at the next synchronising call; set FD_CUDA_SYNC=1 to synchronise after every op while debugging.)
-#define FD_CUDA_LAUNCH_CHECK() cu_after_launch(__FILE__, __LINE__)
+// Kernel launches are checked in cu_launch (below). Asynchronous faults surface at the next synchronising call;
+// set FD_CUDA_SYNC=1 to synchronise after every launch while debugging.
 
 // Scratch buffers: grown on demand, never shrunk, owned by the backend. Ops run in stream order on one stream,
 // so an op may reuse any slot freely; a slot is only valid inside one op call.
@@ -66,14 +65,16 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
-#define CU_GEMV_MAX_N         16
-#define CU_GEMV_COUNTERS      4096 // gemv split-k arrival counters allocated with the backend
-#define CU_GEMV_MAX_SEGS      4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
-#define CU_GEMV_BLOCKS_PER_SM 2    // default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs 15.7 at 6
-#define CU_GEMV_VARIANT       0    // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
-#define CU_GEMV_VARIANTS      7    // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
-#define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
-#define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
+#define CU_GEMV_MAX_N    16
+#define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
+#define CU_GEMV_MAX_SEGS 4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
+#define CU_GEMV_BLOCKS_PER_SM                                                                                          \
+    2 // default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2
+      // vs 15.7 at 6
+#define CU_GEMV_VARIANT  0  // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
+#define CU_GEMV_VARIANTS 7  // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
+#define CU_DEFERRED_MAX  64 // scratch buffers a failed recording may have replaced before graph_end frees them
+#define CU_ROPE_TABLES   8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
 
 typedef struct {
     int device;
@@ -89,7 +90,8 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[4]; // gemm_act, attn_kernel, kv, gemm_small (be->routes); calls counted where each op dispatches
+    fd_route routes[5]; // gemm_act, attn_kernel, kv, gemm_small, pdl (be->routes); counted where each op dispatches
+    int pdl;            // CU_PDL_*: kernels launched with programmatic stream serialization (cu_launch)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
@@ -104,15 +106,19 @@ typedef struct {
     } rope_tab[CU_ROPE_TABLES];
     int n_rope_tab;
     // CUDA graphs (cuda_graph.cu)
-    int capturing;            // the stream is recording (graph_begin .. graph_end)
-    const char *capture_fail; // why the current recording cannot be used (it is then discarded and re-run)
-    uint64_t graph_gen;       // bumped when memory a graph may reference is reallocated
+    int capturing;                        // the stream is recording (graph_begin .. graph_end)
+    const char *capture_fail;             // why the current recording cannot be used (it is then discarded and re-run)
+    uint64_t graph_gen;                   // bumped when memory a graph may reference is reallocated
     void *deferred_free[CU_DEFERRED_MAX]; // buffers replaced during a recording, freed once it has ended
     int n_deferred;
     int32_t *argmax_host; // pinned staging for argmax_rows' ids
     int argmax_host_len;
 } cu_impl;
-enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3 };
+enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3, CU_ROUTE_PDL = 4 };
+// Route pdl: programmatic dependent launch (cu_launch). on: a kernel is scheduled as the blocks of the one before it
+// exit; it waits in CU_PDL_ENTER (griddepcontrol.wait: the previous grid has completed and its memory is visible)
+// before it touches anything that grid may write or read, so results are bitwise those of off (test_cuda_graphs).
+enum { CU_PDL_OFF = 0, CU_PDL_ON = 1 };
 // Route kv: the cache layout (attention.cu).
 enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
 
@@ -190,6 +196,47 @@ cu_kv cu_kv_view(fd_backend *be, const fd_kv_view *view, int Hkv, int hd);
 static inline cu_impl *cu_of(fd_backend *be) {
     return (cu_impl *)be->impl;
 }
+
+// Programmatic dependent launch. Every kernel starts with CU_PDL_ENTER (tests/test_cuda_sources.c checks it): wait
+// until the grid before it in the stream has completed and its memory is visible (a no-op when this grid was
+// launched without the attribute). With route pdl=on the next grid is scheduled as the previous one's blocks exit,
+// so its launch overlaps the previous grid's tail and memory flush; a kernel may do work that reads only constant
+// data (weights) before the wait: k_gemv issues its first weight loads there.
+// No kernel signals griddepcontrol.launch_dependents early: on the H200 (session 4) an early signal right after
+// the wait made decode non-deterministic and graphs on/off disagree, while the same build with pdl=off was
+// bitwise stable. Suspected cause: the next grid then sits on SMs whose L1 keeps lines the still-running grid
+// loads, and many kernels read activations through the non-coherent path (__ldg, const __restrict__).
+static __device__ __forceinline__ void cu_pdl_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+#define CU_PDL_ENTER() cu_pdl_wait()
+
+void cu_after_launch(const char *file, int line);
+// The one way kernels are launched: on the backend's stream, with the pdl route's attribute, counted per value.
+// Launch-configuration errors are reported here (cu_after_launch), so call sites need no check of their own.
+// A kernel template instance goes in parentheses (the macro would split its argument list at the commas).
+template <typename... Params, typename... Args>
+static inline void cu_launch_at(const char *file, int line, fd_backend *be, void (*kernel)(Params...), dim3 grid,
+                                dim3 block, size_t smem, Args... args) {
+    cu_impl *c = cu_of(be);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = c->pdl == CU_PDL_ON;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    c->routes[CU_ROUTE_PDL].calls[c->pdl]++;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, ((Params)args)...);
+    if (e != cudaSuccess)
+        fd_panic(file, line, "CUDA kernel launch failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    cu_after_launch(file, line);
+}
+#define cu_launch(be, kernel, grid, block, smem, ...)                                                                  \
+    cu_launch_at(__FILE__, __LINE__, be, kernel, grid, block, smem, __VA_ARGS__)
 
 // Returns a device buffer of at least `bytes` for slot `slot` (contents undefined). Growth bumps graph_gen; during a
 // recording it also marks the recording unusable (cu_capture_fail).

@@ -97,6 +97,7 @@ static __device__ __forceinline__ void argmax_pick(float &bv, int &bi, float v, 
 }
 
 __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax_rows(int32_t *out, const float *logits, int V) {
+    CU_PDL_ENTER();
     const float *row = logits + (int64_t)blockIdx.x * V;
     float bv = -INFINITY;
     int bi = INT_MAX;
@@ -134,8 +135,7 @@ void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, 
     if (rows <= 0) return;
     FD_CHECK(V > 0, "argmax over %d logits", V);
     int32_t *ids = (int32_t *)cu_scratch(be, CU_SCR_H, (size_t)rows * sizeof(int32_t));
-    k_argmax_rows<<<(unsigned)rows, ARGMAX_THREADS, 0, c->stream>>>(ids, logits_dev, V);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_argmax_rows, (unsigned)rows, ARGMAX_THREADS, 0, ids, logits_dev, V);
     if (c->argmax_host_len < rows) { // pinned, so the 4 bytes per row come back without a staging copy
         if (c->argmax_host) FD_CUDA_CHECK(cudaFreeHost(c->argmax_host));
         c->argmax_host_len = rows < 64 ? 64 : rows;

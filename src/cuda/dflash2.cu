@@ -25,6 +25,7 @@
 // base: the K x d taps of the chosen half (bf16 or fp32 on the device).
 __global__ void k_dyn_conv(float *out, const float *x, const float *dyn, int dyn_stride, const void *base,
                            int base_bf16, int n, int d, int group, int K) {
+    CU_PDL_ENTER();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * d) return;
     const int i = (int)(idx / d), c = (int)(idx - (int64_t)i * d);
@@ -59,9 +60,8 @@ static void cu_dyn_conv(fd_backend *be, void *out, const void *x, const float *d
     const void *base = bf16 ? (const void *)((const __nv_bfloat16 *)base_w->dev + off)
                             : (const void *)((const float *)base_w->dev + off);
     const int64_t count = (int64_t)n * d;
-    k_dyn_conv<<<cu_blocks(count, 256), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, dyn, dyn_stride,
-                                                                     base, bf16, n, d, group, K);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_dyn_conv, cu_blocks(count, 256), 256, 0, (float *)out, (const float *)x, dyn, dyn_stride, base,
+              bf16, n, d, group, K);
 }
 
 // ---- attention_window ----
@@ -94,6 +94,7 @@ static __device__ __forceinline__ int64_t win_hi(int64_t p, int window, int64_t 
 __global__ void __launch_bounds__(128)
     k_attention_window(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, int n, int H,
                        int Hkv, int hd, float scale, int window, int64_t k0, int64_t chunk) {
+    CU_PDL_ENTER();
     extern __shared__ float sm[];
     const int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
     float *Qs = sm;
@@ -208,6 +209,7 @@ __global__ void __launch_bounds__(128)
 // Merges the S split partials of each (token, head) row, one warp per row:
 // out = sum_z e^(m_z - M) acc_z / sum_z e^(m_z - M) l_z, M = max_z m_z (splits with m_z = -inf saw no key).
 __global__ void k_win_combine(float *out, const float *opart, const float *ml, int S, int64_t rows, int hd) {
+    CU_PDL_ENTER();
     const int64_t th = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (th >= rows) return;
@@ -268,14 +270,12 @@ static void cu_attention_window(fd_backend *be, void *out, const void *q, const 
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_window", n);
     const dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    k_attention_window<<<grid, 128, smem, c->stream>>>((float *)out, opart, ml, (const float *)q, kv, pos0, n, H, Hkv,
-                                                       hd, scale, window, k0, chunk);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_attention_window, grid, 128, smem, (float *)out, opart, ml, (const float *)q, kv, pos0, n, H, Hkv,
+              hd, scale, window, k0, chunk);
     cu_prof_mark(be, &pr, S > 1 ? "splits" : "main");
     if (S > 1) {
         const int64_t nH = (int64_t)n * H;
-        k_win_combine<<<cu_blocks(nH * 32, 128), 128, 0, c->stream>>>((float *)out, opart, ml, (int)S, nH, hd);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_win_combine, cu_blocks(nH * 32, 128), 128, 0, (float *)out, opart, ml, (int)S, nH, hd);
         cu_prof_mark(be, &pr, "combine");
     }
     cu_prof_end(be, &pr);

@@ -22,6 +22,7 @@
 //   qkvz [n, Hk (2dk + 2 r dv)] per group g: q dk | k dk | v r*dv | z r*dv ;  ba [n, Hk 2r] per g: b r | a r
 //   -> qkv [n, 2Hk dk + Hv dv] (Q | K | V), z [n, Hv dv], b [n, Hv], a [n, Hv]
 __global__ void k_split_qkvz(float *qkv, float *z, const float *qkvz, int64_t count, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     int r = Hv / Hk;
     int grp = 2 * dk + 2 * r * dv, row = Hk * grp, cq = 2 * Hk * dk + Hv * dv;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
@@ -40,6 +41,7 @@ __global__ void k_split_qkvz(float *qkv, float *z, const float *qkvz, int64_t co
     }
 }
 __global__ void k_split_ba(float *b, float *a, const float *ba, int64_t count, int Hk, int Hv) {
+    CU_PDL_ENTER();
     int r = Hv / Hk;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = i / (2 * Hv);
@@ -59,10 +61,8 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
     cudaStream_t s = cu_of(be)->stream;
     int64_t c1 = (int64_t)n * Hk * (2 * dk + 2 * (Hv / Hk) * dv), c2 = (int64_t)n * 2 * Hv;
     unsigned g1 = cu_blocks(c1, 256) > 8192 ? 8192 : cu_blocks(c1, 256);
-    k_split_qkvz<<<g1, 256, 0, s>>>((float *)qkv, (float *)z, (const float *)qkvz, c1, Hk, Hv, dk, dv);
-    FD_CUDA_LAUNCH_CHECK();
-    k_split_ba<<<cu_blocks(c2, 256), 256, 0, s>>>((float *)b, (float *)a, (const float *)ba, c2, Hk, Hv);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_split_qkvz, g1, 256, 0, (float *)qkv, (float *)z, (const float *)qkvz, c1, Hk, Hv, dk, dv);
+    cu_launch(be, k_split_ba, cu_blocks(c2, 256), 256, 0, (float *)b, (float *)a, (const float *)ba, c2, Hk, Hv);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -73,6 +73,7 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 __global__ void __launch_bounds__(128)
     k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb, const float *aa, const float *A_log,
                  const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     __shared__ float qs[GDN_MAXD], ks[GDN_MAXD];
     __shared__ float red[2][4][32];
     __shared__ float nrm[2][4];
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
     k_gdn_rec(float *__restrict__ o, float *__restrict__ slots, const float *__restrict__ qkv,
               const float *__restrict__ bb, const float *__restrict__ aa, const float *__restrict__ A_log,
               const float *__restrict__ dt_bias, float *__restrict__ state, int n, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     // Prefetching the next token doubles the q/k registers: skipped at dk > 128 (a test-only size) to stay unspilled.
     constexpr bool PREFETCH = RL <= 16;
     const int lane = threadIdx.x & 31, rg = lane >> 2, cg = lane & 3;
@@ -325,35 +327,36 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
 }
 
 template <int RL>
-static void rec_launch(cudaStream_t s, bool vec, float *o, float *slots, const float *qkv, const float *b,
+static void rec_launch(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
                        const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk,
                        int dv) {
     const int warps = (dv + REC_COLS - 1) / REC_COLS;
     const dim3 grid((unsigned)((warps + REC_WARPS - 1) / REC_WARPS), (unsigned)Hv);
     if (vec)
-        k_gdn_rec<RL, true><<<grid, REC_WARPS * 32, 0, s>>>(o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        cu_launch(be, (k_gdn_rec<RL, true>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv,
+                  dk, dv);
     else
-        k_gdn_rec<RL, false><<<grid, REC_WARPS * 32, 0, s>>>(o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
-    FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, (k_gdn_rec<RL, false>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv,
+                  dk, dv);
 }
 
-static void gdn_rec(cudaStream_t s, float *o, float *slots, const float *qkv, const float *b, const float *a,
+static void gdn_rec(fd_backend *be, float *o, float *slots, const float *qkv, const float *b, const float *a,
                     const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk, int dv) {
     const uintptr_t addr_bits = (uintptr_t)o | (uintptr_t)slots | (uintptr_t)qkv | (uintptr_t)state;
     const bool vec = dk % 4 == 0 && dv % 4 == 0 && addr_bits % 16 == 0;
     // rows per lane: dk over the 8 row groups, rounded up to a power of two (GDN_MAXD 256 -> 32)
     if (dk <= 8)
-        rec_launch<1>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<1>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
     else if (dk <= 16)
-        rec_launch<2>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<2>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
     else if (dk <= 32)
-        rec_launch<4>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<4>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
     else if (dk <= 64)
-        rec_launch<8>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<8>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
     else if (dk <= 128)
-        rec_launch<16>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<16>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
     else
-        rec_launch<32>(s, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
 }
 
 // Which serial kernel runs: 2 = k_gdn_rec (default), 1 = k_gdn_serial. Process-wide, read once from
@@ -393,13 +396,11 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         if (serial_kernel() == 2) {
-            gdn_rec(cu_of(be)->stream, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a,
-                    Al, dtb, state, n, Hk, Hv, dk, dv);
+            gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state,
+                    n, Hk, Hv, dk, dv);
         } else {
-            k_gdn_serial<<<dim3(Hv, (dv + 31) / 32), 128, 0, cu_of(be)->stream>>>(
-                (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
-                Hv, dk, dv);
-            FD_CUDA_LAUNCH_CHECK();
+            cu_launch(be, k_gdn_serial, dim3(Hv, (dv + 31) / 32), 128, 0, (float *)o, state_slots, (const float *)qkv,
+                      (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
         }
     } else {
         cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,

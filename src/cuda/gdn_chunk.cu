@@ -181,6 +181,7 @@ static __device__ void chunk_load_gam(float *gam, const float *gcum_row, int L) 
 // prep: grid n, 256 threads; one warp per head vector.
 __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const float *qkv, const float *bb,
                            const float *aa, const float *A_log, const float *dt_bias, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int cq = 2 * Hk * dk + Hv * dv;
     const float *row = qkv + (int64_t)t * cq;
@@ -207,6 +208,7 @@ __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const f
 __global__ void __launch_bounds__(256)
     k_gdn_intra_tc(float *P, float *U, float *W, float *gcum, const float *qn, const float *kn, const float *beta,
                    const float *gg, const float *qkv, int n, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     extern __shared__ float4 sm4[];
     const int h = blockIdx.x, ch = blockIdx.y, nch = gridDim.y, grp = h / (Hv / Hk);
     const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
@@ -341,6 +343,7 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     k_gdn_state_tc(float *Hs, float *UV, float *state, const float *W, const float *kn, const float *gcum, int n,
                    int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     extern __shared__ float4 sm4[];
     const int h = blockIdx.x, col0 = blockIdx.y * 32, grp = h / (Hv / Hk), nch = (n + GDN_C - 1) / GDN_C;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -457,6 +460,7 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     k_gdn_out_tc(float *o, const float *Hs, const float *Vnew, const float *P, const float *qn, const float *gcum,
                  int n, int Hk, int Hv, int dk, int dv) {
+    CU_PDL_ENTER();
     extern __shared__ float4 sm4[];
     const int col0 = blockIdx.x * 64, h = blockIdx.y, ch = blockIdx.z, nch = gridDim.z, grp = h / (Hv / Hk);
     const int t0 = ch * GDN_C, L = min(GDN_C, n - t0);
@@ -532,19 +536,16 @@ void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, 
         float *beta = bg, *gg = bg + (size_t)n * Hv, *gcum = bg + (size_t)2 * n * Hv;
         cu_prof pr;
         cu_prof_begin(be, &pr, "gdn_chunked", n);
-        k_gdn_prep<<<n, 256, 0, s>>>(qn, kn, beta, gg, x, b + (int64_t)t0 * Hv, a + (int64_t)t0 * Hv, A_log, dt_bias,
-                                     Hk, Hv, dk, dv);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_gdn_prep, n, 256, 0, qn, kn, beta, gg, x, b + (int64_t)t0 * Hv, a + (int64_t)t0 * Hv, A_log,
+                  dt_bias, Hk, Hv, dk, dv);
         cu_prof_mark(be, &pr, "prep");
-        k_gdn_intra_tc<<<dim3(Hv, nch), 256, sm_i, s>>>(P, U, W, gcum, qn, kn, beta, gg, x, n, Hk, Hv, dk, dv);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_gdn_intra_tc, dim3(Hv, nch), 256, sm_i, P, U, W, gcum, qn, kn, beta, gg, x, n, Hk, Hv, dk, dv);
         cu_prof_mark(be, &pr, "intra");
-        k_gdn_state_tc<<<dim3(Hv, (dv + 31) / 32), 256, sm_s, s>>>(Hs, U, state, W, kn, gcum, n, Hk, Hv, dk, dv);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_gdn_state_tc, dim3(Hv, (dv + 31) / 32), 256, sm_s, Hs, U, state, W, kn, gcum, n, Hk, Hv, dk,
+                  dv);
         cu_prof_mark(be, &pr, "state");
-        k_gdn_out_tc<<<dim3((dv + 63) / 64, Hv, nch), 256, sm_o, s>>>(o + (int64_t)t0 * Hv * dv, Hs, U, P, qn, gcum,
-                                                                      n, Hk, Hv, dk, dv);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_gdn_out_tc, dim3((dv + 63) / 64, Hv, nch), 256, sm_o, o + (int64_t)t0 * Hv * dv, Hs, U, P, qn,
+                  gcum, n, Hk, Hv, dk, dv);
         cu_prof_mark(be, &pr, "out");
         cu_prof_end(be, &pr);
     }

@@ -14,6 +14,7 @@
 // Scalar on purpose: x may be any float offset into an activation buffer, and coalesced 4-byte loads already
 // run this pass at memory speed. lo (optional) receives the rounding remainder, rounded to bf16.
 __global__ void k_f32_to_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *lo, const float *src, int64_t count) {
+    CU_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         float v = src[i];
         __nv_bfloat16 h = __float2bfloat16_rn(v);
@@ -123,8 +124,7 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cu_scratch(be, CU_SCR_A, (size_t)(split ? lo_off + cnt : cnt) * 2);
         __nv_bfloat16 *lo = split ? xb + lo_off : NULL;
         unsigned grid = cu_blocks(cnt, 256) < 65535u ? cu_blocks(cnt, 256) : 65535u;
-        k_f32_to_bf16<<<grid, 256, 0, cu_of(be)->stream>>>(xb, lo, x, cnt);
-        FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, k_f32_to_bf16, grid, 256, 0, xb, lo, x, cnt);
         gemm_run(be, out, xb, W->dev, 1, m, n, k, 0.f);
         if (split) gemm_run(be, out, lo, W->dev, 1, m, n, k, 1.f);
     } else {

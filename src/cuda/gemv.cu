@@ -278,6 +278,8 @@ static __device__ __forceinline__ void gv_finish(const gv_job &job, int si, int 
 // S > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
 template <int NG, int P, int XLAZY, int SPLIT>
 __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
+    // CU_PDL_ENTER comes after the first iteration's weight loads (weights are constant during a forward), so under
+    // route pdl=on they are in flight while the previous kernel finishes; x, out and the counters are touched after.
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
     __shared__ float red[GV_WARPS][GV_ROWS][NC];
     __shared__ int is_last;
@@ -295,12 +297,17 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
 #pragma unroll
         for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
+    bool entered = false;
     for (int k0 = kbeg + warp * GV_KSTEP; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
         // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
         // the weights are still on their way (XLAZY: step by step); then the MMAs.
         uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
         for (int p = 0; p < P; p++) gv_load_w<R>(wv[p], wlane, wstep, wok, k0 + p * GV_BLOCK_KSTEP, kend, t);
+        if (!entered) {
+            CU_PDL_ENTER();
+            entered = true;
+        }
         uint32_t bh[P][2][NG][4], bl[P][2][NG][4]; // x as bf16 pairs: hi, and lo for bf16x2
         if (!XLAZY)
 #pragma unroll
@@ -312,6 +319,7 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
             gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
         }
     }
+    if (!entered) CU_PDL_ENTER(); // a warp with no step in its slice
 
     gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
 }
@@ -329,6 +337,7 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
 template <int NG, int P, int MINB, int SPLIT>
 __global__ void __launch_bounds__(GV_THREADS, MINB)
     k_gemv_ring(const gv_job job, const float *__restrict__ x, int n, int k) {
+    CU_PDL_ENTER();
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
     // Registers per lane: weights 32 per slot; x 8 per slot and token group (twice with bf16x2).
     constexpr int XLAZY = MINB >= 2 ? NG > 1 : 32 * P + 8 * P * NG * (1 + SPLIT) > 144;
@@ -389,6 +398,7 @@ template <int P> static __device__ __forceinline__ int gv_trips(int kbeg, int ke
 template <int NG, int P, int MINB, int SPLIT>
 __global__ void __launch_bounds__(GV_THREADS, MINB)
     k_gemv_stream(const gv_job job, const float *__restrict__ x, int n, int k, int items) {
+    CU_PDL_ENTER();
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
     constexpr int XLAZY = MINB >= 2 ? NG > 1 : 32 * P + 8 * P * NG * (1 + SPLIT) > 144;
     __shared__ float red[GV_WARPS][GV_ROWS][NC];
@@ -509,45 +519,43 @@ int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int coun
 }
 
 template <int NG, int P, int XLAZY>
-static void gv_launch(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
+static void gv_launch(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (split)
-        k_gemv<NG, P, XLAZY, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+        cu_launch(be, (k_gemv<NG, P, XLAZY, 1>), blocks, GV_THREADS, 0, job, x, n, k);
     else
-        k_gemv<NG, P, XLAZY, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
-    FD_CUDA_LAUNCH_CHECK();
+        cu_launch(be, (k_gemv<NG, P, XLAZY, 0>), blocks, GV_THREADS, 0, job, x, n, k);
 }
 
 template <int P, int MINB>
-static void gv_launch_ring(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
+static void gv_launch_ring(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (n <= 8) {
         if (split)
-            k_gemv_ring<1, P, MINB, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+            cu_launch(be, (k_gemv_ring<1, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
         else
-            k_gemv_ring<1, P, MINB, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+            cu_launch(be, (k_gemv_ring<1, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
     } else {
         if (split)
-            k_gemv_ring<2, P, MINB, 1><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+            cu_launch(be, (k_gemv_ring<2, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
         else
-            k_gemv_ring<2, P, MINB, 0><<<blocks, GV_THREADS, 0, c->stream>>>(job, x, n, k);
+            cu_launch(be, (k_gemv_ring<2, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
     }
-    FD_CUDA_LAUNCH_CHECK();
 }
 
 template <int P, int MINB>
-static void gv_launch_stream(cu_impl *c, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
-    const int grid = blocks < MINB * c->num_sms ? blocks : MINB * c->num_sms; // resident at once (launch bounds)
+static void gv_launch_stream(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
+    const int grid =
+        blocks < MINB * cu_of(be)->num_sms ? blocks : MINB * cu_of(be)->num_sms; // resident at once (launch bounds)
     if (n <= 8) {
         if (split)
-            k_gemv_stream<1, P, MINB, 1><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+            cu_launch(be, (k_gemv_stream<1, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
         else
-            k_gemv_stream<1, P, MINB, 0><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+            cu_launch(be, (k_gemv_stream<1, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
     } else {
         if (split)
-            k_gemv_stream<2, P, MINB, 1><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+            cu_launch(be, (k_gemv_stream<2, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
         else
-            k_gemv_stream<2, P, MINB, 0><<<grid, GV_THREADS, 0, c->stream>>>(job, x, n, k, blocks);
+            cu_launch(be, (k_gemv_stream<2, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
     }
-    FD_CUDA_LAUNCH_CHECK();
 }
 
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
@@ -597,28 +605,28 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     // The load schedules (fd_cuda_set_gemv_variant) share the grid and the partition: bitwise interchangeable.
     switch (c->gemv_variant) {
     case 1:
-        gv_launch_ring<2, 2>(c, blocks, split, job, x, n, k);
+        gv_launch_ring<2, 2>(be, blocks, split, job, x, n, k);
         break;
     case 2:
-        gv_launch_ring<3, 1>(c, blocks, split, job, x, n, k);
+        gv_launch_ring<3, 1>(be, blocks, split, job, x, n, k);
         break;
     case 3:
-        gv_launch_ring<4, 1>(c, blocks, split, job, x, n, k);
+        gv_launch_ring<4, 1>(be, blocks, split, job, x, n, k);
         break;
     case 4:
-        gv_launch_stream<2, 2>(c, blocks, split, job, x, n, k);
+        gv_launch_stream<2, 2>(be, blocks, split, job, x, n, k);
         break;
     case 5:
-        gv_launch_stream<3, 1>(c, blocks, split, job, x, n, k);
+        gv_launch_stream<3, 1>(be, blocks, split, job, x, n, k);
         break;
     case 6:
-        gv_launch_stream<4, 1>(c, blocks, split, job, x, n, k);
+        gv_launch_stream<4, 1>(be, blocks, split, job, x, n, k);
         break;
     default:
         if (n <= 8)
-            gv_launch<1, 2, 0>(c, blocks, split, job, x, n, k);
+            gv_launch<1, 2, 0>(be, blocks, split, job, x, n, k);
         else
-            gv_launch<2, 2, 1>(c, blocks, split, job, x, n, k);
+            gv_launch<2, 2, 1>(be, blocks, split, job, x, n, k);
     }
 }
 

@@ -18,6 +18,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 
 // out[n, m] = x[n, d] W[m, d]^T, one warp per output element, fp32 accumulation. For narrow outputs only.
 __global__ void k_dot_rows(float *out, const float *x, const void *W, int w_bf16, int n, int m, int d) {
+    CU_PDL_ENTER();
     int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (wid >= (int64_t)n * m) return;
@@ -39,13 +40,12 @@ static void dot_rows(fd_backend *be, float *out, const float *x, const fd_weight
     FD_CHECK(W->dev && (W->dev_dtype == FD_BF16 || W->dev_dtype == FD_F32));
     int m = (int)W->rows, d = (int)W->cols;
     int64_t warps = (int64_t)n * m;
-    k_dot_rows<<<cu_blocks(warps * 32, 256), 256, 0, cu_of(be)->stream>>>(out, x, W->dev, W->dev_dtype == FD_BF16, n, m,
-                                                                          d);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_dot_rows, cu_blocks(warps * 32, 256), 256, 0, out, x, W->dev, W->dev_dtype == FD_BF16, n, m, d);
 }
 
 // One warp per token: probs = softmax(logits) in place, then k rounds of warp argmax (lower id wins ties).
 __global__ void k_topk(float *logits, int32_t *ids, float *wts, int n, int E, int k, int renorm) {
+    CU_PDL_ENTER();
     int t = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (t >= n) return;
@@ -88,6 +88,7 @@ __global__ void k_topk(float *logits, int32_t *ids, float *wts, int n, int E, in
 
 // xs[r, :] = x[src[r], :]
 __global__ void k_gather_rows(float *xs, const float *x, const int32_t *src, int rows, int d) {
+    CU_PDL_ENTER();
     for (int r = blockIdx.y; r < rows; r += gridDim.y) // grid.y is capped at 65535
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < d; j += gridDim.x * blockDim.x)
             xs[(int64_t)r * d + j] = x[(int64_t)src[r] * d + j];
@@ -96,6 +97,7 @@ __global__ void k_gather_rows(float *xs, const float *x, const int32_t *src, int
 // out[t, :] = sum_j w[t, j] Y[pos[t, j], :] + (ysh ? sg(t) * ysh[t, :] : 0), sg = sigmoid(shl[t]) or 1
 __global__ void k_moe_combine(float *out, const float *Y, const int32_t *pos, const float *w, int k, const float *ysh,
                               const float *shl, int n, int d) {
+    CU_PDL_ENTER();
     for (int t = blockIdx.y; t < n; t += gridDim.y) {
         float sg = 1.f;
         if (shl) sg = 1.f / (1.f + expf(-shl[t]));
@@ -141,8 +143,7 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
     char *hs = (char *)cu_scratch(be, CU_SCR_H, (size_t)(4 * nk + n) * 4);
     int32_t *d_ids = (int32_t *)hs, *d_pos = d_ids + 2 * nk, *d_src = d_ids + 3 * nk;
     float *d_w = (float *)(d_ids + nk), *d_shl = (float *)(d_ids + 4 * nk);
-    k_topk<<<cu_blocks((int64_t)n * 32, 128), 128, 0, c->stream>>>(logits, d_ids, d_w, n, E, k, mw->renorm);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_topk, cu_blocks((int64_t)n * 32, 128), 128, 0, logits, d_ids, d_w, n, E, k, mw->renorm);
 
     // Host: counting sort of the slots by expert. pos[t*k + j] = row of slot (t, j) in the sorted buffer.
     int32_t *ids = (int32_t *)fd_malloc((size_t)nk * 4 * 3);
@@ -166,8 +167,7 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
 
     float *xs = (float *)cu_scratch(be, CU_SCR_C, (size_t)nk * d * 4);
     float *Y = (float *)cu_scratch(be, CU_SCR_F, (size_t)nk * d * 4);
-    k_gather_rows<<<dim3(row_grid(d), nk < 65535 ? (unsigned)nk : 65535u), 256, 0, c->stream>>>(xs, x, d_src, nk, d);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_gather_rows, dim3(row_grid(d), nk < 65535 ? (unsigned)nk : 65535u), 256, 0, xs, x, d_src, nk, d);
     for (int e = 0; e < E; e++) {
         int cnt = start[e + 1] - start[e];
         if (!cnt) continue;
@@ -184,9 +184,8 @@ void cu_moe(fd_backend *be, void *out, const void *xv, const fd_moe_weights *mw,
             dot_rows(be, shl, x, mw->sh_gate_w, n);
         }
     }
-    k_moe_combine<<<dim3(row_grid(d), n < 65535 ? (unsigned)n : 65535u), 256, 0, c->stream>>>((float *)out, Y, d_pos,
-                                                                                              d_w, k, ysh, shl, n, d);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_moe_combine, dim3(row_grid(d), n < 65535 ? (unsigned)n : 65535u), 256, 0, (float *)out, Y, d_pos,
+              d_w, k, ysh, shl, n, d);
     // A host-to-device copy from pageable memory is staged before cudaMemcpyAsync returns: safe to free.
     free(ids);
     free(start);

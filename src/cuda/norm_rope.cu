@@ -35,6 +35,7 @@ static __device__ __forceinline__ float sigmoid_f(float x) {
 
 // One block per row. out may alias x: each element is read and then written by the same thread.
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, float eps, int plus_one) {
+    CU_PDL_ENTER();
     int64_t row = blockIdx.x;
     const float *xr = x + row * d;
     float *orow = out + row * d;
@@ -68,21 +69,23 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, flo
 }
 
 // The block size of a row norm depends on d only, so a row's reduction order never depends on n.
-static int rms_threads(int d) { return d >= 1024 ? 512 : 128; }
+static int rms_threads(int d) {
+    return d >= 1024 ? 512 : 128;
+}
 
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,
                 int plus_one) {
     if (n <= 0) return;
     FD_CHECK(n < (1ll << 31));
-    k_rmsnorm<<<(unsigned)n, rms_threads(d), 0, cu_of(be)->stream>>>((float *)out, (const float *)x, cu_wf32(w), d,
-                                                                     eps, plus_one);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_rmsnorm, (unsigned)n, rms_threads(d), 0, (float *)out, (const float *)x, cu_wf32(w), d, eps,
+              plus_one);
 }
 
 // k_add then k_rmsnorm in one pass: the same block size, loops and float operations as k_rmsnorm on the sum
 // (each thread adds, stores and squares its own elements, then re-reads what it stored), so the results are
 // bitwise the two-kernel path's. Saves a launch and one read of x per decoder sublayer.
 __global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float *w, int d, float eps, int plus_one) {
+    CU_PDL_ENTER();
     int64_t row = blockIdx.x;
     float *xr = x + row * d;
     const float *yr = y + row * d;
@@ -129,15 +132,15 @@ void cu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_
                     int plus_one) {
     if (n <= 0) return;
     FD_CHECK(n < (1ll << 31));
-    k_add_rmsnorm<<<(unsigned)n, rms_threads(d), 0, cu_of(be)->stream>>>((float *)out, (float *)x, (const float *)y,
-                                                                         cu_wf32(w), d, eps, plus_one);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_add_rmsnorm, (unsigned)n, rms_threads(d), 0, (float *)out, (float *)x, (const float *)y, cu_wf32(w),
+              d, eps, plus_one);
 }
 
 // One warp per row of dv: out = w * x * rsqrt(mean(x^2) + eps) * silu(z). out may alias x (per-lane read, then write).
 #define GRMS_REG 8
 __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, const float *w, int64_t rows, int dv,
                                 float eps) {
+    CU_PDL_ENTER();
     int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -171,9 +174,8 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
 void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows, int dv,
                       float eps) {
     if (rows <= 0) return;
-    k_gated_rmsnorm<<<cu_blocks(rows, 8), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)x, (const float *)z,
-                                                                       cu_wf32(w), rows, dv, eps);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_gated_rmsnorm, cu_blocks(rows, 8), 256, 0, (float *)out, (const float *)x, (const float *)z,
+              cu_wf32(w), rows, dv, eps);
 }
 
 // ---- elementwise ----
@@ -181,12 +183,15 @@ void cu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, c
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void k_add(float *x, const float *y, int64_t count) {
+    CU_PDL_ENTER();
     GRID_STRIDE(i, count) x[i] += y[i];
 }
 __global__ void k_silu_mul(float *out, const float *g, const float *u, int64_t count) {
+    CU_PDL_ENTER();
     GRID_STRIDE(i, count) out[i] = silu_f(g[i]) * u[i];
 }
 __global__ void k_sigmoid_mul(float *x, const float *gate, int64_t count) {
+    CU_PDL_ENTER();
     GRID_STRIDE(i, count) x[i] *= sigmoid_f(gate[i]);
 }
 
@@ -197,22 +202,20 @@ static unsigned ew_grid(int64_t count) {
 
 void cu_add(fd_backend *be, void *x, const void *y, int64_t count) {
     if (count <= 0) return;
-    k_add<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)x, (const float *)y, count);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_add, ew_grid(count), 256, 0, (float *)x, (const float *)y, count);
 }
 void cu_silu_mul(fd_backend *be, void *out, const void *g, const void *u, int64_t count) {
     if (count <= 0) return;
-    k_silu_mul<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)out, (const float *)g, (const float *)u, count);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_silu_mul, ew_grid(count), 256, 0, (float *)out, (const float *)g, (const float *)u, count);
 }
 void cu_sigmoid_mul(fd_backend *be, void *x, const void *gate, int64_t count) {
     if (count <= 0) return;
-    k_sigmoid_mul<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)x, (const float *)gate, count);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_sigmoid_mul, ew_grid(count), 256, 0, (float *)x, (const float *)gate, count);
 }
 
 // qg [n, H, 2hd] (per head: query | gate) -> q [n, H, hd], gate [n, H*hd]
 __global__ void k_split_q_gate(float *q, float *gate, const float *qg, int64_t count, int hd) {
+    CU_PDL_ENTER();
     GRID_STRIDE(i, count) { // i indexes q: (token*H + head)*hd + j
         int64_t th = i / hd;
         int j = (int)(i - th * hd);
@@ -224,9 +227,7 @@ __global__ void k_split_q_gate(float *q, float *gate, const float *qg, int64_t c
 void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n, int H, int hd) {
     int64_t count = (int64_t)n * H * hd;
     if (count <= 0) return;
-    k_split_q_gate<<<ew_grid(count), 256, 0, cu_of(be)->stream>>>((float *)q, (float *)gate, (const float *)qg, count,
-                                                                  hd);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_split_q_gate, ew_grid(count), 256, 0, (float *)q, (float *)gate, (const float *)qg, count, hd);
 }
 
 // NeoX rotary on dims [0, rot_dim) of each head: pairs (i, i + rot_dim/2) rotate by pos * inv_freq[i].
@@ -234,6 +235,7 @@ void cu_split_q_gate(fd_backend *be, void *q, void *gate, const void *qg, int n,
 // on the host, angle = (float)pos * inv_freq in fp32; only cos/sin differ (full-precision sincosf).
 __global__ void k_rope(float *x, int n, int H, int hd, int half, const float *inv_freq, int64_t pos0,
                        const int64_t *pos_dev) {
+    CU_PDL_ENTER();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // over n*H*half
     int64_t total = (int64_t)n * H * half;
     if (idx >= total) return;
@@ -283,8 +285,7 @@ void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float t
     const float *dinv = rope_inv_freq(be, theta, rot_dim);
     if (!dinv) return;
     int64_t total = (int64_t)n * H * half;
-    k_rope<<<cu_blocks(total, 256), 256, 0, cu_of(be)->stream>>>((float *)x, n, H, hd, half, dinv, pos0, pos_dev);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_rope, cu_blocks(total, 256), 256, 0, (float *)x, n, H, hd, half, dinv, pos0, pos_dev);
 }
 
 // ---- fused q/k preparation of gated attention (qk_norm_rope) ----
@@ -296,12 +297,13 @@ void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float t
 __global__ void k_qk_norm_rope(float *q, float *gate, float *k, const float *qg, const float *q_w, const float *k_w,
                                int n, int H, int Hkv, int hd, int half, const float *inv_freq, float eps, int64_t pos0,
                                const int64_t *pos_dev) {
+    CU_PDL_ENTER();
     extern __shared__ float qkr_rows[]; // [QKR_WARPS, hd]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int heads = H + Hkv;
     const int64_t r = (int64_t)blockIdx.x * QKR_WARPS + warp;
     if (r >= (int64_t)n * heads) return; // whole warps leave; only __syncwarp below
-    if (pos_dev) pos0 = *pos_dev;       // read at execution time, as k_rope
+    if (pos_dev) pos0 = *pos_dev;        // read at execution time, as k_rope
     const int64_t t = r / heads;
     const int h = (int)(r - t * heads);
     const float *src, *w;
@@ -347,8 +349,7 @@ void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *q
     const float *dinv = NULL;
     if (rot_dim > 0 && !(dinv = rope_inv_freq(be, theta, rot_dim))) return; // recording discarded (see above)
     const int64_t rows = (int64_t)n * (H + Hkv);
-    k_qk_norm_rope<<<cu_blocks(rows, QKR_WARPS), QKR_WARPS * 32, (size_t)QKR_WARPS * hd * sizeof(float),
-                     cu_of(be)->stream>>>((float *)q, (float *)gate, (float *)k, (const float *)qg, cu_wf32(q_norm),
-                                          cu_wf32(k_norm), n, H, Hkv, hd, rot_dim / 2, dinv, eps, pos0, pos_dev);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_qk_norm_rope, cu_blocks(rows, QKR_WARPS), QKR_WARPS * 32, (size_t)QKR_WARPS * hd * sizeof(float),
+              (float *)q, (float *)gate, (float *)k, (const float *)qg, cu_wf32(q_norm), cu_wf32(k_norm), n, H, Hkv, hd,
+              rot_dim / 2, dinv, eps, pos0, pos_dev);
 }

@@ -26,7 +26,7 @@
 
 #define SMP_THREADS 1024
 #define SMP_WARPS   (SMP_THREADS / 32)
-#define SMP_BINS    2048 // the widest radix digit (11 bits)
+#define SMP_BINS    2048                // the widest radix digit (11 bits)
 #define SMP_FIX     72057594037927936.0 // 2^56: fixed-point unit of masses (p <= 1, sums of V <= 2^31 terms fit)
 #define FULL_MASK   0xffffffffu
 
@@ -54,7 +54,9 @@ typedef struct {
 static __device__ __forceinline__ bool in_cut(unsigned key, int i, smp_cut c) {
     return key > c.key || (key == c.key && i <= c.idx);
 }
-static __device__ __forceinline__ u64 fixmass(float p) { return (u64)((double)p * SMP_FIX); }
+static __device__ __forceinline__ u64 fixmass(float p) {
+    return (u64)((double)p * SMP_FIX);
+}
 
 // Weights for the index-ordered search: ties of key `v` within `cut` (count), p itself, or the renormalised
 // fp32 p' = fp32(p * scale) of tokens within `cut`.
@@ -168,7 +170,7 @@ static __device__ double block_incl_scan_d(double x, smp_shared *sh) {
 // ---- greedy: argmax, lowest index on ties ----
 static __device__ int block_argmax(const float *__restrict__ l, int V, smp_shared *sh) {
     float bv = -INFINITY;
-    int bi = V; // V: none yet
+    int bi = V;                                          // V: none yet
     for (int i = threadIdx.x; i < V; i += SMP_THREADS) { // ascending, strict >: the lowest index of a tie
         const float x = l[i];
         if (bi == V || x > bv) bv = x, bi = i;
@@ -200,8 +202,8 @@ static __device__ int block_argmax(const float *__restrict__ l, int V, smp_share
 // The first index i whose inclusive cumulative weight exceeds `target` (times the total weight when `relative`),
 // or -1 when none does. The row is split into SMP_THREADS contiguous segments; warps sum them (coalesced), the
 // block scans the sums, and warp 0 scans the one segment where the running sum crosses.
-static __device__ int ordered_find(const float *p, int V, const smp_weight *w, double target,
-                                   int relative, smp_shared *sh) {
+static __device__ int ordered_find(const float *p, int V, const smp_weight *w, double target, int relative,
+                                   smp_shared *sh) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int seg = (V + SMP_THREADS - 1) / SMP_THREADS;
     for (int s = warp; s < SMP_THREADS; s += SMP_WARPS) {
@@ -253,8 +255,7 @@ static __device__ int ordered_find(const float *p, int V, const smp_weight *w, d
 // ---- radix select of a cut ----
 // Within the tokens of `in`, in rank order: by count, the `goal`-th token (goal = k); by mass, the first token whose
 // cumulative mass reaches goal (a fraction) of the set's mass. Returns the cut that ends at that token.
-static __device__ smp_cut select_cut(const float *p, int V, smp_cut in, int by_mass, double goal,
-                                     smp_shared *sh) {
+static __device__ smp_cut select_cut(const float *p, int V, smp_cut in, int by_mass, double goal, smp_shared *sh) {
     const int tid = threadIdx.x;
     unsigned prefix = 0, mask = 0;
     u64 before = 0, target = 0; // weight of the tokens ranked above the current digit's bins; the rank sought
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(SMP_THREADS)
     k_sample_rows(int32_t *__restrict__ out, float *__restrict__ probs_out, const float *__restrict__ logits,
                   float *pbuf, int V, const fd_sample_params *__restrict__ params,
                   const double *__restrict__ uniforms) {
+    CU_PDL_ENTER();
     __shared__ smp_shared sh;
     const int r = blockIdx.x, tid = threadIdx.x;
     const float *l = logits + (size_t)r * V;
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(SMP_THREADS)
     for (int i = tid; i < V; i += SMP_THREADS) p[i] = (float)((double)p[i] * rinv);
     __syncthreads(); // p is read across threads from here on
 
-    const int use_k = sp.top_k > 0 && sp.top_k < V, use_p = sp.top_p > 0 && sp.top_p < 1;
+    const int use_k = sp.top_k > 0 && sp.top_k<V, use_p = sp.top_p> 0 && sp.top_p < 1;
     smp_cut cut = {0u, V - 1}; // everything
     smp_weight w = {W_P, cut, 0u, 1.0};
     if (use_k) cut = select_cut(p, V, cut, 0, (double)sp.top_k, &sh);
@@ -406,9 +408,8 @@ static void sample_run(fd_backend *be, int32_t *out_host, float *probs_dev, cons
     free(host);
     float *pbuf = (float *)cu_scratch(be, CU_SCR_A, (size_t)rows * V * sizeof(float));
     int32_t *ids_dev = (int32_t *)(dev + ub + pb);
-    k_sample_rows<<<rows, SMP_THREADS, 0, c->stream>>>(ids_dev, probs_dev, logits, pbuf, V,
-                                                       (const fd_sample_params *)(dev + ub), (const double *)dev);
-    FD_CUDA_LAUNCH_CHECK();
+    cu_launch(be, k_sample_rows, rows, SMP_THREADS, 0, ids_dev, probs_dev, logits, pbuf, V,
+              (const fd_sample_params *)(dev + ub), (const double *)dev);
     FD_CUDA_CHECK(cudaMemcpyAsync(out_host, ids_dev, ib, cudaMemcpyDeviceToHost, c->stream));
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }

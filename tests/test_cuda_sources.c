@@ -1,0 +1,56 @@
+// Source rules of the CUDA backend that a CPU-only machine can check (no GPU needed):
+//  - every kernel is launched through cu_launch (cuda_common.h), never with <<< >>>, so the pdl route and the
+//    launch check apply to all of them;
+//  - every __global__ function body calls CU_PDL_ENTER: under route pdl=on a kernel may be scheduled before the
+//    one ahead of it has finished, and without the wait it would read that kernel's inputs or outputs too early.
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "test.h"
+
+// Offset of the brace that closes the one opening at s[open].
+static size_t closing_brace(const char *s, size_t open) {
+    int depth = 0;
+    for (size_t i = open; s[i]; i++) {
+        if (s[i] == '{') depth++;
+        if (s[i] == '}' && --depth == 0) return i;
+    }
+    return strlen(s);
+}
+
+TEST(cuda_sources_kernels_launch_through_cu_launch_and_wait) {
+    const char *dir_path = FD_SOURCE_DIR "/src/cuda";
+    DIR *dir = opendir(dir_path);
+    ASSERT(dir, "cannot open %s", dir_path);
+    int files = 0, kernels = 0;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".cu")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir_path, de->d_name);
+        char *src = fd_read_file(path, NULL);
+        ASSERT(src, "%s", fd_error_msg());
+        files++;
+        EXPECT(!strstr(src, "<<<"), "%s launches a kernel with <<< >>> instead of cu_launch", de->d_name);
+        for (const char *g = strstr(src, "__global__"); g; g = strstr(g + 1, "__global__")) {
+            const char *open = strchr(g, '{');
+            ASSERT(open, "%s: __global__ without a body", de->d_name);
+            size_t end = closing_brace(src, (size_t)(open - src));
+            char *body = fd_malloc(end - (size_t)(open - src) + 1);
+            memcpy(body, open, end - (size_t)(open - src));
+            body[end - (size_t)(open - src)] = 0;
+            const char *name_end = strchr(g, '(');
+            EXPECT(strstr(body, "CU_PDL_ENTER()"), "%s: kernel at '%.60s' never calls CU_PDL_ENTER", de->d_name,
+                   name_end ? g : "?");
+            free(body);
+            kernels++;
+        }
+        free(src);
+    }
+    closedir(dir);
+    printf("    %d .cu files, %d kernels checked\n", files, kernels);
+    EXPECT(files >= 10 && kernels >= 30, "found only %d files / %d kernels under %s", files, kernels, dir_path);
+}
