@@ -68,9 +68,9 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 #define CU_GEMV_MAX_N    16
 #define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
 #define CU_GEMV_MAX_SEGS 4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
-#define CU_GEMV_BLOCKS_PER_SM                                                                                          \
-    2 // default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2
-      // vs 15.7 at 6
+// Default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
+// 15.7 at 6.
+#define CU_GEMV_BLOCKS_PER_SM 2
 #define CU_GEMV_VARIANT  0  // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
 #define CU_GEMV_VARIANTS 7  // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
 #define CU_DEFERRED_MAX  64 // scratch buffers a failed recording may have replaced before graph_end frees them
