@@ -71,10 +71,10 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 // Default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
 // 15.7 at 6.
 #define CU_GEMV_BLOCKS_PER_SM 2
-#define CU_GEMV_VARIANT  0  // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
-#define CU_GEMV_VARIANTS 7  // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
-#define CU_DEFERRED_MAX  64 // scratch buffers a failed recording may have replaced before graph_end frees them
-#define CU_ROPE_TABLES   8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
+#define CU_GEMV_VARIANT       0  // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
+#define CU_GEMV_VARIANTS      7  // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
+#define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
+#define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
 
 typedef struct {
     int device;
