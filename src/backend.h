@@ -61,7 +61,10 @@ typedef struct {
 // A named execution route: an op with more than one implementation. The choice is explicit (default, flag
 // `--route NAME=VALUE`, env FD_ROUTE_<NAME>), printed at start, and every call is counted under the value that
 // actually ran, so a run can prove it took the route it was asked for (routes_verify in engine/routes.h).
+// A value named FD_ROUTE_AUTO picks one of the route's other values per call by a documented rule and counts the
+// call under the value it picked; routes_verify accepts any counted value while it is selected.
 #define FD_ROUTE_MAX_VALUES 4
+#define FD_ROUTE_AUTO "auto"
 typedef struct {
     const char *name;
     const char *values[FD_ROUTE_MAX_VALUES + 1]; // NULL-terminated

@@ -138,6 +138,30 @@ TEST(models_route_verify_catches_a_switch) {
     fixture_free(&fx);
 }
 
+// A route set to "auto" (FD_ROUTE_AUTO; the cuda backend's gemm_act) picks a value per call and counts the call
+// under the value it ran: routes_verify accepts any counted value then, and still refuses them once a fixed
+// value is selected. Checked on a stand-in route swapped into the CPU backend's table.
+TEST(models_route_verify_accepts_auto) {
+    fixture fx;
+    ASSERT(fixture_load("qwen3_next_moe", &fx) == 0, "%s", fd_error_msg());
+    loaded L;
+    ASSERT(open_model(&L, fx.dir, 64, FD_GDN_CHUNKED, fx.n_ids + 4) == 0, "%s", fd_error_msg());
+    int sel = 2;
+    fd_route stand_in = {.name = "stand_in", .values = {"lo", "hi", FD_ROUTE_AUTO, NULL}, .sel = &sel};
+    stand_in.calls[0] = 3, stand_in.calls[1] = 2;
+    fd_route *saved = L.e.be->routes;
+    const int saved_n = L.e.be->n_routes;
+    L.e.be->routes = &stand_in, L.e.be->n_routes = 1;
+    EXPECT(routes_verify(&L.e) == 0, "auto with hits on both values: %s", fd_error_msg());
+    EXPECT(routes_set(&L.e, "stand_in=lo") == 0, "%s", fd_error_msg());
+    EXPECT(routes_verify(&L.e) != 0 && strstr(fd_error_msg(), "stand_in") && strstr(fd_error_msg(), "'hi'"),
+           "lo selected, 2 calls ran hi: %s", fd_error_msg());
+    EXPECT(routes_set(&L.e, "stand_in=auto") == 0 && sel == 2, "%s", fd_error_msg());
+    L.e.be->routes = saved, L.e.be->n_routes = saved_n;
+    close_model(&L);
+    fixture_free(&fx);
+}
+
 // FP8 E4M3 KV cache (route kv=e4m3): greedy ids must not change on any fixture; the logit error against HF
 // is reported and bounded (e4m3 keeps 3 mantissa bits, every (token, head) row scaled to its own max).
 TEST(models_kv_e4m3_keeps_greedy) {

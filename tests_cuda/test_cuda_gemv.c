@@ -11,6 +11,8 @@
 //   - matmul_multi (fused projections): an eligible group runs as ONE gemv launch and every output is bitwise the
 //     separate matmul's, for n = 1..16 and both gemm_act values; groups it cannot fuse (an fp32 weight, weights
 //     of different k, n > 16, more than 4 weights) run one by one and are still right.
+//   - gemm_act=auto: bitwise bf16x2 for k <= 256 and bf16 above, on both GEMM paths and for fused groups, and
+//     counted under the value it ran;
 //   - the load schedules (fd_cuda_set_gemv_variant): every variant bitwise variant 0 at several k-slicing
 //     targets, for every n, under both gemm_act values, for fused groups too, and on its own against the CPU.
 // Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
@@ -88,14 +90,17 @@ static void set_route(const char *route, const char *value) {
     ASSERT(fd_cuda_set_route(gpu(), route, value) == 0, "%s", fd_error_msg());
 }
 
-// Calls counted under route gemm_small's value `value` so far.
-static int64_t small_calls(const char *value) {
+// Calls counted under a route's value `value` so far.
+static int64_t route_calls(const char *route, const char *value) {
     fd_backend *g = gpu();
     for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, "gemm_small"))
+        if (!strcmp(g->routes[i].name, route))
             for (int v = 0; g->routes[i].values[v]; v++)
                 if (!strcmp(g->routes[i].values[v], value)) return g->routes[i].calls[v];
     return -1;
+}
+static int64_t small_calls(const char *value) {
+    return route_calls("gemm_small", value);
 }
 
 // One GPU matmul into a poisoned buffer; returns the host copy of out [n, m].
@@ -522,6 +527,53 @@ TEST(cuda_gemv_variants_bitwise) {
     }
     fd_cuda_set_gemv_variant(gpu(), prev_variant);
     fd_cuda_set_gemv_blocks_per_sm(gpu(), prev_bps);
+    set_route("gemm_act", prev_act);
+    set_route("gemm_small", prev_small);
+}
+
+// gemm_act=auto (the default) picks bf16x2 for k <= 256 and bf16 above (src/cuda/gemm.cu): each result must be
+// bitwise the explicitly selected route's, on the gemv (n <= 16) and cuBLAS (n > 16) paths and for a fused group,
+// and every call must be counted under the value that ran. A bad value is refused with the list of values.
+TEST(cuda_gemm_act_auto_by_k) {
+    const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
+    set_route("gemm_small", "gemv");
+    EXPECT(fd_cuda_set_route(gpu(), "gemm_act", "fp8") != 0 && strstr(fd_error_msg(), "bf16x2") &&
+               strstr(fd_error_msg(), "auto"),
+           "gemm_act=fp8 accepted or an unhelpful error: %s", fd_error_msg());
+    static const int ks[] = {256, 264}, ns[] = {1, 9, 16, 40};
+    for (int ki = 0; ki < 2; ki++) {
+        const int k = ks[ki], m = 300;
+        const char *expect = k <= 256 ? "bf16x2" : "bf16";
+        tw W[2] = {mkw(m, k), mkw(48, k)};
+        const fd_weight *Wg[2] = {&W[0].g, &W[1].g};
+        float *x = rnd((size_t)40 * k, -1, 1);
+        void *dx = up(x, (size_t)40 * k);
+        for (int ni = 0; ni < 4; ni++) {
+            const int n = ns[ni];
+            set_route("gemm_act", expect);
+            float *ref = gpu_matmul(dx, Wg[0], n), *ref_multi[2];
+            gpu_multi(ref_multi, dx, Wg, 2, n);
+            set_route("gemm_act", "auto");
+            const int64_t c_split = route_calls("gemm_act", "bf16x2"), c_plain = route_calls("gemm_act", "bf16");
+            float *got = gpu_matmul(dx, Wg[0], n), *got_multi[2];
+            gpu_multi(got_multi, dx, Wg, 2, n);
+            const int64_t d_split = route_calls("gemm_act", "bf16x2") - c_split;
+            const int64_t d_plain = route_calls("gemm_act", "bf16") - c_plain;
+            EXPECT(!memcmp(got, ref, (size_t)n * m * 4), "auto k=%d n=%d: not bitwise gemm_act=%s", k, n, expect);
+            for (int i = 0; i < 2; i++)
+                EXPECT(!memcmp(got_multi[i], ref_multi[i], (size_t)n * Wg[i]->rows * 4),
+                       "auto k=%d n=%d: fused weight %d not bitwise gemm_act=%s", k, n, i, expect);
+            EXPECT((k <= 256 ? d_split : d_plain) == 3 && (k <= 256 ? d_plain : d_split) == 0,
+                   "auto k=%d n=%d: counted %lld bf16x2 / %lld bf16 calls, expected 3 under %s", k, n,
+                   (long long)d_split, (long long)d_plain, expect);
+            printf("    auto k=%d n=%-2d: bitwise gemm_act=%s (single and fused), counted as %s\n", k, n, expect,
+                   expect);
+            free(ref), free(got);
+            for (int i = 0; i < 2; i++) free(ref_multi[i]), free(got_multi[i]);
+        }
+        free(x), gpu()->free(gpu(), dx);
+        freew(&W[0]), freew(&W[1]);
+    }
     set_route("gemm_act", prev_act);
     set_route("gemm_small", prev_small);
 }

@@ -8,8 +8,9 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 #include "backend.h"
 
 // Routes (name = values, default first; env var read by fd_backend_cuda_create):
-//   gemm_act = bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or split
-//                              into two bf16 terms (two GEMMs, ~fp32-accurate; see src/cuda/gemm.cu)
+//   gemm_act = auto | bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or
+//                              split into two bf16 terms (two GEMMs, ~fp32-accurate), or auto: bf16x2 when k <= 256
+//                              (toy models), else bf16 (every published geometry); see src/cuda/gemm.cu
 //   attn_kernel = mma | simt | splitk   (FD_CUDA_ATTN) attention with > 16 query tokens and >= 64 query rows:
 //                              tensor-core flash kernel (head_dim 64/128/256; Q and P rounded to bf16) or the
 //                              CUDA-core one (splitk selects it too); calls with fewer rows or another head_dim take

@@ -221,10 +221,11 @@ static void cu_destroy(fd_backend *be) {
 }
 
 // ---- routes ----
-static const char *const k_gemm_act[] = {"bf16", "bf16x2"};
-static const char *const k_attn_kernel[] = {"simt", "mma"};
-static const char *const k_gemm_small[] = {"gemv", "cublas"};
-static const char *const k_pdl[] = {"off", "on"};
+// Values a route can be set to, NULL-terminated (attn_kernel's counted-only splitk is not one of them).
+static const char *const k_gemm_act[] = {"bf16", "bf16x2", "auto", NULL};
+static const char *const k_attn_kernel[] = {"simt", "mma", NULL};
+static const char *const k_gemm_small[] = {"gemv", "cublas", NULL};
+static const char *const k_pdl[] = {"off", "on", NULL};
 
 static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
     if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
@@ -238,12 +239,15 @@ extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *
     const char *const *names;
     int *slot = route_slot(be, route, &names);
     if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, gemm_small, pdl)", route);
-    for (int i = 0; i < 2; i++)
+    char known[64] = "";
+    for (int i = 0; names[i]; i++) {
         if (!strcmp(value, names[i])) {
             *slot = i;
             return 0;
         }
-    return fd_error_set("cuda route %s: '%s' is not %s or %s", route, value, names[0], names[1]);
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", names[i]);
+    }
+    return fd_error_set("cuda route %s: '%s' is not one of %s", route, value, known);
 }
 
 extern "C" const char *fd_cuda_route(fd_backend *be, const char *route) {
@@ -265,9 +269,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
     c->device = device;
     // Default routes. attn_kernel=mma: validated against the CPU reference on the H200 (run 2, docs/perf-notes.md)
-    // and 13x the CUDA-core kernel at prefill. gemm_act=bf16: the numerics contract (DESIGN.md §5).
+    // and 13x the CUDA-core kernel at prefill. gemm_act=auto: bf16 activations (the numerics contract, DESIGN.md
+    // §5) on every real geometry, ~fp32 ones on GEMMs with k <= 256 (toy models; gemm.cu).
     c->attn_kernel = CU_ATTN_MMA;
-    c->gemm_act = CU_GEMM_BF16;
+    c->gemm_act = CU_GEMM_AUTO;
     // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
     c->gemm_small = CU_GEMM_SMALL_GEMV;
     // pdl=off: with the wait-only form (cuda_common.h CU_PDL_ENTER) pdl=on measured no gain on the H200 (27B
@@ -341,8 +346,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rg->name = "gemm_act";
     rg->values[0] = "bf16";
     rg->values[1] = "bf16x2";
+    rg->values[2] = "auto"; // chooses per GEMM; its calls are counted under the value that ran
     rg->sel = &c->gemm_act;
-    rg->help = "fp32 activations into bf16-weight GEMMs: rounded to bf16, or split into two bf16 terms";
+    rg->help = "fp32 activations into bf16-weight GEMMs: rounded to bf16, split into two bf16 terms, or auto "
+               "(bf16x2 when k <= 256, else bf16)";
     ra->name = "attn_kernel";
     ra->values[0] = "simt";
     ra->values[1] = "mma";

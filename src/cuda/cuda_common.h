@@ -51,8 +51,11 @@ enum {
     CU_SCR_COUNT
 };
 
-// Route gemm_act (see gemm.cu): how fp32 activations enter a bf16-weight GEMM.
-enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1 };
+// Route gemm_act (see gemm.cu): how fp32 activations enter a bf16-weight GEMM. auto: bf16x2 when the reduction
+// depth k is at most CU_GEMM_AUTO_SPLIT_MAX_K, else bf16 (cu_gemm_split). Decided by k alone, which every weight of
+// a fused launch shares, so a fused result stays bitwise the separate call's and decode stays batch invariant.
+enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1, CU_GEMM_AUTO = 2 };
+#define CU_GEMM_AUTO_SPLIT_MAX_K 256
 // Route attn_kernel: CUDA-core flash kernel (attention.cu) or tensor-core mma.sync kernel (attention_mma.cu) for
 // calls with >= 64 query rows and head_dim 64/128/256 (others take the CUDA-core kernel). Calls with at most
 // CU_DECODE_MAX_N query tokens always take the split-K decode kernel (attention_decode.cu; head_dim 64/128/256,
@@ -272,6 +275,10 @@ static inline unsigned cu_blocks(int64_t count, int threads) {
 const float *cu_wf32(const fd_weight *w);
 
 // ---- gemm.cu ----
+// 1 when a bf16-weight GEMM with reduction depth k splits its activations into two bf16 terms (route gemm_act).
+static inline int cu_gemm_split(int gemm_act, int64_t k) {
+    return gemm_act == CU_GEMM_BF16X2 || (gemm_act == CU_GEMM_AUTO && k <= CU_GEMM_AUTO_SPLIT_MAX_K);
+}
 void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32);
 void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n);
 // Row-major out[n, m] (fp32) = x[n, k] (fp32) W[m, k]^T with W bf16 or fp32 on the device.

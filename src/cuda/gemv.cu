@@ -12,7 +12,8 @@
 // physical 8t+0,1 | 8t+2,3 for both operands.
 //
 // gemm_act (same numerics as the cuBLAS route): bf16 rounds x to bf16, so every product equals the cuBLAS path's
-// and only the summation order differs; bf16x2 splits x = hi + lo (both bf16) and runs an MMA for each.
+// and only the summation order differs; bf16x2 splits x = hi + lo (both bf16) and runs an MMA for each; auto picks
+// one of the two by k (cu_gemm_split), the same for every weight of a fused launch.
 //
 // Batch invariance (the contract that makes speculative decoding lossless on the GPU): one output element is the
 // same sum in the same order whatever n is and whatever the other token rows hold. The k partition depends on
@@ -596,7 +597,7 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
             if (job.seg[i].S > 1)
                 job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
     }
-    const int split = c->gemm_act == CU_GEMM_BF16X2;
+    const int split = cu_gemm_split(c->gemm_act, k);
     c->gemv_launches++;
     // Variant 0 (batch): n <= 8: one token group. n > 8: two groups on the same 32-row blocks (same grid, same
     // partition: the two are bitwise interchangeable by construction), x loaded step by step. Both keep two steps of

@@ -113,6 +113,11 @@ void routes_print(fd_engine *e, FILE *f) {
     fputc('\n', f);
 }
 
+// A value named "auto" chooses among the route's other values per call (FD_ROUTE_AUTO in backend.h).
+static int route_is_auto(const fd_route *r) {
+    return !strcmp(r->values[*r->sel], FD_ROUTE_AUTO);
+}
+
 void routes_print_hits(fd_engine *e, FILE *f) {
     fd_route *r[FD_MAX_ROUTES];
     const int n = routes_list(e, r);
@@ -122,6 +127,7 @@ void routes_print_hits(fd_engine *e, FILE *f) {
         for (int v = 0; r[i]->values[v]; v++)
             fprintf(f, "  %s %lld / %lld", r[i]->values[v], (long long)r[i]->calls[v], (long long)r[i]->tokens[v]);
         if (r[i]->by_shape) fprintf(f, "  (%s)", r[i]->by_shape);
+        if (route_is_auto(r[i])) fprintf(f, "  (auto: each call counted under the value it ran)");
         fputc('\n', f);
     }
 }
@@ -130,7 +136,7 @@ int routes_verify(fd_engine *e) {
     fd_route *r[FD_MAX_ROUTES];
     const int n = routes_list(e, r);
     for (int i = 0; i < n; i++) {
-        if (r[i]->by_shape) continue;
+        if (r[i]->by_shape || route_is_auto(r[i])) continue;
         for (int v = 0; r[i]->values[v]; v++)
             if (v != *r[i]->sel && r[i]->calls[v])
                 return fd_error_set("route %s: %lld calls ran '%s' although '%s' was selected", r[i]->name,
