@@ -1,8 +1,10 @@
 // Source rules of the CUDA backend that a CPU-only machine can check (no GPU needed):
 //  - every kernel is launched through cu_launch (cuda_common.h), never with <<< >>>, so the pdl route and the
 //    launch check apply to all of them;
-//  - every __global__ function body calls CU_PDL_ENTER: under route pdl=on a kernel may be scheduled before the
-//    one ahead of it has finished, and without the wait it would read that kernel's inputs or outputs too early.
+//  - every __global__ function body calls CU_PDL_ENTER: under route pdl=gemv a kernel may be scheduled before the
+//    one ahead of it has finished, and without the wait it would read that kernel's inputs or outputs too early;
+//  - a file that launches kernels early (cu_launch_early) has no __ldg: a non-coherent load may be scheduled
+//    above the wait and read the previous kernel's output before it is written (cuda_common.h).
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@ TEST(cuda_sources_kernels_launch_through_cu_launch_and_wait) {
     const char *dir_path = FD_SOURCE_DIR "/src/cuda";
     DIR *dir = opendir(dir_path);
     ASSERT(dir, "cannot open %s", dir_path);
-    int files = 0, kernels = 0;
+    int files = 0, kernels = 0, early_files = 0;
     struct dirent *de;
     while ((de = readdir(dir))) {
         size_t len = strlen(de->d_name);
@@ -35,6 +37,10 @@ TEST(cuda_sources_kernels_launch_through_cu_launch_and_wait) {
         ASSERT(src, "%s", fd_error_msg());
         files++;
         EXPECT(!strstr(src, "<<<"), "%s launches a kernel with <<< >>> instead of cu_launch", de->d_name);
+        if (strstr(src, "cu_launch_early(")) {
+            early_files++;
+            EXPECT(!strstr(src, "__ldg("), "%s launches early (cu_launch_early) but reads with __ldg", de->d_name);
+        }
         for (const char *g = strstr(src, "__global__"); g; g = strstr(g + 1, "__global__")) {
             const char *open = strchr(g, '{');
             ASSERT(open, "%s: __global__ without a body", de->d_name);
@@ -51,6 +57,7 @@ TEST(cuda_sources_kernels_launch_through_cu_launch_and_wait) {
         free(src);
     }
     closedir(dir);
-    printf("    %d .cu files, %d kernels checked\n", files, kernels);
+    printf("    %d .cu files, %d kernels checked, %d file(s) launching early\n", files, kernels, early_files);
     EXPECT(files >= 10 && kernels >= 30, "found only %d files / %d kernels under %s", files, kernels, dir_path);
+    EXPECT(early_files >= 1, "no file launches with cu_launch_early: the rule above checked nothing");
 }

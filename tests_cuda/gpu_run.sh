@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call, in stages chosen by STAGES (default: tests bench sanit e2e tiny):
 #   tests  every fd_cuda_tests test, one process each (FD_CUDA_SYNC=1 so a fault names its op)
+#   nosync the same without FD_CUDA_SYNC, so launches overlap (route pdl): catches ordering races
 #   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table, fused norms
 #   prof   the 27B op table again with per-stage CUDA events (FD_CUDA_PROFILE=1; not headline timings)
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
@@ -32,6 +33,15 @@ if has tests; then
         FD_CUDA_SYNC=1 timeout 90 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests.log"
     done
     grep -E '^(ok|FAIL) |FAIL |fatal|exited|EXPECT|ASSERT' "$OUT/tests.log" | head -80
+fi
+if has nosync; then
+    stamp "tests without FD_CUDA_SYNC (overlapping launches)"
+    TESTS=${TESTS:-$(grep -ho 'TEST(cuda_[a-z0-9_]*' tests_cuda/*.c | sed 's/TEST(//')}
+    : >"$OUT/tests_nosync.log"
+    for t in $TESTS; do
+        timeout 90 "$BIN/fd_cuda_tests" "$t" >>"$OUT/tests_nosync.log" 2>&1 || echo "[$t exited $?]" >>"$OUT/tests_nosync.log"
+    done
+    echo "ok $(grep -c '^ok ' "$OUT/tests_nosync.log")"; grep -E '^FAIL |exited' "$OUT/tests_nosync.log" | head -20
 fi
 if has bench; then
     stamp "bench"

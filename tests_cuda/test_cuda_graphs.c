@@ -63,7 +63,7 @@ static void print_stats(const char *what, const fd_engine *e) {
            (long long)s->eager);
 }
 
-// Route pdl for each engine's calls: the on engine (graphs) runs under pdl=on, the off engine under pdl=off.
+// Route pdl for each engine's calls: the on engine (graphs) runs under pdl=gemv, the off engine under pdl=off.
 static void use_pdl(const char *v) {
     ASSERT(fd_cuda_set_route(gpu(), "pdl", v) == 0, "%s", fd_error_msg());
 }
@@ -79,20 +79,20 @@ static int verify_routes(fd_engine *e) {
 // counts a logits mismatch. greedy: the on engine takes engine_forward_greedy (device argmax) instead of logits.
 static int32_t step_both(pair *p, int32_t tok, float *la, float *lb, int greedy, int *mismatch) {
     int32_t ga = -1;
-    use_pdl("on");
+    use_pdl("gemv");
     if (greedy)
         ASSERT(engine_forward_greedy(&p->on, &tok, 1, &ga) == 0, "%s", fd_error_msg());
     else
         ASSERT(engine_forward(&p->on, &tok, 1, la, 0) == 0, "%s", fd_error_msg());
     use_pdl("off");
     ASSERT(engine_forward(&p->off, &tok, 1, lb, 0) == 0, "%s", fd_error_msg());
-    use_pdl("on");
+    use_pdl("gemv");
     const int32_t gb = engine_argmax(lb, p->V);
     if (greedy ? ga != gb : memcmp(la, lb, sizeof(float) * (size_t)p->V) != 0) (*mismatch)++;
     return gb;
 }
 
-// Decode steps of the graphs=on engine under pdl=on (recorded with programmatic edges, the default) against the
+// Decode steps of the graphs=on engine under pdl=gemv (recorded with programmatic edges, the default) against the
 // graphs=off engine under pdl=off: bitwise equal logits and ids. The prompts run under the same split.
 TEST(cuda_graphs_decode_equal_off) {
     enum { STEPS = 48 };
@@ -104,7 +104,7 @@ TEST(cuda_graphs_decode_equal_off) {
         ASSERT(engine_prefill(&p.on, p.fx.ids, p.fx.n_ids, 0, la, 0) == 0, "%s", fd_error_msg());
         use_pdl("off");
         ASSERT(engine_prefill(&p.off, p.fx.ids, p.fx.n_ids, 0, lb, 0) == 0, "%s", fd_error_msg());
-        use_pdl("on");
+        use_pdl("gemv");
         EXPECT(!memcmp(la, lb, sizeof(float) * (size_t)V), "%s: prefill logits differ", k_fixture_names[f]);
         // prefix-cache style snapshot of the post-prompt state
         es_geom g;

@@ -16,6 +16,10 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 //                              CUDA-core one (splitk selects it too); calls with fewer rows or another head_dim take
 //                              the CUDA-core kernel. Calls with <= 16 tokens (decode, verify) always take the
 //                              split-K decode kernel (splitk; attention_decode.cu), whatever is selected
+//   gemm_small = gemv | cublas   (FD_CUDA_GEMM_SMALL) bf16-weight GEMMs with <= 16 rows: gemv.cu or cuBLASLt
+//   pdl = gemv | off   (FD_CUDA_PDL) programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
+//                              before them runs, their first weight loads in flight before griddepcontrol.wait
+//                              (cuda_common.h); bitwise the results of off
 // Returns 0, or -1 with fd_error set for an unknown route or value.
 int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
 // The active value of a route, NULL for an unknown route.

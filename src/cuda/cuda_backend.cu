@@ -225,7 +225,7 @@ static void cu_destroy(fd_backend *be) {
 static const char *const k_gemm_act[] = {"bf16", "bf16x2", "auto", NULL};
 static const char *const k_attn_kernel[] = {"simt", "mma", NULL};
 static const char *const k_gemm_small[] = {"gemv", "cublas", NULL};
-static const char *const k_pdl[] = {"off", "on", NULL};
+static const char *const k_pdl[] = {"off", "gemv", NULL};
 
 static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
     if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
@@ -275,9 +275,9 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     c->gemm_act = CU_GEMM_AUTO;
     // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
     c->gemm_small = CU_GEMM_SMALL_GEMV;
-    // pdl=off: with the wait-only form (cuda_common.h CU_PDL_ENTER) pdl=on measured no gain on the H200 (27B
-    // decode at 1K 60.3 vs 60.5 tok/s, 32K 59.3 vs 59.3; docs/perf-notes.md session 4), so the plain launch stays.
-    c->pdl = CU_PDL_OFF;
+    // pdl=gemv: the GEMVs' first weight loads overlap the kernel before them; 27B decode +2 % on the H200 and bitwise
+    // the results of pdl=off (docs/perf-notes.md, session 5).
+    c->pdl = CU_PDL_GEMV;
     FD_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     FD_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->lt_workspace_bytes = (size_t)32 << 20; // cuBLASLt's recommendation for Hopper
@@ -374,13 +374,15 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     fd_route *rp = &c->routes[CU_ROUTE_PDL];
     rp->name = "pdl";
     rp->values[0] = "off";
-    rp->values[1] = "on";
+    rp->values[1] = "gemv";
     rp->sel = &c->pdl;
-    rp->help = "programmatic dependent launch: a kernel is scheduled while the one before it finishes (calls = "
-               "kernel launches)";
+    rp->help = "programmatic dependent launch: a small-n GEMV is scheduled while the kernel before it runs and "
+               "streams its first weights (calls = GEMV launches)";
     be->routes = c->routes;
     be->n_routes = 5;
     const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN"), *gs = getenv("FD_CUDA_GEMM_SMALL");
+    const char *pd = getenv("FD_CUDA_PDL");
+    if (pd && fd_cuda_set_route(be, "pdl", pd)) FD_PANIC("FD_CUDA_PDL: %s", fd_error_msg());
     if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
     if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
     if (gs && fd_cuda_set_route(be, "gemm_small", gs)) FD_PANIC("FD_CUDA_GEMM_SMALL: %s", fd_error_msg());

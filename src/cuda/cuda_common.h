@@ -94,7 +94,7 @@ typedef struct {
     int num_sms;
     int kv;             // CU_KV_*
     fd_route routes[5]; // gemm_act, attn_kernel, kv, gemm_small, pdl (be->routes); counted where each op dispatches
-    int pdl;            // CU_PDL_*: kernels launched with programmatic stream serialization (cu_launch)
+    int pdl;            // CU_PDL_*: GEMVs launched with programmatic stream serialization (cu_launch_early)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
@@ -118,10 +118,12 @@ typedef struct {
     int argmax_host_len;
 } cu_impl;
 enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3, CU_ROUTE_PDL = 4 };
-// Route pdl: programmatic dependent launch (cu_launch). on: a kernel is scheduled as the blocks of the one before it
-// exit; it waits in CU_PDL_ENTER (griddepcontrol.wait: the previous grid has completed and its memory is visible)
-// before it touches anything that grid may write or read, so results are bitwise those of off (test_cuda_graphs).
-enum { CU_PDL_OFF = 0, CU_PDL_ON = 1 };
+// Route pdl: programmatic dependent launch (cu_launch_early). gemv: a small-n GEMV is scheduled as soon as the
+// kernel before it signals (right after that kernel's own wait) and streams its first weights while that kernel
+// runs; it waits in CU_PDL_ENTER (griddepcontrol.wait: the previous grid has completed and its memory is visible)
+// before it touches anything that grid may write, so results are bitwise those of off (test_cuda_graphs). Every
+// other kernel launches after its predecessor has completed.
+enum { CU_PDL_OFF = 0, CU_PDL_GEMV = 1 };
 // Route kv: the cache layout (attention.cu).
 enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
 
@@ -202,29 +204,34 @@ static inline cu_impl *cu_of(fd_backend *be) {
 
 // Programmatic dependent launch. Every kernel starts with CU_PDL_ENTER (tests/test_cuda_sources.c checks it): wait
 // until the grid before it in the stream has completed and its memory is visible (a no-op when this grid was
-// launched without the attribute). With route pdl=on the next grid is scheduled as the previous one's blocks exit,
-// so its launch overlaps the previous grid's tail and memory flush; a kernel may do work that reads only constant
-// data (weights) before the wait: k_gemv issues its first weight loads there.
-// No kernel signals griddepcontrol.launch_dependents early: on the H200 (session 4) an early signal right after
-// the wait made decode non-deterministic and graphs on/off disagree, while the same build with pdl=off was
-// bitwise stable. Suspected cause: the next grid then sits on SMs whose L1 keeps lines the still-running grid
-// loads, and many kernels read activations through the non-coherent path (__ldg, const __restrict__).
-static __device__ __forceinline__ void cu_pdl_wait() {
+// launched without the attribute), then signal that the next grid may be scheduled (a no-op unless that grid was
+// launched with the attribute). A kernel may do work that reads only constant data (weights) before the wait:
+// k_gemv issues its first weight loads there.
+// Only GEMV launches may carry the attribute (cu_launch_early, route pdl=gemv), and an early-launched kernel reads
+// what its predecessor wrote only with coherent loads, never ld.global.nc (__ldg, or plain loads of a
+// `const __restrict__` pointer, which the compiler may turn into .nc): .nc promises the data is read-only for the
+// kernel's whole lifetime, so the load may legally be scheduled above the wait, and under PDL the predecessor is
+// still writing it then. H200, session 4: every kernel launched early, decode non-deterministic; session 5: only
+// GEMVs early but x read by __ldg, bench "NOT deterministic"; x read by ld.global.ca: see docs/perf-notes.md.
+// tests/test_cuda_sources.c keeps __ldg out of the files that launch early.
+static __device__ __forceinline__ void cu_pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
 }
-#define CU_PDL_ENTER() cu_pdl_wait()
+#define CU_PDL_ENTER() cu_pdl_enter()
 
 void cu_after_launch(const char *file, int line);
-// The one way kernels are launched: on the backend's stream, with the pdl route's attribute, counted per value.
-// Launch-configuration errors are reported here (cu_after_launch), so call sites need no check of their own.
+// The one way kernels are launched: on the backend's stream; `early` (GEMV launches, cu_launch_early) carries the
+// programmatic-serialization attribute under route pdl=gemv and is counted per route value. Launch-configuration
+// errors are reported here (cu_after_launch), so call sites need no check of their own.
 // A kernel template instance goes in parentheses (the macro would split its argument list at the commas).
 template <typename... Params, typename... Args>
-static inline void cu_launch_at(const char *file, int line, fd_backend *be, void (*kernel)(Params...), dim3 grid,
-                                dim3 block, size_t smem, Args... args) {
+static inline void cu_launch_at(const char *file, int line, int early, fd_backend *be, void (*kernel)(Params...),
+                                dim3 grid, dim3 block, size_t smem, Args... args) {
     cu_impl *c = cu_of(be);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = c->pdl == CU_PDL_ON;
+    attr[0].val.programmaticStreamSerializationAllowed = early && c->pdl == CU_PDL_GEMV;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -232,14 +239,16 @@ static inline void cu_launch_at(const char *file, int line, fd_backend *be, void
     cfg.stream = c->stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    c->routes[CU_ROUTE_PDL].calls[c->pdl]++;
+    if (early) c->routes[CU_ROUTE_PDL].calls[c->pdl]++;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, ((Params)args)...);
     if (e != cudaSuccess)
         fd_panic(file, line, "CUDA kernel launch failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
     cu_after_launch(file, line);
 }
 #define cu_launch(be, kernel, grid, block, smem, ...)                                                                  \
-    cu_launch_at(__FILE__, __LINE__, be, kernel, grid, block, smem, __VA_ARGS__)
+    cu_launch_at(__FILE__, __LINE__, 0, be, kernel, grid, block, smem, __VA_ARGS__)
+#define cu_launch_early(be, kernel, grid, block, smem, ...)                                                            \
+    cu_launch_at(__FILE__, __LINE__, 1, be, kernel, grid, block, smem, __VA_ARGS__)
 
 // Returns a device buffer of at least `bytes` for slot `slot` (contents undefined). Growth bumps graph_gen; during a
 // recording it also marks the recording unusable (cu_capture_fail).

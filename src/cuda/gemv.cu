@@ -114,8 +114,11 @@ static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint3
         for (int j = 0; j < NG; j++) {
             float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
             if (kin && xok[j]) {
-                x0 = __ldg((const float4 *)(xrow[j] + kk));
-                x1 = __ldg((const float4 *)(xrow[j] + kk + 4));
+                // Coherent loads (ld.global.ca), never __ldg: under route pdl=gemv x is written by the kernel
+                // before this one while this grid is already running, and a non-coherent load (.nc promises the
+                // data is read-only for the kernel's lifetime) may be scheduled above the griddepcontrol.wait.
+                x0 = __ldca((const float4 *)(xrow[j] + kk));
+                x1 = __ldca((const float4 *)(xrow[j] + kk + 4));
             }
             gv_split(x0.x, x0.y, &bh[h][j][0], &bl[h][j][0], SPLIT);
             gv_split(x0.z, x0.w, &bh[h][j][1], &bl[h][j][1], SPLIT);
@@ -280,7 +283,7 @@ static __device__ __forceinline__ void gv_finish(const gv_job &job, int si, int 
 template <int NG, int P, int XLAZY, int SPLIT>
 __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
     // CU_PDL_ENTER comes after the first iteration's weight loads (weights are constant during a forward), so under
-    // route pdl=on they are in flight while the previous kernel finishes; x, out and the counters are touched after.
+    // route pdl=gemv they are in flight while the previous kernel runs; x, out and the counters are touched after.
     constexpr int R = GV_ROWS / 16, NC = 8 * NG;
     __shared__ float red[GV_WARPS][GV_ROWS][NC];
     __shared__ int is_last;
@@ -522,23 +525,23 @@ int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int coun
 template <int NG, int P, int XLAZY>
 static void gv_launch(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (split)
-        cu_launch(be, (k_gemv<NG, P, XLAZY, 1>), blocks, GV_THREADS, 0, job, x, n, k);
+        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 1>), blocks, GV_THREADS, 0, job, x, n, k);
     else
-        cu_launch(be, (k_gemv<NG, P, XLAZY, 0>), blocks, GV_THREADS, 0, job, x, n, k);
+        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 0>), blocks, GV_THREADS, 0, job, x, n, k);
 }
 
 template <int P, int MINB>
 static void gv_launch_ring(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (n <= 8) {
         if (split)
-            cu_launch(be, (k_gemv_ring<1, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
+            cu_launch_early(be, (k_gemv_ring<1, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
         else
-            cu_launch(be, (k_gemv_ring<1, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
+            cu_launch_early(be, (k_gemv_ring<1, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
     } else {
         if (split)
-            cu_launch(be, (k_gemv_ring<2, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
+            cu_launch_early(be, (k_gemv_ring<2, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
         else
-            cu_launch(be, (k_gemv_ring<2, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
+            cu_launch_early(be, (k_gemv_ring<2, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
     }
 }
 
@@ -548,14 +551,14 @@ static void gv_launch_stream(fd_backend *be, int blocks, int split, const gv_job
         blocks < MINB * cu_of(be)->num_sms ? blocks : MINB * cu_of(be)->num_sms; // resident at once (launch bounds)
     if (n <= 8) {
         if (split)
-            cu_launch(be, (k_gemv_stream<1, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
+            cu_launch_early(be, (k_gemv_stream<1, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
         else
-            cu_launch(be, (k_gemv_stream<1, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
+            cu_launch_early(be, (k_gemv_stream<1, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
     } else {
         if (split)
-            cu_launch(be, (k_gemv_stream<2, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
+            cu_launch_early(be, (k_gemv_stream<2, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
         else
-            cu_launch(be, (k_gemv_stream<2, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
+            cu_launch_early(be, (k_gemv_stream<2, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
     }
 }
 
