@@ -221,39 +221,32 @@ static void cu_destroy(fd_backend *be) {
 }
 
 // ---- routes ----
-// Values a route can be set to, NULL-terminated (attn_kernel's counted-only splitk is not one of them).
-static const char *const k_gemm_act[] = {"bf16", "bf16x2", "auto", NULL};
-static const char *const k_attn_kernel[] = {"simt", "mma", NULL};
-static const char *const k_gemm_small[] = {"gemv", "cublas", NULL};
-static const char *const k_pdl[] = {"off", "gemv", NULL};
-
-static int *route_slot(fd_backend *be, const char *route, const char *const **names) {
-    if (!strcmp(route, "gemm_act")) return *names = k_gemm_act, &cu_of(be)->gemm_act;
-    if (!strcmp(route, "attn_kernel")) return *names = k_attn_kernel, &cu_of(be)->attn_kernel;
-    if (!strcmp(route, "gemm_small")) return *names = k_gemm_small, &cu_of(be)->gemm_small;
-    if (!strcmp(route, "pdl")) return *names = k_pdl, &cu_of(be)->pdl;
+// By name over the route table built in fd_backend_cuda_create (the same values `--route` selects from).
+static fd_route *route_find(fd_backend *be, const char *route) {
+    for (int i = 0; i < be->n_routes; i++)
+        if (!strcmp(be->routes[i].name, route)) return &be->routes[i];
     return NULL;
 }
 
 extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
-    const char *const *names;
-    int *slot = route_slot(be, route, &names);
-    if (!slot) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, gemm_small, pdl)", route);
+    fd_route *r = route_find(be, route);
+    if (!r) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, kv, gemm_small, pdl)", route);
     char known[64] = "";
-    for (int i = 0; names[i]; i++) {
-        if (!strcmp(value, names[i])) {
-            *slot = i;
+    for (int i = 0; r->values[i]; i++) {
+        if (!strcmp(value, r->values[i])) {
+            if (r->locked && i != *r->sel)
+                return fd_error_set("cuda route %s is fixed at '%s' once caches exist", route, r->values[*r->sel]);
+            *r->sel = i;
             return 0;
         }
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", names[i]);
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", r->values[i]);
     }
     return fd_error_set("cuda route %s: '%s' is not one of %s", route, value, known);
 }
 
 extern "C" const char *fd_cuda_route(fd_backend *be, const char *route) {
-    const char *const *names;
-    int *slot = route_slot(be, route, &names);
-    return slot ? names[*slot] : NULL;
+    const fd_route *r = route_find(be, route);
+    return r ? r->values[*r->sel] : NULL;
 }
 
 extern "C" fd_backend *fd_backend_cuda_create(int device) {
@@ -380,12 +373,14 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
                "streams its first weights (calls = GEMV launches)";
     be->routes = c->routes;
     be->n_routes = 5;
-    const char *ga = getenv("FD_CUDA_GEMM_ACT"), *ak = getenv("FD_CUDA_ATTN"), *gs = getenv("FD_CUDA_GEMM_SMALL");
-    const char *pd = getenv("FD_CUDA_PDL");
-    if (pd && fd_cuda_set_route(be, "pdl", pd)) FD_PANIC("FD_CUDA_PDL: %s", fd_error_msg());
-    if (ga && fd_cuda_set_route(be, "gemm_act", ga)) FD_PANIC("FD_CUDA_GEMM_ACT: %s", fd_error_msg());
-    if (ak && fd_cuda_set_route(be, "attn_kernel", ak)) FD_PANIC("FD_CUDA_ATTN: %s", fd_error_msg());
-    if (gs && fd_cuda_set_route(be, "gemm_small", gs)) FD_PANIC("FD_CUDA_GEMM_SMALL: %s", fd_error_msg());
+    static const char *const env_routes[][2] = {{"FD_CUDA_GEMM_ACT", "gemm_act"},
+                                                {"FD_CUDA_ATTN", "attn_kernel"},
+                                                {"FD_CUDA_GEMM_SMALL", "gemm_small"},
+                                                {"FD_CUDA_PDL", "pdl"}};
+    for (size_t i = 0; i < sizeof env_routes / sizeof env_routes[0]; i++) {
+        const char *v = getenv(env_routes[i][0]);
+        if (v && fd_cuda_set_route(be, env_routes[i][1], v)) FD_PANIC("%s: %s", env_routes[i][0], fd_error_msg());
+    }
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s pdl=%s", device,

@@ -547,8 +547,8 @@ static void gv_launch_ring(fd_backend *be, int blocks, int split, const gv_job &
 
 template <int P, int MINB>
 static void gv_launch_stream(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
-    const int grid =
-        blocks < MINB * cu_of(be)->num_sms ? blocks : MINB * cu_of(be)->num_sms; // resident at once (launch bounds)
+    const int resident = MINB * cu_of(be)->num_sms; // blocks resident at once (launch bounds)
+    const int grid = blocks < resident ? blocks : resident;
     if (n <= 8) {
         if (split)
             cu_launch_early(be, (k_gemv_stream<1, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);

@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(SMP_THREADS)
     for (int i = tid; i < V; i += SMP_THREADS) p[i] = (float)((double)p[i] * rinv);
     __syncthreads(); // p is read across threads from here on
 
-    const int use_k = sp.top_k > 0 && sp.top_k<V, use_p = sp.top_p> 0 && sp.top_p < 1;
+    const int use_k = (sp.top_k > 0 && sp.top_k < V), use_p = (sp.top_p > 0 && sp.top_p < 1);
     smp_cut cut = {0u, V - 1}; // everything
     smp_weight w = {W_P, cut, 0u, 1.0};
     if (use_k) cut = select_cut(p, V, cut, 0, (double)sp.top_k, &sh);
