@@ -12,18 +12,8 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/weight.h" // fd_weight: a bound weight and its format
 
-// A weight matrix or vector as bound from the checkpoint. `data` is host memory (mmap) until
-// upload_weight() gives the backend its own copy in `dev`.
-typedef struct {
-    const char *name;
-    fd_dtype dtype;  // dtype of `data` (F32, F16 or BF16 as published)
-    int64_t rows;    // output features (or length for vectors)
-    int64_t cols;    // input features (1 for vectors)
-    const void *data;
-    void *dev;       // backend copy (cpu: == data)
-    fd_dtype dev_dtype;
-} fd_weight;
 
 typedef struct fd_backend fd_backend;
 

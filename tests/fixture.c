@@ -7,7 +7,11 @@
 
 #include "base/base.h"
 
-const char *const k_fixture_names[] = {"qwen35_dense_tied", "qwen35_vl_sharded", "qwen3_next_moe", "qwen35_moe", NULL};
+const char *const k_fixture_names[] = {"qwen35_dense_tied", "qwen35_vl_sharded", "qwen3_next_moe", "qwen35_moe",
+                                       "qwen35_moe_kv1", NULL};
+const char *const k_all_fixture_names[] = {"qwen35_dense_tied", "qwen35_vl_sharded", "qwen3_next_moe", "qwen35_moe",
+                                           "qwen35_moe_kv1",    "fp8_qwen35_dense",  "fp8_qwen3_next_moe",
+                                           "fp8_qwen35_moe",    NULL};
 
 static int read_ids(json_t *root, const char *key, int32_t **out, int *n) {
     json_t *a = json_object_get(root, key);

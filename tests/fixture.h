@@ -15,8 +15,12 @@ typedef struct {
     float *logits; // [n_ids, vocab]
 } fixture;
 
-// Names of the committed fixtures, NULL-terminated.
+// Names of the committed fixtures in published float dtypes, NULL-terminated.
 extern const char *const k_fixture_names[];
+// Those and the FP8 block-scaled ones (tools/make_quant_fixtures.py: 96-token prompts, references on the
+// dequantized weights; their greedy paths were not chosen for a wide top-1 margin, so tests that perturb the
+// numerics on purpose, e.g. e4m3 KV, use k_fixture_names only).
+extern const char *const k_all_fixture_names[];
 // Loads tests/data/fixtures/NAME; returns 0 or -1 (fd_error set).
 int fixture_load(const char *name, fixture *fx);
 void fixture_free(fixture *fx);

@@ -39,9 +39,9 @@ static void close_model(loaded *L) {
 }
 
 TEST(models_logits_match_hf_fp32) {
-    for (int f = 0; k_fixture_names[f]; f++) {
+    for (int f = 0; k_all_fixture_names[f]; f++) {
         fixture fx;
-        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
         loaded L;
         ASSERT(open_model(&L, fx.dir, 512, FD_GDN_CHUNKED, 1024) == 0, "%s: %s", fx.dir, fd_error_msg());
         EXPECT(L.m.cfg.vocab_size == fx.vocab);
@@ -54,8 +54,8 @@ TEST(models_logits_match_hf_fp32) {
             double e = test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab, (size_t)fx.vocab);
             if (e > worst) worst = e;
         }
-        printf("    %-20s logits rel-L2 %.2e (worst position %.2e)\n", k_fixture_names[f], err, worst);
-        EXPECT(err <= 1e-4 && worst <= 1e-4, "%s: logits rel-L2 %.3g, worst row %.3g", k_fixture_names[f], err,
+        printf("    %-20s logits rel-L2 %.2e (worst position %.2e)\n", k_all_fixture_names[f], err, worst);
+        EXPECT(err <= 1e-4 && worst <= 1e-4, "%s: logits rel-L2 %.3g, worst row %.3g", k_all_fixture_names[f], err,
                worst);
         free(lg);
         close_model(&L);
@@ -66,9 +66,9 @@ TEST(models_logits_match_hf_fp32) {
 // Greedy ids identical to HF for every prefill budget (1, 7, 64, full) and both GDN prefill routes.
 TEST(models_greedy_matches_hf_all_budgets_and_routes) {
     const int budgets[] = {0, 64, 7, 1};
-    for (int f = 0; k_fixture_names[f]; f++) {
+    for (int f = 0; k_all_fixture_names[f]; f++) {
         fixture fx;
-        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
         for (int r = 0; r < 2; r++)
             for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
                 if (r == 1 && budgets[b] != 0) continue; // serial route: one budget is enough
@@ -83,7 +83,7 @@ TEST(models_greedy_matches_hf_all_budgets_and_routes) {
                 for (int i = 0; i < fx.n_greedy && first_diff < 0; i++)
                     if (out[i] != fx.greedy[i]) first_diff = i;
                 EXPECT(first_diff < 0, "%s budget %d route %s: greedy differs from HF at new token %d (%d vs %d)",
-                       k_fixture_names[f], budget, r ? "serial" : "chunked", first_diff,
+                       k_all_fixture_names[f], budget, r ? "serial" : "chunked", first_diff,
                        first_diff >= 0 ? out[first_diff] : 0, first_diff >= 0 ? fx.greedy[first_diff] : 0);
                 free(out);
                 close_model(&L);
@@ -94,9 +94,9 @@ TEST(models_greedy_matches_hf_all_budgets_and_routes) {
 
 // The serial and chunked GDN routes, and chunked prefill, agree on logits (not just argmax).
 TEST(models_routes_and_budgets_agree_on_logits) {
-    for (int f = 0; k_fixture_names[f]; f++) {
+    for (int f = 0; k_all_fixture_names[f]; f++) {
         fixture fx;
-        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
         const size_t n = (size_t)fx.n_ids * fx.vocab;
         float *a = malloc(n * 4), *b = malloc(n * 4);
         loaded L;
@@ -107,13 +107,13 @@ TEST(models_routes_and_budgets_agree_on_logits) {
         ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 0, b, 1) == 0, "%s", fd_error_msg());
         close_model(&L);
         double e1 = test_rel_l2(a, b, n);
-        EXPECT(e1 <= 1e-5, "%s: chunked vs serial GDN logits rel-L2 %.3g", k_fixture_names[f], e1);
+        EXPECT(e1 <= 1e-5, "%s: chunked vs serial GDN logits rel-L2 %.3g", k_all_fixture_names[f], e1);
         ASSERT(open_model(&L, fx.dir, 7, FD_GDN_CHUNKED, fx.n_ids) == 0, "%s", fd_error_msg());
         ASSERT(engine_prefill(&L.e, fx.ids, fx.n_ids, 7, b, 1) == 0, "%s", fd_error_msg());
         close_model(&L);
         double e2 = test_rel_l2(b, a, n);
-        EXPECT(e2 <= 1e-5, "%s: prefill in chunks of 7 vs one shot: logits rel-L2 %.3g", k_fixture_names[f], e2);
-        printf("    %-20s chunked vs serial %.2e, budget 7 vs full %.2e\n", k_fixture_names[f], e1, e2);
+        EXPECT(e2 <= 1e-5, "%s: prefill in chunks of 7 vs one shot: logits rel-L2 %.3g", k_all_fixture_names[f], e2);
+        printf("    %-20s chunked vs serial %.2e, budget 7 vs full %.2e\n", k_all_fixture_names[f], e1, e2);
         free(a);
         free(b);
         fixture_free(&fx);

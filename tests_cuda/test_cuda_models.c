@@ -53,9 +53,9 @@ static void close_model(loaded *L) {
 
 static void logits_vs_hf(const char *gemm_act, double tol, double worst_tol) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
-    for (int f = 0; k_fixture_names[f]; f++) {
+    for (int f = 0; k_all_fixture_names[f]; f++) {
         fixture fx;
-        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
         for (int r = 0; r < 2; r++) {
             loaded L;
             ASSERT(open_model(&L, fx.dir, fx.n_ids, (fd_gdn_route)r, fx.n_ids + 1) == 0, "%s", fd_error_msg());
@@ -72,9 +72,9 @@ static void logits_vs_hf(const char *gemm_act, double tol, double worst_tol) {
                 argmax_same += engine_argmax(a, fx.vocab) == engine_argmax(b, fx.vocab);
             }
             printf("    %-20s %-7s gemm_act=%-6s logits rel-L2 %.2e (worst position %.2e), argmax equal at %d/%d\n",
-                   k_fixture_names[f], r ? "serial" : "chunked", gemm_act, err, worst, argmax_same, fx.n_ids);
+                   k_all_fixture_names[f], r ? "serial" : "chunked", gemm_act, err, worst, argmax_same, fx.n_ids);
             EXPECT(err <= tol && worst <= worst_tol, "%s gemm_act=%s: logits rel-L2 %.3g, worst row %.3g",
-                   k_fixture_names[f], gemm_act, err, worst);
+                   k_all_fixture_names[f], gemm_act, err, worst);
             free(lg);
             close_model(&L);
         }
@@ -96,9 +96,9 @@ TEST(cuda_models_logits_bf16_act) {
 static void greedy_vs_hf(const char *gemm_act) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     const int budgets[] = {0, 7};
-    for (int f = 0; k_fixture_names[f]; f++) {
+    for (int f = 0; k_all_fixture_names[f]; f++) {
         fixture fx;
-        ASSERT(fixture_load(k_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
         for (int r = 0; r < 2; r++)
             for (int b = 0; b < 2; b++) {
                 loaded L;
@@ -111,12 +111,12 @@ static void greedy_vs_hf(const char *gemm_act) {
                 int first_diff = -1;
                 for (int i = 0; i < fx.n_greedy && first_diff < 0; i++)
                     if (out[i] != fx.greedy[i]) first_diff = i;
-                printf("    %-20s %-7s gemm_act=%-6s budget %3d: greedy %s (%d tokens)\n", k_fixture_names[f],
+                printf("    %-20s %-7s gemm_act=%-6s budget %3d: greedy %s (%d tokens)\n", k_all_fixture_names[f],
                        r ? "serial" : "chunked", gemm_act, budget, first_diff < 0 ? "identical" : "DIFFERS",
                        fx.n_greedy);
                 EXPECT(first_diff < 0,
                        "%s gemm_act=%s budget %d route %s: greedy differs from HF at new token %d (%d vs %d)",
-                       k_fixture_names[f], gemm_act, budget, r ? "serial" : "chunked", first_diff,
+                       k_all_fixture_names[f], gemm_act, budget, r ? "serial" : "chunked", first_diff,
                        first_diff >= 0 ? out[first_diff] : 0, first_diff >= 0 ? fx.greedy[first_diff] : 0);
                 free(out);
                 close_model(&L);

@@ -135,6 +135,26 @@ FIXTURES = [
             max_position_embeddings=4096, rope_parameters=rope(1e4, mrope=True),
         ),
     ),
+    dict(
+        # Traits no other fixture has (issue 14's GPU defect): one KV head, layer types from
+        # full_attention_interval = 2 (no layer_types list), GDN key head dim 24 != value head dim 16.
+        name="qwen35_moe_kv1",
+        family="qwen3_5_moe",
+        seed=5000,
+        n_prompt=199,
+        dtype="bfloat16",
+        save="manual_single",
+        expert_layout="fused",
+        drop_layer_types=True,  # config.json keeps only full_attention_interval
+        cfg=dict(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, full_attention_interval=2,
+            num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=24, linear_value_head_dim=16,
+            linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32, tie_word_embeddings=False, rms_norm_eps=1e-6,
+            max_position_embeddings=4096, rope_parameters=rope(1e4, mrope=True),
+        ),
+    ),
 ]
 
 
@@ -691,6 +711,19 @@ def make_fixture(spec, out_root, report):
     else:
         raise ValueError(spec["save"])
 
+    if spec.get("drop_layer_types"):
+        with open(os.path.join(d, "config.json")) as f:
+            cj = json.load(f)
+        for c in (cj, cj.get("text_config") or {}):
+            c.pop("layer_types", None)
+        # HF does not save full_attention_interval once layer_types is set; without either a reader (HF too)
+        # falls back to the default interval 4.
+        cj["full_attention_interval"] = spec["cfg"]["full_attention_interval"]
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cj, f, indent=2)
+            f.write("\n")
+        rep["rewritten_by_script"] = rep.get("rewritten_by_script", "") + "; layer_types dropped from config.json"
+
     tensors = list_tensors(d)
     rep["tensors"] = tensors
     rep["expert_layout"] = expert_layout_of([t["name"] for t in tensors])
@@ -714,7 +747,7 @@ def make_fixture(spec, out_root, report):
         "model_type": cj.get("model_type"),
         "reference_class": type(model).__name__,
         "weights_dtype": spec["dtype"],
-        "layer_types": list(text_cj.get("layer_types", spec["cfg"]["layer_types"])),
+        "layer_types": list(text_cj.get("layer_types") or model.config.layer_types),
         "expert_layout": rep["expert_layout"],
         "tie_word_embeddings": bool(spec["cfg"]["tie_word_embeddings"]),
         "n_prompt": len(ids),

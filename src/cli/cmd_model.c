@@ -32,6 +32,7 @@ typedef struct {
     int top_k;
     uint64_t seed;
     const char *random_cfg;   // --random-weights CONFIG.json: synthetic target instead of MODEL_DIR
+    fd_load_opts load;        // --quantize fp8
     const char *draft_random; // --draft-random CONFIG.json: synthetic drafter
     fd_bench_opts bench;
     const char *json_out;
@@ -146,6 +147,9 @@ static int parse_opts_inner(int argc, char **argv, cli_opts *o, int need_model) 
         } else if (!strcmp(a, "--seed")) {
             if (parse_int(v, 0, INT64_MAX, &x)) return cli_error("--seed: '%s' is not a non-negative integer", v);
             o->seed = (uint64_t)x;
+        } else if (!strcmp(a, "--quantize") || !strcmp(a, "--quant")) {
+            if (strcmp(v, "fp8")) return cli_error("--quantize: '%s' is not supported (supported: fp8)", v);
+            o->load.quantize_fp8 = 1;
         } else if (!strcmp(a, "--random-weights")) {
             o->random_cfg = v;
         } else if (!strcmp(a, "--draft-random")) {
@@ -258,7 +262,8 @@ static void session_close(session *s) {
 // Loads the model, creates the backend and an engine sized for `tokens` positions.
 static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     memset(s, 0, sizeof *s);
-    if (o->random_cfg ? model_random(o->random_cfg, o->seed, &s->model) : model_load(o->model_dir, &s->model)) {
+    if (o->random_cfg ? model_random_with(o->random_cfg, o->seed, &o->load, &s->model)
+                      : model_load_with(o->model_dir, &o->load, &s->model)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }

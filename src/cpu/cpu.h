@@ -6,17 +6,11 @@
 
 #include "base/threads.h"
 
-// Reads weight element i (any published dtype) as fp32.
-static inline float cpu_w_at(const fd_weight *w, int64_t i) {
-    switch (w->dtype) {
-    case FD_F32: return ((const float *)w->data)[i];
-    case FD_BF16: return fd_bf16_to_f32(((const uint16_t *)w->data)[i]);
-    case FD_F16: return fd_f16_to_f32(((const uint16_t *)w->data)[i]);
-    default: FD_PANIC("weight %s: unsupported dtype %s", w->name ? w->name : "?", fd_dtype_name(w->dtype));
-    }
+// Weight elements as fp32, any format (base/weight.h).
+static inline float cpu_w_at(const fd_weight *w, int64_t i) { return fd_weight_elem(w, i); }
+static inline void cpu_w_row(const fd_weight *w, int64_t off, int64_t count, float *out) {
+    fd_weight_f32(w, off, count, out);
 }
-// Converts `count` elements starting at element `off` of w to fp32.
-void cpu_w_row(const fd_weight *w, int64_t off, int64_t count, float *out);
 // out[n, d] = rmsnorm(x) * (plus_one ? 1+w : w), fp32 (the rmsnorm op; out may alias x)
 void cpu_rmsnorm_f32(float *out, const float *x, const fd_weight *w, int64_t n, int d, float eps, int plus_one);
 // out[n, m] = x[n, k] W[m, k]^T, fp32 (W any dtype)

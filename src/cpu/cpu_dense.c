@@ -1,26 +1,9 @@
-// CPU dense ops: embedding, RMSNorm, matmul, elementwise. fp32 math, weights read in their published dtype.
+// CPU dense ops: embedding, RMSNorm, matmul, elementwise. fp32 math, weights read in their published format.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
-
-void cpu_w_row(const fd_weight *w, int64_t off, int64_t count, float *out) {
-    switch (w->dtype) {
-    case FD_F32: memcpy(out, (const float *)w->data + off, (size_t)count * 4); break;
-    case FD_BF16: {
-        const uint16_t *p = (const uint16_t *)w->data + off;
-        for (int64_t i = 0; i < count; i++) out[i] = fd_bf16_to_f32(p[i]);
-        break;
-    }
-    case FD_F16: {
-        const uint16_t *p = (const uint16_t *)w->data + off;
-        for (int64_t i = 0; i < count; i++) out[i] = fd_f16_to_f32(p[i]);
-        break;
-    }
-    default: FD_PANIC("weight %s: unsupported dtype %s", w->name ? w->name : "?", fd_dtype_name(w->dtype));
-    }
-}
 
 static void cpu_embed(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n) {
     (void)be;

@@ -136,10 +136,38 @@ __global__ void k_convert(void *dst, int dst_bf16, const void *src, int src_dtyp
 //  - bf16 matrices: bf16, for cuBLASLt (every published checkpoint);
 //  - fp16/fp32 matrices: fp32, so the values stay exact (bf16 would drop 3 or 16 mantissa bits and change the
 //    model); they run through the fp32 GEMM, which is slow, so this is logged once. Only test fixtures do this.
+// FP8 block-scaled weights: the e4m3 bytes as they are, the scales as f32 (converted on the device).
+static void cu_upload_fp8(fd_backend *be, fd_weight *w) {
+    cu_impl *c = cu_of(be);
+    const size_t bytes = (size_t)(w->rows * w->cols);
+    const int64_t ns = fd_weight_scale_rows(w) * w->scale_cols;
+    FD_CUDA_CHECK(cudaMalloc(&w->dev, bytes));
+    FD_CUDA_CHECK(cudaMemcpyAsync(w->dev, w->data, bytes, cudaMemcpyHostToDevice, c->stream));
+    FD_CUDA_CHECK(cudaMalloc(&w->dev_scale, (size_t)ns * sizeof(float)));
+    if (w->scale_dtype == FD_F32) {
+        FD_CUDA_CHECK(cudaMemcpyAsync(w->dev_scale, w->scale, (size_t)ns * 4, cudaMemcpyHostToDevice, c->stream));
+    } else {
+        FD_CHECK(w->scale_dtype == FD_BF16 || w->scale_dtype == FD_F16, "weight %s: scale dtype %s",
+                 w->name ? w->name : "?", fd_dtype_name(w->scale_dtype));
+        const size_t sb = (size_t)ns * 2;
+        void *tmp = cu_scratch(be, CU_SCR_H, sb);
+        FD_CUDA_CHECK(cudaMemcpyAsync(tmp, w->scale, sb, cudaMemcpyHostToDevice, c->stream));
+        cu_launch(be, k_convert, cu_blocks(ns, 256), 256, 0, w->dev_scale, 0, (const void *)tmp, (int)w->scale_dtype,
+                  ns);
+    }
+    FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    w->dev_dtype = FD_F8E4M3;
+}
+
 static void cu_upload_weight(fd_backend *be, fd_weight *w) {
     cu_impl *c = cu_of(be);
     static int warned;
     FD_CHECK(w->data, "weight %s has no data", w->name ? w->name : "?");
+    if (w->fmt == FD_WFMT_FP8_BLOCK) {
+        cu_upload_fp8(be, w);
+        return;
+    }
+    FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %s unsupported", w->name ? w->name : "?", fd_wfmt_name(w->fmt));
     FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
              w->name ? w->name : "?", fd_dtype_name(w->dtype));
     int64_t count = w->rows * (w->cols > 0 ? w->cols : 1);
@@ -171,6 +199,8 @@ static void cu_release_weight(fd_backend *be, fd_weight *w) {
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // no kernel may still read it
     FD_CUDA_CHECK(cudaFree(w->dev));
     w->dev = NULL;
+    if (w->dev_scale) FD_CUDA_CHECK(cudaFree(w->dev_scale));
+    w->dev_scale = NULL;
     c->graph_gen++; // a recorded graph may read this weight's old address
 }
 
@@ -371,12 +401,21 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rp->sel = &c->pdl;
     rp->help = "programmatic dependent launch: a small-n GEMV is scheduled while the kernel before it runs and "
                "streams its first weights (calls = GEMV launches)";
+    fd_route *rf = &c->routes[CU_ROUTE_GEMM_FP8];
+    rf->name = "gemm_fp8";
+    rf->values[0] = "gemv";
+    rf->values[1] = "dequant";
+    rf->sel = &c->gemm_fp8;
+    rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant";
+    rf->help = "FP8 block-scaled weights: the FP8 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 "
+               "GEMM";
     be->routes = c->routes;
-    be->n_routes = 5;
+    be->n_routes = CU_N_ROUTES;
     static const char *const env_routes[][2] = {{"FD_CUDA_GEMM_ACT", "gemm_act"},
                                                 {"FD_CUDA_ATTN", "attn_kernel"},
                                                 {"FD_CUDA_GEMM_SMALL", "gemm_small"},
-                                                {"FD_CUDA_PDL", "pdl"}};
+                                                {"FD_CUDA_PDL", "pdl"},
+                                                {"FD_CUDA_GEMM_FP8", "gemm_fp8"}};
     for (size_t i = 0; i < sizeof env_routes / sizeof env_routes[0]; i++) {
         const char *v = getenv(env_routes[i][0]);
         if (v && fd_cuda_set_route(be, env_routes[i][1], v)) FD_PANIC("%s: %s", env_routes[i][0], fd_error_msg());

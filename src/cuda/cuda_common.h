@@ -48,6 +48,7 @@ enum {
     CU_SCR_F,
     CU_SCR_G,
     CU_SCR_H,
+    CU_SCR_W, // an FP8 weight dequantized to bf16 (gemm.cu): only the GEMM that made it reads it
     CU_SCR_COUNT
 };
 
@@ -93,7 +94,8 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[5]; // gemm_act, attn_kernel, kv, gemm_small, pdl (be->routes); counted where each op dispatches
+    fd_route routes[6]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8 (be->routes); counted at dispatch
+    int gemm_fp8;       // CU_GEMM_FP8_*
     int pdl;            // CU_PDL_*: GEMVs launched with programmatic stream serialization (cu_launch_early)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
@@ -117,7 +119,18 @@ typedef struct {
     int32_t *argmax_host; // pinned staging for argmax_rows' ids
     int argmax_host_len;
 } cu_impl;
-enum { CU_ROUTE_GEMM_ACT = 0, CU_ROUTE_ATTN_KERNEL = 1, CU_ROUTE_KV = 2, CU_ROUTE_GEMM_SMALL = 3, CU_ROUTE_PDL = 4 };
+enum {
+    CU_ROUTE_GEMM_ACT = 0,
+    CU_ROUTE_ATTN_KERNEL = 1,
+    CU_ROUTE_KV = 2,
+    CU_ROUTE_GEMM_SMALL = 3,
+    CU_ROUTE_PDL = 4,
+    CU_ROUTE_GEMM_FP8 = 5,
+    CU_N_ROUTES
+};
+// Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
+// dequantizes the weight to bf16 and runs the bf16 path (always so for n > 16 and shapes the GEMV does not take).
+enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1 };
 // Route pdl: programmatic dependent launch (cu_launch_early). gemv: a small-n GEMV is scheduled as soon as the
 // kernel before it signals (right after that kernel's own wait) and streams its first weights while that kernel
 // runs; it waits in CU_PDL_ENTER (griddepcontrol.wait: the previous grid has completed and its memory is visible)
@@ -305,6 +318,14 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
 int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
 // outs[i][n, Ws[i]->rows] = x . Ws[i]^T for every i, in one launch; each result is bitwise cu_gemv's.
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n);
+
+// ---- gemv_fp8.cu ----
+// 1 when the FP8 GEMV can run this call: FP8 block-scaled W on the device, 1 <= n <= 16, k and block_cols
+// multiples of 64, block_rows a multiple of 32, W and x 16-byte aligned.
+int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n);
+void cu_gemv_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+// dst [rows, cols] = the dequantized weight (fp8 x block scale): f32 (exact) or rounded to bf16.
+void cu_fp8_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32);
 
 // ---- norm_rope.cu ----
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,

@@ -10,20 +10,32 @@
 
 #include "engine/engine_state.h"
 
-static double weight_bytes(const fd_weight *w) { return w->data ? (double)w->rows * w->cols * 2.0 : 0.0; }
+// Bytes a decode step reads of a weight: as stored for quantized formats (data and scales), 2 per element for
+// dense matrices (the GPU holds them in bf16).
+static double weight_bytes(const fd_weight *w) {
+    if (!w->data) return 0.0;
+    return w->fmt == FD_WFMT_DENSE ? (double)w->rows * w->cols * 2.0 : (double)fd_weight_bytes(w);
+}
+static double weight_params(const fd_weight *w) { return w->data ? (double)w->rows * w->cols : 0.0; }
 
 void bench_count(const fd_model *m, int64_t ctx, double *prefill_flops, double *decode_bytes) {
     const fd_config *c = &m->cfg;
-    double dense = 0, active_experts = 0, attn_kv = 0, gdn_state = 0, gdn_flops_tok = 0;
+    double dense = 0, active_experts = 0, attn_kv = 0, gdn_state = 0, gdn_flops_tok = 0, params_tok = 0;
     for (int i = 0; i < c->num_layers; i++) {
         const fd_layer *L = &m->layers[i];
         const fd_weight *ws[] = {&L->in_qkvz, &L->in_ba,  &L->in_qkv,    &L->in_z,    &L->in_b,      &L->in_a,
                                  &L->out_proj, &L->q_proj, &L->k_proj,    &L->v_proj,  &L->o_proj,    &L->gate_proj,
                                  &L->up_proj,  &L->down_proj, &L->router, &L->sh_gate, &L->sh_up,     &L->sh_down};
-        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) dense += weight_bytes(ws[j]);
-        if (L->is_moe && c->num_experts) // top-k of the experts per token
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) {
+            dense += weight_bytes(ws[j]);
+            params_tok += weight_params(ws[j]);
+        }
+        if (L->is_moe && c->num_experts) { // top-k of the experts per token
             active_experts += (double)c->num_experts_per_tok *
                               (weight_bytes(&L->ex_gate[0]) + weight_bytes(&L->ex_up[0]) + weight_bytes(&L->ex_down[0]));
+            params_tok += (double)c->num_experts_per_tok * (weight_params(&L->ex_gate[0]) +
+                                                             weight_params(&L->ex_up[0]) + weight_params(&L->ex_down[0]));
+        }
         if (L->kind == FD_LAYER_ATTN) {
             attn_kv += 2.0 * c->num_kv_heads * c->head_dim * 2.0; // bf16 K and V per token
         } else {
@@ -32,7 +44,6 @@ void bench_count(const fd_model *m, int64_t ctx, double *prefill_flops, double *
             gdn_flops_tok += Hv * 2.0 * (3.0 * dk * dv + 64.0 * (2.0 * dk + dv)); // chunked form, chunk 64
         }
     }
-    const double params_tok = (dense + active_experts) / 2.0; // bf16 bytes -> parameters
     int n_attn = 0;
     for (int i = 0; i < c->num_layers; i++) n_attn += c->layer_kind[i] == FD_LAYER_ATTN;
     // causal attention: QK^T and PV over ctx(ctx+1)/2 pairs per head

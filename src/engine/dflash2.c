@@ -90,17 +90,7 @@ void dflash2_attention(fd_dflash *s, int l) {
                              w);
 }
 
-static void w_row(const fd_weight *w, int64_t row, float *out) {
-    const int64_t n = w->cols, off = row * n;
-    for (int64_t i = 0; i < n; i++) {
-        switch (w->dtype) {
-        case FD_F32: out[i] = ((const float *)w->data)[off + i]; break;
-        case FD_BF16: out[i] = fd_bf16_to_f32(((const uint16_t *)w->data)[off + i]); break;
-        case FD_F16: out[i] = fd_f16_to_f32(((const uint16_t *)w->data)[off + i]); break;
-        default: FD_PANIC("%s: dtype %s", w->name ? w->name : "?", fd_dtype_name(w->dtype));
-        }
-    }
-}
+static void w_row(const fd_weight *w, int64_t row, float *out) { fd_weight_f32(w, row * w->cols, w->cols, out); }
 
 // The K largest entries of row [V] in descending order (the earlier index first among equals).
 static void top_k(const float *row, int V, int K, int32_t *cand, float *unary) {

@@ -10,6 +10,7 @@
 
 #include "base/base.h"
 #include "io/json_util.h"
+#include "model/quant_config.h"
 
 // Per-architecture defaults (the dataclass field defaults in the HF configuration files).
 typedef struct {
@@ -408,6 +409,8 @@ static int parse_root(const json_t *root, const char *path, fd_config *cfg) {
                     "(as HF's Qwen3_5ForCausalLM does; Qwen3_5ForConditionalGeneration would use the top level)",
                     path, top_tie ? "true" : "false", cfg->tie_word_embeddings ? "true" : "false");
     }
+    // Published VL checkpoints put quantization_config at the top level; accept it in text_config too.
+    FD_TRY(cfg_parse_quant(field(&rc, "quantization_config") || !vl ? root : tc.obj, path, &cfg->quant));
     const json_t *eos = field(&tc, "eos_token_id");
     if (eos)
         FD_TRY(parse_eos(&tc, eos, &cfg->eos_token_id));

@@ -9,6 +9,17 @@ typedef enum { FD_LAYER_GDN = 0, FD_LAYER_ATTN = 1 } fd_layer_kind;
 
 #define FD_MAX_LAYERS 512
 
+// config.json's quantization_config (HF): how the checkpoint's linear weights are stored.
+typedef enum { FD_QUANT_NONE = 0, FD_QUANT_FP8 = 1 } fd_quant_method;
+#define FD_QUANT_SKIP_BYTES 65536
+typedef struct {
+    fd_quant_method method;
+    int block_rows, block_cols; // weight_block_size
+    // modules_to_not_convert, NUL-separated (n_skip names): modules the checkpoint keeps unquantized
+    char skip[FD_QUANT_SKIP_BYTES];
+    int n_skip;
+} fd_quant_config;
+
 typedef struct {
     fd_arch arch;
     char model_type[64];   // e.g. "qwen3_5_text" (the text config's model_type)
@@ -46,6 +57,7 @@ typedef struct {
 
     int max_position_embeddings;
     int eos_token_id; // first EOS from config, -1 if none
+    fd_quant_config quant;
 } fd_config;
 
 // Parses config.json text (path is used in messages). Returns 0 or -1 with fd_error set.
@@ -53,4 +65,8 @@ int cfg_parse(const char *json_text, const char *path, fd_config *cfg);
 // Loads DIR/config.json.
 int cfg_load_dir(const char *dir, fd_config *cfg);
 const char *cfg_arch_name(fd_arch a);
+// Whether the module of tensor `name` ("X.weight" -> "X") is listed in modules_to_not_convert: an entry matches
+// the whole module name or a dot-aligned part of it ("mlp.gate" matches "model.layers.0.mlp.gate", never
+// "model.layers.0.mlp.gate_proj").
+int cfg_quant_skips(const fd_quant_config *q, const char *name);
 #endif

@@ -20,13 +20,21 @@ static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
     return bind_tensor(&m->binder, w, name, ndim, want);
 }
 
-// A view of `rows` rows starting at row `row0` of a bound 2-D weight (for fused expert tensors).
-static fd_weight view_rows(const fd_weight *w, int64_t row0, int64_t rows, int64_t cols) {
-    fd_weight v = *w;
-    v.data = (const char *)w->data + (size_t)(row0 * cols) * fd_dtype_size(w->dtype);
-    v.rows = rows;
-    v.cols = cols;
-    return v;
+// The same for a linear layer's weight: dense, FP8 block-scaled as published, or quantized at load (bind.h).
+static int bind_lin(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
+    int64_t want[ST_MAX_DIMS];
+    va_list ap;
+    va_start(ap, ndim);
+    for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
+    va_end(ap);
+    return bind_linear(&m->binder, w, name, ndim, want);
+}
+
+// A view of `rows` rows starting at row `row0` of a bound fused expert tensor, as a 2-D [rows, cols] weight.
+static int view_rows(const fd_weight *w, int64_t row0, int64_t rows, int64_t cols, fd_weight *out) {
+    fd_weight w2 = *w;
+    w2.cols = cols;
+    return fd_weight_view_rows(&w2, row0, rows, out);
 }
 
 #define NAME(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
@@ -37,12 +45,12 @@ static int bind_gdn(fd_model *m, fd_layer *L, const char *p, int i) {
     const int64_t d = c->hidden_size, Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim,
                   dv = c->gdn_v_dim, conv_dim = 2 * Hk * dk + Hv * dv;
     if (c->arch == FD_ARCH_QWEN3_NEXT) {
-        FD_TRY(bind(m, &L->in_qkvz, NAME("%slayers.%d.linear_attn.in_proj_qkvz.weight", p, i), 2,
+        FD_TRY(bind_lin(m, &L->in_qkvz, NAME("%slayers.%d.linear_attn.in_proj_qkvz.weight", p, i), 2,
                     2 * Hk * dk + 2 * Hv * dv, d));
         FD_TRY(bind(m, &L->in_ba, NAME("%slayers.%d.linear_attn.in_proj_ba.weight", p, i), 2, 2 * Hv, d));
     } else {
-        FD_TRY(bind(m, &L->in_qkv, NAME("%slayers.%d.linear_attn.in_proj_qkv.weight", p, i), 2, conv_dim, d));
-        FD_TRY(bind(m, &L->in_z, NAME("%slayers.%d.linear_attn.in_proj_z.weight", p, i), 2, Hv * dv, d));
+        FD_TRY(bind_lin(m, &L->in_qkv, NAME("%slayers.%d.linear_attn.in_proj_qkv.weight", p, i), 2, conv_dim, d));
+        FD_TRY(bind_lin(m, &L->in_z, NAME("%slayers.%d.linear_attn.in_proj_z.weight", p, i), 2, Hv * dv, d));
         FD_TRY(bind(m, &L->in_b, NAME("%slayers.%d.linear_attn.in_proj_b.weight", p, i), 2, Hv, d));
         FD_TRY(bind(m, &L->in_a, NAME("%slayers.%d.linear_attn.in_proj_a.weight", p, i), 2, Hv, d));
     }
@@ -51,7 +59,7 @@ static int bind_gdn(fd_model *m, fd_layer *L, const char *p, int i) {
     FD_TRY(bind(m, &L->A_log, NAME("%slayers.%d.linear_attn.A_log", p, i), 1, Hv));
     FD_TRY(bind(m, &L->dt_bias, NAME("%slayers.%d.linear_attn.dt_bias", p, i), 1, Hv));
     FD_TRY(bind(m, &L->gdn_norm, NAME("%slayers.%d.linear_attn.norm.weight", p, i), 1, dv));
-    FD_TRY(bind(m, &L->out_proj, NAME("%slayers.%d.linear_attn.out_proj.weight", p, i), 2, d, Hv * dv));
+    FD_TRY(bind_lin(m, &L->out_proj, NAME("%slayers.%d.linear_attn.out_proj.weight", p, i), 2, d, Hv * dv));
     return 0;
 }
 
@@ -59,10 +67,10 @@ static int bind_attn(fd_model *m, fd_layer *L, const char *p, int i) {
     const fd_config *c = &m->cfg;
     char nm[256];
     const int64_t d = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim;
-    FD_TRY(bind(m, &L->q_proj, NAME("%slayers.%d.self_attn.q_proj.weight", p, i), 2, 2 * H * hd, d));
-    FD_TRY(bind(m, &L->k_proj, NAME("%slayers.%d.self_attn.k_proj.weight", p, i), 2, Hkv * hd, d));
-    FD_TRY(bind(m, &L->v_proj, NAME("%slayers.%d.self_attn.v_proj.weight", p, i), 2, Hkv * hd, d));
-    FD_TRY(bind(m, &L->o_proj, NAME("%slayers.%d.self_attn.o_proj.weight", p, i), 2, d, H * hd));
+    FD_TRY(bind_lin(m, &L->q_proj, NAME("%slayers.%d.self_attn.q_proj.weight", p, i), 2, 2 * H * hd, d));
+    FD_TRY(bind_lin(m, &L->k_proj, NAME("%slayers.%d.self_attn.k_proj.weight", p, i), 2, Hkv * hd, d));
+    FD_TRY(bind_lin(m, &L->v_proj, NAME("%slayers.%d.self_attn.v_proj.weight", p, i), 2, Hkv * hd, d));
+    FD_TRY(bind_lin(m, &L->o_proj, NAME("%slayers.%d.self_attn.o_proj.weight", p, i), 2, d, H * hd));
     FD_TRY(bind(m, &L->q_norm, NAME("%slayers.%d.self_attn.q_norm.weight", p, i), 1, hd));
     FD_TRY(bind(m, &L->k_norm, NAME("%slayers.%d.self_attn.k_norm.weight", p, i), 1, hd));
     return 0;
@@ -80,28 +88,28 @@ static int bind_moe(fd_model *m, fd_layer *L, const char *p, int i) {
     L->ex_down = fd_calloc((size_t)E, sizeof(fd_weight));
     if (st_find(&m->st, NAME("%slayers.%d.mlp.experts.gate_up_proj", p, i))) {
         fd_weight gu, dn;
-        FD_TRY(bind(m, &gu, nm, 3, E, 2 * I, d));
-        FD_TRY(bind(m, &dn, NAME("%slayers.%d.mlp.experts.down_proj", p, i), 3, E, d, I));
+        FD_TRY(bind_lin(m, &gu, nm, 3, E, 2 * I, d));
+        FD_TRY(bind_lin(m, &dn, NAME("%slayers.%d.mlp.experts.down_proj", p, i), 3, E, d, I));
         for (int64_t e = 0; e < E; e++) {
-            L->ex_gate[e] = view_rows(&gu, e * 2 * I, I, d);
-            L->ex_up[e] = view_rows(&gu, e * 2 * I + I, I, d);
-            L->ex_down[e] = view_rows(&dn, e * d, d, I);
+            FD_TRY(view_rows(&gu, e * 2 * I, I, d, &L->ex_gate[e]));
+            FD_TRY(view_rows(&gu, e * 2 * I + I, I, d, &L->ex_up[e]));
+            FD_TRY(view_rows(&dn, e * d, d, I, &L->ex_down[e]));
         }
     } else {
         for (int64_t e = 0; e < E; e++) {
-            FD_TRY(bind(m, &L->ex_gate[e], NAME("%slayers.%d.mlp.experts.%lld.gate_proj.weight", p, i, (long long)e),
+            FD_TRY(bind_lin(m, &L->ex_gate[e], NAME("%slayers.%d.mlp.experts.%lld.gate_proj.weight", p, i, (long long)e),
                         2, I, d));
-            FD_TRY(bind(m, &L->ex_up[e], NAME("%slayers.%d.mlp.experts.%lld.up_proj.weight", p, i, (long long)e), 2,
+            FD_TRY(bind_lin(m, &L->ex_up[e], NAME("%slayers.%d.mlp.experts.%lld.up_proj.weight", p, i, (long long)e), 2,
                         I, d));
-            FD_TRY(bind(m, &L->ex_down[e], NAME("%slayers.%d.mlp.experts.%lld.down_proj.weight", p, i, (long long)e),
+            FD_TRY(bind_lin(m, &L->ex_down[e], NAME("%slayers.%d.mlp.experts.%lld.down_proj.weight", p, i, (long long)e),
                         2, d, I));
         }
     }
     const int64_t Is = c->shared_expert_intermediate_size;
     if (Is > 0) {
-        FD_TRY(bind(m, &L->sh_gate, NAME("%slayers.%d.mlp.shared_expert.gate_proj.weight", p, i), 2, Is, d));
-        FD_TRY(bind(m, &L->sh_up, NAME("%slayers.%d.mlp.shared_expert.up_proj.weight", p, i), 2, Is, d));
-        FD_TRY(bind(m, &L->sh_down, NAME("%slayers.%d.mlp.shared_expert.down_proj.weight", p, i), 2, d, Is));
+        FD_TRY(bind_lin(m, &L->sh_gate, NAME("%slayers.%d.mlp.shared_expert.gate_proj.weight", p, i), 2, Is, d));
+        FD_TRY(bind_lin(m, &L->sh_up, NAME("%slayers.%d.mlp.shared_expert.up_proj.weight", p, i), 2, Is, d));
+        FD_TRY(bind_lin(m, &L->sh_down, NAME("%slayers.%d.mlp.shared_expert.down_proj.weight", p, i), 2, d, Is));
         FD_TRY(bind(m, &L->sh_gate_w, NAME("%slayers.%d.mlp.shared_expert_gate.weight", p, i), 2, (int64_t)1, d));
     }
     return 0;
@@ -127,6 +135,7 @@ static void moe_wire(const fd_config *c, fd_layer *L) {
 
 static int bind_all(fd_model *m) {
     m->binder.st = &m->st;
+    m->binder.quant = &m->cfg.quant;
     const fd_config *c = &m->cfg;
     char nm[256];
     const int64_t d = c->hidden_size, V = c->vocab_size;
@@ -156,16 +165,21 @@ static int bind_all(fd_model *m) {
             moe_wire(c, L);
         } else {
             const int64_t I = c->intermediate_size;
-            FD_TRY(bind(m, &L->gate_proj, NAME("%slayers.%d.mlp.gate_proj.weight", p, i), 2, I, d));
-            FD_TRY(bind(m, &L->up_proj, NAME("%slayers.%d.mlp.up_proj.weight", p, i), 2, I, d));
-            FD_TRY(bind(m, &L->down_proj, NAME("%slayers.%d.mlp.down_proj.weight", p, i), 2, d, I));
+            FD_TRY(bind_lin(m, &L->gate_proj, NAME("%slayers.%d.mlp.gate_proj.weight", p, i), 2, I, d));
+            FD_TRY(bind_lin(m, &L->up_proj, NAME("%slayers.%d.mlp.up_proj.weight", p, i), 2, I, d));
+            FD_TRY(bind_lin(m, &L->down_proj, NAME("%slayers.%d.mlp.down_proj.weight", p, i), 2, d, I));
         }
     }
     return 0;
 }
 
 int model_random(const char *config_path, uint64_t seed, fd_model *m) {
+    return model_random_with(config_path, seed, NULL, m);
+}
+
+int model_random_with(const char *config_path, uint64_t seed, const fd_load_opts *o, fd_model *m) {
     memset(m, 0, sizeof *m);
+    m->binder.quantize_fp8 = o && o->quantize_fp8;
     size_t len;
     char *text = fd_read_file(config_path, &len);
     if (!text) return -1;
@@ -183,8 +197,11 @@ int model_random(const char *config_path, uint64_t seed, fd_model *m) {
     return 0;
 }
 
-int model_load(const char *dir, fd_model *m) {
+int model_load(const char *dir, fd_model *m) { return model_load_with(dir, NULL, m); }
+
+int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m) {
     memset(m, 0, sizeof *m);
+    m->binder.quantize_fp8 = o && o->quantize_fp8;
     if (cfg_load_dir(dir, &m->cfg)) return -1;
     if (st_open_dir(dir, &m->st)) return -1;
     if (bind_all(m)) {
@@ -277,6 +294,10 @@ void model_print_info(const fd_model *m, FILE *f) {
                 c->num_experts_per_tok, c->moe_intermediate_size, c->shared_expert_intermediate_size,
                 c->norm_topk_prob ? "yes" : "no");
     if (n_moe < c->num_layers) fprintf(f, "dense ffn: %d\n", c->intermediate_size);
+    if (c->quant.method == FD_QUANT_FP8 || m->binder.quantize_fp8)
+        fprintf(f, "weights: FP8 e4m3, %d x %d block scales (%s)\n", m->binder.quantize_fp8 ? 128 : c->quant.block_rows,
+                m->binder.quantize_fp8 ? 128 : c->quant.block_cols,
+                m->binder.quantize_fp8 ? "quantized at load" : "as published");
     int counts[FD_DTYPE_COUNT] = {0};
     for (int i = 0; i < m->st.n_tensors; i++) counts[m->st.tensors[i].dtype]++;
     fprintf(f, "parameters: %lld (%.3f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);

@@ -43,6 +43,13 @@ typedef struct {
     fd_binder binder;       // checkpoint tensors, or synthetic ones (bench --random-weights)
 } fd_model;
 
+// Load options. quantize_fp8: dense linear weights (the projections of GDN, attention, FFN, experts given one by
+// one and shared experts) become FP8 e4m3 with 128 x 128 block scales at load (--quantize fp8).
+typedef struct {
+    int quantize_fp8;
+} fd_load_opts;
+int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m);
+int model_random_with(const char *config_path, uint64_t seed, const fd_load_opts *o, fd_model *m);
 // Loads config.json and binds every tensor. Returns 0 or -1 with fd_error set (message names file/tensor).
 int model_load(const char *dir, fd_model *m);
 // A model of the geometry in config file `config_path` (HF config.json format) with random bf16 weights.

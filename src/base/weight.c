@@ -1,0 +1,159 @@
+// The weight-format descriptor (weight.h): element access for every format, views, FP8 block quantization.
+#include "base/weight.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threads.h"
+
+const char *fd_wfmt_name(fd_wfmt f) {
+    switch (f) {
+    case FD_WFMT_DENSE: return "dense";
+    case FD_WFMT_FP8_BLOCK: return "fp8-block";
+    default: return "?";
+    }
+}
+
+// e4m3 byte -> fp32 by table: the CPU matmul decodes every weight element once per use.
+static float g_e4m3[256];
+static void e4m3_table_init(void) {
+    for (int b = 0; b < 256; b++) g_e4m3[b] = fd_e4m3_to_f32((uint8_t)b);
+}
+static float e4m3(uint8_t b) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, e4m3_table_init);
+    return g_e4m3[b];
+}
+
+static float scalar_at(const void *p, fd_dtype t, int64_t i) {
+    switch (t) {
+    case FD_F32: return ((const float *)p)[i];
+    case FD_BF16: return fd_bf16_to_f32(((const uint16_t *)p)[i]);
+    case FD_F16: return fd_f16_to_f32(((const uint16_t *)p)[i]);
+    default: FD_PANIC("unsupported element dtype %s", fd_dtype_name(t));
+    }
+}
+
+float fd_weight_block_scale(const fd_weight *w, int64_t r, int64_t c) {
+    return scalar_at(w->scale, w->scale_dtype, (r / w->block_rows) * w->scale_cols + c / w->block_cols);
+}
+
+float fd_weight_elem(const fd_weight *w, int64_t i) {
+    if (w->fmt == FD_WFMT_FP8_BLOCK) {
+        const int64_t r = i / w->cols, c = i % w->cols;
+        return e4m3(((const uint8_t *)w->data)[i]) * fd_weight_block_scale(w, r, c);
+    }
+    FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %d", w->name ? w->name : "?", (int)w->fmt);
+    return scalar_at(w->data, w->dtype, i);
+}
+
+void fd_weight_f32(const fd_weight *w, int64_t off, int64_t count, float *out) {
+    if (w->fmt == FD_WFMT_FP8_BLOCK) {
+        const uint8_t *q = (const uint8_t *)w->data;
+        for (int64_t i = 0; i < count;) {
+            const int64_t r = (off + i) / w->cols, c = (off + i) % w->cols;
+            // one scale per run of block_cols elements within the row
+            int64_t run = w->block_cols - c % w->block_cols;
+            if (run > w->cols - c) run = w->cols - c;
+            if (run > count - i) run = count - i;
+            const float s = fd_weight_block_scale(w, r, c);
+            for (int64_t j = 0; j < run; j++) out[i + j] = e4m3(q[off + i + j]) * s;
+            i += run;
+        }
+        return;
+    }
+    switch (w->dtype) {
+    case FD_F32: memcpy(out, (const float *)w->data + off, (size_t)count * sizeof(float)); return;
+    case FD_BF16:
+        for (int64_t i = 0; i < count; i++) out[i] = fd_bf16_to_f32(((const uint16_t *)w->data)[off + i]);
+        return;
+    case FD_F16:
+        for (int64_t i = 0; i < count; i++) out[i] = fd_f16_to_f32(((const uint16_t *)w->data)[off + i]);
+        return;
+    default: FD_PANIC("weight %s: unsupported dtype %s", w->name ? w->name : "?", fd_dtype_name(w->dtype));
+    }
+}
+
+int64_t fd_weight_scale_rows(const fd_weight *w) {
+    return w->fmt == FD_WFMT_FP8_BLOCK ? (w->rows + w->block_rows - 1) / w->block_rows : 0;
+}
+
+size_t fd_weight_bytes(const fd_weight *w) {
+    const int64_t n = w->rows * w->cols;
+    size_t b = (size_t)n * fd_dtype_size(w->dtype);
+    if (w->fmt == FD_WFMT_FP8_BLOCK) b += (size_t)(fd_weight_scale_rows(w) * w->scale_cols) * fd_dtype_size(w->scale_dtype);
+    return b;
+}
+
+int fd_weight_view_rows(const fd_weight *w, int64_t row0, int64_t rows, fd_weight *out) {
+    *out = *w;
+    out->data = (const char *)w->data + (size_t)(row0 * w->cols) * fd_dtype_size(w->dtype);
+    out->rows = rows;
+    if (w->fmt == FD_WFMT_FP8_BLOCK) {
+        if (row0 % w->block_rows)
+            return fd_error_set("tensor '%s': a slice starting at row %lld is not aligned to its %d-row scale "
+                                "blocks",
+                                w->name ? w->name : "?", (long long)row0, w->block_rows);
+        out->scale = (const char *)w->scale +
+                     (size_t)(row0 / w->block_rows * w->scale_cols) * fd_dtype_size(w->scale_dtype);
+    }
+    return 0;
+}
+
+typedef struct {
+    const fd_weight *src;
+    uint8_t *q;
+    float *scale;
+    int bn, bk;
+    int64_t scols;
+} quant_ctx;
+
+// One block row per call unit: amax of each block, then the rounded quotients.
+static void quant_rows(void *p, int64_t b, int64_t e) {
+    const quant_ctx *c = p;
+    const int64_t K = c->src->cols, N = c->src->rows;
+    float *row = fd_malloc((size_t)K * sizeof(float));
+    for (int64_t br = b; br < e; br++) {
+        const int64_t r0 = br * c->bn, r1 = r0 + c->bn < N ? r0 + c->bn : N;
+        float *s = c->scale + br * c->scols;
+        for (int64_t j = 0; j < c->scols; j++) s[j] = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            fd_weight_f32(c->src, r * K, K, row);
+            for (int64_t k = 0; k < K; k++) {
+                const float a = fabsf(row[k]);
+                if (a > s[k / c->bk]) s[k / c->bk] = a;
+            }
+        }
+        for (int64_t j = 0; j < c->scols; j++) s[j] = s[j] > 0 ? s[j] / 448.0f : 1.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            fd_weight_f32(c->src, r * K, K, row);
+            for (int64_t k = 0; k < K; k++) c->q[r * K + k] = fd_f32_to_e4m3(row[k] / s[k / c->bk]);
+        }
+    }
+    free(row);
+}
+
+void fd_weight_quantize_fp8(const fd_weight *src, int block_rows, int block_cols, uint8_t **q, float **scale,
+                            fd_weight *w_out) {
+    const int64_t N = src->rows, K = src->cols;
+    const int64_t srows = (N + block_rows - 1) / block_rows, scols = (K + block_cols - 1) / block_cols;
+    quant_ctx c = {src, fd_malloc((size_t)(N * K)), fd_malloc((size_t)(srows * scols) * sizeof(float)), block_rows,
+                   block_cols, scols};
+    fd_parallel_for(srows, 1, quant_rows, &c);
+    memset(w_out, 0, sizeof *w_out);
+    w_out->name = src->name;
+    w_out->fmt = FD_WFMT_FP8_BLOCK;
+    w_out->dtype = FD_F8E4M3;
+    w_out->rows = N;
+    w_out->cols = K;
+    w_out->data = c.q;
+    w_out->scale = c.scale;
+    w_out->scale_dtype = FD_F32;
+    w_out->block_rows = block_rows;
+    w_out->block_cols = block_cols;
+    w_out->scale_cols = scols;
+    *q = c.q;
+    *scale = c.scale;
+}

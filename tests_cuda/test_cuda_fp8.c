@@ -1,0 +1,250 @@
+// FP8 block-scaled weights on the GPU (route gemm_fp8, src/cuda/gemv_fp8.cu) on fresh random inputs, NaN-poisoned
+// outputs, against the CPU reference (fp32 dot products on fp8 x scale, base/weight.c):
+//   - the FP8 GEMV for n in {1, 2, 7, 8, 9, 16} under gemm_act bf16 and bf16x2, on shapes with m not a multiple
+//     of 16, partial scale blocks in both directions, one k slice and several (the last one short), fewer chunks
+//     than warps; counted as gemm_fp8=gemv;
+//   - batch invariance, bitwise: row j of an n-row call equals the 1-row call on row j alone;
+//   - the dequant route (n > 16, or selected) against the same reference, counted as gemm_fp8=dequant: within the
+//     bf16 bound under gemm_act bf16 (the weight rounded to bf16), within 1e-4 under bf16x2 (an f32 copy);
+//   - bf16 scales (published too) read like f32 ones.
+// Thresholds as for bf16 weights (test_cuda_gemv.c): bf16 activations 2e-2, bf16x2 1e-4; the dequant route rounds
+// fp8 x scale to bf16 once more: 2e-2.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/test.h"
+#include "backend.h"
+#include "bench_common.h"
+#include "cuda/cuda.h"
+
+#define TOL_BF16   2e-2
+#define TOL_BF16X2 1e-4
+
+static fd_backend *cpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+static fd_backend *gpu(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cuda_create(0);
+    return be;
+}
+
+static uint64_t g_fp8_seed = 0xf8f8f8f8ull;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *x = fd_malloc(n * sizeof(float) + 4);
+    test_fill_uniform(x, n, lo, hi, &g_fp8_seed);
+    return x;
+}
+
+// An fp8 block-scaled [m, k] weight made by quantizing random values, bound to both backends. bf16_scales: the
+// scales stored as bf16 (rounded), as some published checkpoints do.
+typedef struct {
+    fd_weight c, g;
+    uint8_t *q;
+    float *s;
+    uint16_t *s16;
+} tw;
+static tw mkw(int m, int k, int bn, int bk, int bf16_scales) {
+    tw w;
+    memset(&w, 0, sizeof w);
+    float *f = rnd((size_t)m * k, -0.1f, 0.1f);
+    // a few large rows and blocks so scales differ by orders of magnitude
+    for (int r = 0; r < m; r += 37)
+        for (int i = 0; i < k; i++) f[(size_t)r * k + i] *= 40.f;
+    fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = f};
+    fd_weight_quantize_fp8(&src, bn, bk, &w.q, &w.s, &w.c);
+    free(f);
+    if (bf16_scales) {
+        const int64_t ns = fd_weight_scale_rows(&w.c) * w.c.scale_cols;
+        w.s16 = fd_malloc((size_t)ns * 2);
+        for (int64_t i = 0; i < ns; i++) w.s16[i] = fd_f32_to_bf16(w.s[i]);
+        w.c.scale = w.s16;
+        w.c.scale_dtype = FD_BF16;
+    }
+    w.g = w.c;
+    cpu()->upload_weight(cpu(), &w.c);
+    gpu()->upload_weight(gpu(), &w.g);
+    return w;
+}
+static void freew(tw *w) {
+    gpu()->release_weight(gpu(), &w->g);
+    free(w->q);
+    free(w->s);
+    free(w->s16);
+}
+
+// GPU matmul of x [n, k] into a NaN-poisoned [n, m]; returns the host copy.
+static float *gpu_mm(const float *x, const fd_weight *W, int n) {
+    const size_t nx = (size_t)n * W->cols, no = (size_t)n * W->rows;
+    void *dx = gpu()->alloc(gpu(), nx * 4 + 64), *dout = gpu()->alloc(gpu(), no * 4 + 64);
+    gpu()->to_device(gpu(), dx, x, nx * 4);
+    float *h = fd_malloc(no * 4 + 4);
+    for (size_t i = 0; i < no; i++) h[i] = NAN;
+    gpu()->to_device(gpu(), dout, h, no * 4);
+    gpu()->matmul(gpu(), dout, dx, W, n, 0);
+    gpu()->to_host(gpu(), h, dout, no * 4);
+    gpu()->free(gpu(), dx);
+    gpu()->free(gpu(), dout);
+    return h;
+}
+
+static int64_t route_calls(const char *route, int value) {
+    for (int i = 0; i < gpu()->n_routes; i++)
+        if (!strcmp(gpu()->routes[i].name, route)) return gpu()->routes[i].calls[value];
+    return -1;
+}
+
+static const int k_shapes[][4] = {
+    // m, k, block rows, block cols
+    {256, 256, 128, 128}, {200, 512, 128, 128}, {1000, 1024, 128, 128}, {96, 4096, 128, 128},
+    {160, 320, 128, 128}, {64, 192, 64, 64},    {300, 2560, 128, 128}, {130, 8320, 128, 128},
+};
+static const int k_ns[] = {1, 2, 7, 8, 9, 16};
+
+static void check(const char *gemm_act, double tol, int bf16_scales) {
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
+    for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
+        const int m = k_shapes[s][0], k = k_shapes[s][1];
+        tw w = mkw(m, k, k_shapes[s][2], k_shapes[s][3], bf16_scales);
+        for (size_t j = 0; j < sizeof k_ns / sizeof k_ns[0]; j++) {
+            const int n = k_ns[j];
+            float *x = rnd((size_t)n * k, -1.f, 1.f);
+            float *ref = fd_malloc((size_t)n * m * 4);
+            cpu()->matmul(cpu(), ref, x, &w.c, n, 0);
+            const int64_t before = route_calls("gemm_fp8", 0);
+            float *got = gpu_mm(x, &w.g, n);
+            const double e = test_rel_l2(got, ref, (size_t)n * m);
+            EXPECT(e <= tol, "m %d k %d n %d gemm_act %s: rel-L2 %.3g > %.3g", m, k, n, gemm_act, e, tol);
+            EXPECT(route_calls("gemm_fp8", 0) == before + 1, "m %d k %d n %d: not counted as gemm_fp8=gemv", m, k,
+                   n);
+            free(x), free(ref), free(got);
+        }
+        freew(&w);
+    }
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
+}
+
+TEST(cuda_fp8_gemv_vs_cpu) {
+    check("bf16", TOL_BF16, 0);
+    check("bf16x2", TOL_BF16X2, 0);
+    check("bf16x2", TOL_BF16X2, 1);
+}
+
+TEST(cuda_fp8_gemv_batch_invariant) {
+    const int m = 1000, k = 4160, n = 16; // 65 chunks: 3 k slices, the last with one chunk
+    tw w = mkw(m, k, 128, 128, 0);
+    float *x = rnd((size_t)n * k, -1.f, 1.f);
+    x[5 * k + 3] = 1e30f; // another row's huge value must not leak into row 0
+    float *all = gpu_mm(x, &w.g, n);
+    for (int r = 0; r < n; r++) {
+        if (r == 5) continue;
+        float *one = gpu_mm(x + (size_t)r * k, &w.g, 1);
+        EXPECT(!memcmp(one, all + (size_t)r * m, (size_t)m * 4), "row %d of the 16-row call differs from the 1-row call",
+               r);
+        free(one);
+    }
+    free(x), free(all);
+    freew(&w);
+}
+
+TEST(cuda_fp8_dequant_route) {
+    const int m = 320, k = 512;
+    tw w = mkw(m, k, 128, 128, 0);
+    for (int act = 0; act < 2; act++) {
+        ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
+        for (int sel = 0; sel < 2; sel++) {
+            ASSERT(fd_cuda_set_route(gpu(), "gemm_fp8", sel ? "dequant" : "gemv") == 0, "%s", fd_error_msg());
+            const int n = sel ? 5 : 40; // dequant by shape (n > 16), then by selection
+            float *x = rnd((size_t)n * k, -1.f, 1.f);
+            float *ref = fd_malloc((size_t)n * m * 4);
+            cpu()->matmul(cpu(), ref, x, &w.c, n, 0);
+            const int64_t before = route_calls("gemm_fp8", 1);
+            float *got = gpu_mm(x, &w.g, n);
+            const double e = test_rel_l2(got, ref, (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
+            EXPECT(e <= tol, "n %d dequant gemm_act %s: rel-L2 %.3g > %.3g", n, act ? "bf16x2" : "bf16", e, tol);
+            EXPECT(route_calls("gemm_fp8", 1) == before + 1, "n %d: not counted as gemm_fp8=dequant", n);
+            free(x), free(ref), free(got);
+        }
+    }
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_fp8", "gemv") == 0, "%s", fd_error_msg());
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
+    freew(&w);
+}
+
+// ---- bench (FD_CUDA_BENCH=1): the FP8 GEMV on every quantized shape of a 27B decode step, n = 1, 8, 16 ----
+// As bench_cuda_gemv: each timing cycles through enough copies of the weight (>= 384 MB) that no call finds its
+// weights in L2, back-to-back calls between two syncs. Bytes: the e4m3 weights plus their f32 scales.
+typedef struct {
+    fd_weight *Ws;
+    int copies, reps, n;
+    void *x, *out;
+} g8_ctx;
+static void f_g8(void *p) {
+    g8_ctx *c = p;
+    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
+}
+
+TEST(bench_cuda_gemv_fp8) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (!en || en[0] != '1') {
+        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+        return;
+    }
+    static const struct {
+        int m, k, per_token;
+        const char *what;
+    } shapes[] = {{10240, 5120, 48, "GDN qkv"}, {6144, 5120, 48, "GDN z"},         {5120, 6144, 64, "GDN out, attn o"},
+                  {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"}, {17408, 5120, 128, "FFN gate, up"},
+                  {5120, 17408, 64, "FFN down"}};
+    const int ns[] = {1, 8, 16};
+    double per_token_ms[3] = {0};
+    g8_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    c.out = B()->alloc(B(), (size_t)16 * 17408 * 4);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s].m, k = shapes[s].k;
+        fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k};
+        float *f = rnd((size_t)m * k, -0.05f, 0.05f);
+        src.data = f;
+        uint8_t *q;
+        float *sc;
+        fd_weight w;
+        fd_weight_quantize_fp8(&src, 128, 128, &q, &sc, &w);
+        free(f);
+        B()->upload_weight(B(), &w);
+        const size_t wbytes = fd_weight_bytes(&w);
+        int copies = (int)(((size_t)384 << 20) / wbytes) + 1;
+        c.Ws = fd_malloc(sizeof(fd_weight) * (size_t)copies);
+        c.copies = copies;
+        for (int i = 0; i < copies; i++) {
+            c.Ws[i] = w;
+            if (i) {
+                c.Ws[i].dev = B()->alloc(B(), (size_t)m * k);
+                B()->copy(B(), c.Ws[i].dev, w.dev, (size_t)m * k);
+            }
+        }
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            c.n = ns[j];
+            c.reps = copies > 8 ? copies : 8;
+            const double ms = time_ms(f_g8, &c) / c.reps;
+            char what[96];
+            snprintf(what, sizeof what, "fp8 gemv %-15s %5d x %5d n=%2d", shapes[s].what, m, k, c.n);
+            row(what, ms, 2.0 * c.n * m * k, (double)wbytes);
+            per_token_ms[j] += ms * shapes[s].per_token;
+        }
+        for (int i = 1; i < copies; i++) B()->free(B(), c.Ws[i].dev);
+        B()->release_weight(B(), &w);
+        free(c.Ws);
+        free(q);
+        free(sc);
+    }
+    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+        printf("BENCH | fp8 gemv: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d: %.2f ms\n", ns[j],
+               per_token_ms[j]);
+    B()->free(B(), c.x);
+    B()->free(B(), c.out);
+}
