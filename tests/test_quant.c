@@ -96,8 +96,8 @@ TEST(quant_fp8_bad_inputs_refused) {
         // the scale of layer 0's gate_proj renamed away: missing
         {NULL, "layers.0.mlp.gate_proj.weight_scale_inv", "layers.0.mlp.gate_proj.weight_scale_inX",
          "its scale 'model.layers.0.mlp.gate_proj.weight_scale_inv' is missing"},
-        // the same scale transposed: [3, 1] -> [1, 3]
-        {NULL, "\"shape\":[3,1],\"data_offsets\"", "\"shape\":[1,3],\"data_offsets\"", "has the wrong shape"},
+        // a scale transposed: [2, 1] -> [1, 2] (in_proj_qkv's, 256 x 128 weights)
+        {NULL, "\"shape\":[2,1],\"data_offsets\"", "\"shape\":[1,2],\"data_offsets\"", "has the wrong shape"},
         // a scale in an integer dtype
         {NULL, "\"dtype\":\"F32\",\"shape\":[1,1]", "\"dtype\":\"I32\",\"shape\":[1,1]", "expected F32, BF16 or F16"},
     };
@@ -126,14 +126,17 @@ TEST(quant_fp8_binds_the_published_layout) {
     ASSERT(model_load(FX, &m) == 0, "%s", fd_error_msg());
     EXPECT(m.cfg.quant.method == FD_QUANT_FP8 && m.cfg.quant.block_rows == 128 && m.cfg.quant.block_cols == 128);
     const fd_layer *L = &m.layers[0];
-    EXPECT(L->gate_proj.fmt == FD_WFMT_FP8_BLOCK && L->gate_proj.scale_cols == 1 && fd_weight_scale_rows(&L->gate_proj) == 3);
-    EXPECT(L->down_proj.fmt == FD_WFMT_FP8_BLOCK && L->down_proj.scale_cols == 3);
-    EXPECT(L->out_proj.fmt == FD_WFMT_FP8_BLOCK);
+    const int64_t I = m.cfg.intermediate_size, d = m.cfg.hidden_size;
+    EXPECT(L->gate_proj.fmt == FD_WFMT_FP8_BLOCK && L->gate_proj.scale_cols == (d + 127) / 128 &&
+           fd_weight_scale_rows(&L->gate_proj) == (I + 127) / 128);
+    EXPECT(L->down_proj.fmt == FD_WFMT_FP8_BLOCK && L->down_proj.scale_cols == (I + 127) / 128);
+    EXPECT(L->out_proj.fmt == FD_WFMT_FP8_BLOCK && L->in_qkv.fmt == FD_WFMT_FP8_BLOCK && L->in_z.fmt == FD_WFMT_FP8_BLOCK);
+    EXPECT(m.layers[3].q_proj.fmt == FD_WFMT_FP8_BLOCK && m.layers[3].k_proj.fmt == FD_WFMT_FP8_BLOCK);
     EXPECT(L->in_a.fmt == FD_WFMT_DENSE && L->in_b.fmt == FD_WFMT_DENSE, "in_proj_a/b stay bf16");
     EXPECT(m.lm_head.fmt == FD_WFMT_DENSE && m.embed.fmt == FD_WFMT_DENSE);
     // the element access is fp8 value x its block's scale
     const uint8_t *q = L->down_proj.data;
-    const int64_t k = L->down_proj.cols, r = 5, c = 300;
+    const int64_t k = L->down_proj.cols, r = 5, c = k - 3;
     const float want = fd_e4m3_to_f32(q[r * k + c]) * fd_weight_block_scale(&L->down_proj, r, c);
     EXPECT(fd_weight_elem(&L->down_proj, r * k + c) == want);
     model_free(&m);

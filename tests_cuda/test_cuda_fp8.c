@@ -1,8 +1,8 @@
 // FP8 block-scaled weights on the GPU (route gemm_fp8, src/cuda/gemv_fp8.cu) on fresh random inputs, NaN-poisoned
 // outputs, against the CPU reference (fp32 dot products on fp8 x scale, base/weight.c):
 //   - the FP8 GEMV for n in {1, 2, 7, 8, 9, 16} under gemm_act bf16 and bf16x2, on shapes with m not a multiple
-//     of 16, partial scale blocks in both directions, one k slice and several (the last one short), fewer chunks
-//     than warps; counted as gemm_fp8=gemv;
+//     of 32, partial scale blocks in both directions, fewer chunks than warps and many per warp (unequal counts);
+//     counted as gemm_fp8=gemv;
 //   - batch invariance, bitwise: row j of an n-row call equals the 1-row call on row j alone;
 //   - the dequant route (n > 16, or selected) against the same reference, counted as gemm_fp8=dequant: within the
 //     bf16 bound under gemm_act bf16 (the weight rounded to bf16), within 1e-4 under bf16x2 (an f32 copy);
@@ -134,7 +134,7 @@ TEST(cuda_fp8_gemv_vs_cpu) {
 }
 
 TEST(cuda_fp8_gemv_batch_invariant) {
-    const int m = 1000, k = 4160, n = 16; // 65 chunks: 3 k slices, the last with one chunk
+    const int m = 1000, k = 4160, n = 16; // 65 chunks: warp 0 takes one more than the others
     tw w = mkw(m, k, 128, 128, 0);
     float *x = rnd((size_t)n * k, -1.f, 1.f);
     x[5 * k + 3] = 1e30f; // another row's huge value must not leak into row 0

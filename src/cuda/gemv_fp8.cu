@@ -1,21 +1,23 @@
 // FP8 block-scaled weights on the GPU (route gemm_fp8): out[n, m] f32 = x[n, k] f32 . W[m, k]^T with W in e4m3
 // and one f32 scale per block_rows x block_cols block (base/weight.h, HF fine-grained FP8).
 //
-// gemv (default), n <= 16 rows (decode, DFlash verify, drafter blocks): weight-read bound, 1 byte per weight. A
-// block of 8 warps owns 16 rows (one MMA tile) and a k slice of 8 x 4 chunks of 64; each warp loads its 4 chunks
-// (rows g and g + 8, 16 bytes per lane each) before the first MMA, then multiplies each chunk on the tensor cores
-// (mma.sync m16n8k16 bf16: e4m3 -> bf16 is exact, the x rows are rounded to bf16 or split in two bf16 terms per
-// route gemm_act, exactly as for bf16 weights) into a fresh accumulator and adds it times the chunk's block scale
-// (a tile lies in one block row: block_rows % 16 == 0). The warp sums are added in warp order, the slice sums in
-// slice order by the last block of the tile to arrive (no atomics on data): every output element is the same
-// sequence of operations whatever n is, so decode and verify agree bitwise.
+// gemv (default), n <= 16 rows (decode, DFlash verify, drafter blocks): weight-read bound, 1 byte per weight. One
+// block of 8 warps owns 32 rows (two 16-row MMA tiles) and the whole k range, so no split-k reduction and no
+// atomics: warp w takes the 64-wide k chunks w, w + 8, ... in order (the next chunk's weights load while one is
+// multiplied), multiplies each chunk on the tensor cores (mma.sync m16n8k16 bf16: e4m3 -> bf16 is exact, the x
+// rows are rounded to bf16 or split in two bf16 terms per route gemm_act, exactly as for bf16 weights) into a fresh
+// accumulator, and adds it times the chunk's block scale (a block's two tiles share one block row: block_rows %
+// 32 == 0). The 8 warp sums are then added in warp order. Every output element is the same sequence of
+// operations whatever n is: decode and verify agree bitwise.
 // Lane t (of 4 in a quad) reads 16 contiguous bytes of rows g and g + 8 at k = chunk + 16t and the matching 16
 // floats of its token row g; the k order inside one MMA is free as long as A and B use the same permutation (as in
 // gemv.cu): MMA i of the chunk takes physical k 16t + 4i + {0, 1} for PTX's logical {2t, 2t+1} and 16t + 4i +
 // {2, 3} for {2t+8, 2t+9}.
-// Measured on the H200 (session 6, bench_cuda_gemv_fp8): one block per 32 rows over all of k reached 1.9 TB/s;
-// neither a 4-deep register ring nor cheaper e4m3 -> bf16 conversion moved it (so neither the conversions nor
-// the load issue order were the limit); short split-k blocks are what the bf16 GEMV does at 3.2-3.6 TB/s.
+// Measured on the H200 (session 6; docs/perf-notes.md): ~1.9 TB/s on the 27B shapes at n = 1 (45 % of copy), 76
+// tok/s 27B decode. Four other schedules (16-row blocks with a 4-deep register ring; 32-row blocks with it;
+// short split-k blocks with 4 or 8 chunks per warp; 128-wide chunks) and a cheaper e4m3 -> bf16 conversion
+// measured the same or slower, the split-k form 65 tok/s end to end: the limit is not bytes in flight nor the
+// conversions; it is still open.
 // dequant (n > 16, shapes the GEMV does not take, or selected): the weight is expanded in a scratch buffer (fp8 x
 // scale) and the dense path runs (cuBLASLt for prefill): to bf16 (rounded, the bf16-weight contract) for GEMMs
 // whose activations gemm_act rounds to bf16, to f32 (exact, the fp32 GEMM) where it keeps them ~fp32 (bf16x2: the
@@ -45,17 +47,12 @@ static __device__ __forceinline__ uint4 g8_ld_stream(const uint8_t *p) {
     return v;
 }
 
-// Two e4m3 bytes (low byte first) -> bf16x2, exact, at integer-pipe cost: the hardware e4m3x2 -> f16x2 conversion
-// (exact; every e4m3 value is zero or a normal f16), then f16 -> bf16 by moving the exponent and mantissa bits
-// down 3 places, which gives the value times 2^-112 as a normal bf16 (or zero), then one bf16x2 multiply by 2^112
-// (exact). The f16 -> f32 -> bf16 conversions this replaces ran at the conversion units' rate and capped the
-// kernel near 1.9 TB/s (session 6 bench).
+// Two e4m3 bytes (low byte first) -> bf16x2, exact (e4m3 -> f16 is exact, so is f16 -> f32 -> bf16 for them).
 static __device__ __forceinline__ uint32_t g8_e4m3x2_bf16x2(uint32_t two) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    const uint32_t u = (uint32_t)h.x | (uint32_t)h.y << 16;
-    const uint32_t b = ((u >> 3) & 0x0fff0fffu) | (u & 0x80008000u);
-    const __nv_bfloat162 v = __hmul2(*(const __nv_bfloat162 *)&b, __floats2bfloat162_rn(0x1p112f, 0x1p112f));
-    return *(const uint32_t *)&v;
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    const float2 f = __half22float2(*(__half2 *)&h);
+    __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    return *(uint32_t *)&b;
 }
 
 static __device__ __forceinline__ void g8_split(float a, float b, uint32_t *hi, uint32_t *lo, int split) {
@@ -67,40 +64,26 @@ static __device__ __forceinline__ void g8_split(float a, float b, uint32_t *hi, 
     }
 }
 
-// grid: tiles x S blocks of 256 threads (tile fastest), tiles = ceil(m / 16): block (tile, s) owns 16 rows and
-// the k slice of chunks [s cps, (s + 1) cps), cps = 8 warps x G8_CPW chunks; warp w takes the slice's chunks
-// w, w + 8, ... and loads all of them before the first MMA (G8_CPW x 1 KB in flight per warp; short blocks, many
-// of them, so the grid's tail is short too). With S > 1 each block stores its slice sum in partial[s][tile] and
-// the block that arrives last at the tile's counter adds the S slice sums in slice order and writes out (the
-// order is fixed; only who adds varies), then leaves the counter zero again. scale [ceil(m / br), scols] f32.
-#define G8_CPW 4
+// grid: ceil(m / 32) blocks of 256 threads. scale [ceil(m / br), scols] f32.
 template <int NG, int SPLIT>
 __global__ void __launch_bounds__(G8_WARPS * 32) k_gemv_fp8(float *out, const float *x, const uint8_t *W,
                                                             const float *scale, int n, int m, int k, int br, int bc,
-                                                            int scols, int S, float *partial, int *counters) {
+                                                            int scols) {
     CU_PDL_ENTER();
-    __shared__ float red[G8_WARPS][16][NG * 8];
-    __shared__ int last;
+    __shared__ float red[G8_WARPS][32][NG * 8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tiles = (m + 15) / 16, tile = blockIdx.x % tiles, s = blockIdx.x / tiles;
-    const int row0 = tile * 16, nchunks = k / G8_CHUNK, c0 = s * G8_WARPS * G8_CPW;
-    const float *srow = scale + (int64_t)(row0 / br) * scols; // br % 16 == 0: one block row per tile
-    bool wok[2];
-    const uint8_t *wrow[2];
+    const int row0 = blockIdx.x * 32;
+    const float *srow = scale + (int64_t)(row0 / br) * scols;
+    bool wok[2][2];
+    const uint8_t *wrow[2][2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int row = row0 + 8 * h + g;
-        wok[h] = row < m;
-        wrow[h] = W + (int64_t)(row < m ? row : 0) * k + 16 * t;
-    }
-    uint4 wv[G8_CPW][2];
+    for (int r = 0; r < 2; r++)
 #pragma unroll
-    for (int p = 0; p < G8_CPW; p++) {
-        const int c = c0 + warp + p * G8_WARPS;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            wv[p][h] = c < nchunks && wok[h] ? g8_ld_stream(wrow[h] + (int64_t)c * G8_CHUNK) : make_uint4(0, 0, 0, 0);
-    }
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 16 * r + 8 * h + g;
+            wok[r][h] = row < m;
+            wrow[r][h] = W + (int64_t)(row < m ? row : 0) * k + 16 * t;
+        }
     const float *xrow[NG];
     bool xok[NG];
 #pragma unroll
@@ -109,15 +92,33 @@ __global__ void __launch_bounds__(G8_WARPS * 32) k_gemv_fp8(float *out, const fl
         xok[j] = tok < n;
         xrow[j] = x + (int64_t)(tok < n ? tok : 0) * k + 16 * t;
     }
-    float acc[NG][4];
+    float acc[2][NG][4];
 #pragma unroll
-    for (int j = 0; j < NG; j++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+        for (int j = 0; j < NG; j++)
 #pragma unroll
-    for (int p = 0; p < G8_CPW; p++) {
-        const int c = c0 + warp + p * G8_WARPS;
-        if (c >= nchunks) break; // warp-uniform
+            for (int e = 0; e < 4; e++) acc[r][j][e] = 0.f;
+
+    const int nchunks = k / G8_CHUNK;
+    uint4 wv[2][2], wn[2][2];
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            wn[r][h] = warp < nchunks && wok[r][h] ? g8_ld_stream(wrow[r][h] + warp * G8_CHUNK) : zero4;
+    for (int c = warp; c < nchunks; c += G8_WARPS) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) wv[r][h] = wn[r][h];
+        const int cn = c + G8_WARPS; // the next chunk's weights load while this one multiplies
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                wn[r][h] = cn < nchunks && wok[r][h] ? g8_ld_stream(wrow[r][h] + (int64_t)cn * G8_CHUNK) : zero4;
         const int kk = c * G8_CHUNK;
         // B fragments: token g's 16 floats at kk + 16t, as bf16 pairs (hi, and lo when split)
         uint32_t bh[NG][8], bl[NG][8];
@@ -131,97 +132,62 @@ __global__ void __launch_bounds__(G8_WARPS * 32) k_gemv_fp8(float *out, const fl
                 g8_split(v.z, v.w, &bh[j][2 * q + 1], &bl[j][2 * q + 1], SPLIT);
             }
         }
-        const float sc = srow[kk / bc];
-        const uint32_t lo8[4] = {wv[p][0].x, wv[p][0].y, wv[p][0].z, wv[p][0].w}; // row g: 16 bytes
-        const uint32_t hi8[4] = {wv[p][1].x, wv[p][1].y, wv[p][1].z, wv[p][1].w}; // row g + 8
-        uint32_t a[4][4];
+        const float s = srow[kk / bc];
 #pragma unroll
-        for (int i = 0; i < 4; i++) { // MMA i: bytes 4i..4i+3 of each row
-            a[i][0] = g8_e4m3x2_bf16x2(lo8[i] & 0xffffu), a[i][1] = g8_e4m3x2_bf16x2(hi8[i] & 0xffffu);
-            a[i][2] = g8_e4m3x2_bf16x2(lo8[i] >> 16), a[i][3] = g8_e4m3x2_bf16x2(hi8[i] >> 16);
-        }
+        for (int r = 0; r < 2; r++) {
+            const uint32_t lo8[4] = {wv[r][0].x, wv[r][0].y, wv[r][0].z, wv[r][0].w}; // row g: 16 bytes
+            const uint32_t hi8[4] = {wv[r][1].x, wv[r][1].y, wv[r][1].z, wv[r][1].w}; // row g + 8
 #pragma unroll
-        for (int j = 0; j < NG; j++) {
-            float part[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < NG; j++) {
+                float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                g8_mma(part, a[i], bh[j][2 * i], bh[j][2 * i + 1]);
-                if (SPLIT) g8_mma(part, a[i], bl[j][2 * i], bl[j][2 * i + 1]);
+                for (int i = 0; i < 4; i++) { // MMA i: bytes 4i..4i+3 of each row
+                    const uint32_t a[4] = {g8_e4m3x2_bf16x2(lo8[i] & 0xffffu), g8_e4m3x2_bf16x2(hi8[i] & 0xffffu),
+                                           g8_e4m3x2_bf16x2(lo8[i] >> 16), g8_e4m3x2_bf16x2(hi8[i] >> 16)};
+                    g8_mma(part, a, bh[j][2 * i], bh[j][2 * i + 1]);
+                    if (SPLIT) g8_mma(part, a, bl[j][2 * i], bl[j][2 * i + 1]);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[r][j][e] += part[e] * s;
             }
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[j][e] += part[e] * sc;
         }
     }
-    // C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = (row g + 8, same tokens) of each token group
+    // C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = (row g + 8, same tokens) of each tile and group
 #pragma unroll
-    for (int j = 0; j < NG; j++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
+        for (int j = 0; j < NG; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[warp][16 * r + g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[r][j][e];
     __syncthreads();
-    const int cells = 16 * NG * 8;
-    if (S == 1) {
-        for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-            const int row = i / (NG * 8), tok = i % (NG * 8);
-            float sum = 0.f;
-#pragma unroll
-            for (int w = 0; w < G8_WARPS; w++) sum += red[w][row][tok];
-            if (tok < n && row0 + row < m) out[(int64_t)tok * m + row0 + row] = sum;
-        }
-        return;
-    }
-    float *mine = partial + ((int64_t)s * tiles + tile) * (16 * 16);
-    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
+    for (int i = threadIdx.x; i < 32 * NG * 8; i += blockDim.x) {
         const int row = i / (NG * 8), tok = i % (NG * 8);
         float sum = 0.f;
 #pragma unroll
         for (int w = 0; w < G8_WARPS; w++) sum += red[w][row][tok];
-        mine[row * 16 + tok] = sum;
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1) == S - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-        const int row = i / (NG * 8), tok = i % (NG * 8);
-        float sum = 0.f;
-        for (int q = 0; q < S; q++) sum += __ldcg(partial + ((int64_t)q * tiles + tile) * (16 * 16) + row * 16 + tok);
         if (tok < n && row0 + row < m) out[(int64_t)tok * m + row0 + row] = sum;
     }
-    if (threadIdx.x == 0) counters[tile] = 0;
 }
 
 int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n) {
     if (n < 1 || n > CU_GEMV_MAX_N || W->fmt != FD_WFMT_FP8_BLOCK || !W->dev || !W->dev_scale) return 0;
-    if (W->cols % G8_CHUNK || W->block_cols % G8_CHUNK || W->block_rows % 16) return 0;
-    if ((W->rows + 15) / 16 > CU_GEMV_COUNTERS) return 0; // one split-k arrival counter per tile
+    if (W->cols % G8_CHUNK || W->block_cols % G8_CHUNK || W->block_rows % 32) return 0;
     return ((uintptr_t)W->dev | (uintptr_t)x) % 16 == 0;
 }
 
 void cu_gemv_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
     cu_impl *c = cu_of(be);
     const int m = (int)W->rows, k = (int)W->cols, split = cu_gemm_split(c->gemm_act, k);
-    const int tiles = (m + 15) / 16, nchunks = k / G8_CHUNK;
-    int S = (nchunks + G8_WARPS * G8_CPW - 1) / (G8_WARPS * G8_CPW);
-    float *partial = NULL;
-    int *counters = c->gemv_counters;
-    FD_CHECK(tiles <= c->gemv_counters_len, "fp8 gemv: %d tiles", tiles); // cu_gemv_fp8_supported bounds it
-    if (S > 1) partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)S * tiles * 16 * 16 * sizeof(float));
-    const dim3 grid((unsigned)(tiles * S));
+    const unsigned grid = (unsigned)((m + 31) / 32);
     const uint8_t *w = (const uint8_t *)W->dev;
     const float *s = (const float *)W->dev_scale;
     const int br = W->block_rows, bc = W->block_cols, sc = (int)W->scale_cols;
     if (n <= 8)
-        split ? cu_launch_early(be, (k_gemv_fp8<1, 1>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc, S,
-                                partial, counters)
-              : cu_launch_early(be, (k_gemv_fp8<1, 0>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc, S,
-                                partial, counters);
+        split ? cu_launch_early(be, (k_gemv_fp8<1, 1>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc)
+              : cu_launch_early(be, (k_gemv_fp8<1, 0>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc);
     else
-        split ? cu_launch_early(be, (k_gemv_fp8<2, 1>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc, S,
-                                partial, counters)
-              : cu_launch_early(be, (k_gemv_fp8<2, 0>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc, S,
-                                partial, counters);
+        split ? cu_launch_early(be, (k_gemv_fp8<2, 1>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc)
+              : cu_launch_early(be, (k_gemv_fp8<2, 0>), grid, G8_WARPS * 32, 0, out, x, w, s, n, m, k, br, bc, sc);
 }
 
 // dst[m, k] = e4m3(W) x its block scale, in f32 (exact) or rounded to bf16; one thread per 16 weights (k % 16
