@@ -88,7 +88,7 @@ TEST(bench_cuda_fused_norms) {
 // host queues the start event and `calls` back-to-back calls (then the host's launch cost is hidden, as in a graph
 // replay or a deep queue); median of 11 such samples after 3 warm-up calls. The calls rotate through REC_STATES
 // state buffers (100 MB, one per layer as in a decode step), so every call reads its state from DRAM, not L2.
-// Both serial kernels (v2 = k_gdn_rec, the default; v1 = k_gdn_serial, FD_CUDA_GDN_SERIAL=v1), n = 1 (decode),
+// The serial kernel (k_gdn_rec), n = 1 (decode),
 // 8 and 16 (verify; with per-token state slots as DFlash writes them, and without), 4096 (serial prefill).
 // GB/s: state read + written, q/k/v rows read, outputs and slots written, over 4250 (copy bandwidth). Also
 // conv1d_silu at the same layer (C 10240, K 4).
@@ -161,21 +161,15 @@ TEST(bench_cuda_gdn_serial) {
     c.conv_state = dev_rand((size_t)cq * 3, -1, 1);
     c.conv_slots = B()->alloc(B(), (size_t)16 * cq * 3 * 4);
     c.spacer = B()->alloc(B(), (size_t)512 << 20);
-    const int prev = fd_cuda_set_gdn_serial_kernel(0);
     static const int cases[][2] = {{1, 0}, {8, 0}, {8, 1}, {16, 0}, {16, 1}, {4096, 0}}; // n, slots
-    for (int kernel = 2; kernel >= 1; kernel--) {
-        fd_cuda_set_gdn_serial_kernel(kernel);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            c.n = cases[i][0], c.with_slots = cases[i][1], c.calls = c.n > 16 ? 2 : 20;
-            const double bytes =
-                2 * state_bytes + (double)c.n * (cq + Hv * dv) * 4 + (c.with_slots ? (double)c.n * state_bytes : 0);
-            char what[96];
-            snprintf(what, sizeof what, "gdn serial v%d n=%d%s (Hk16 Hv48 128/128)", kernel, c.n,
-                     c.with_slots ? " slots" : "");
-            row_us(what, event_us(f_rec, &c), bytes);
-        }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c.n = cases[i][0], c.with_slots = cases[i][1], c.calls = c.n > 16 ? 2 : 20;
+        const double bytes =
+            2 * state_bytes + (double)c.n * (cq + Hv * dv) * 4 + (c.with_slots ? (double)c.n * state_bytes : 0);
+        char what[96];
+        snprintf(what, sizeof what, "gdn serial n=%d%s (Hk16 Hv48 128/128)", c.n, c.with_slots ? " slots" : "");
+        row_us(what, event_us(f_rec, &c), bytes);
     }
-    fd_cuda_set_gdn_serial_kernel(prev);
     for (int i = 0; i < 3; i++) {
         c.n = i == 0 ? 1 : 16, c.with_slots = i == 2, c.calls = 20;
         // x read, out written, state read + written, slots written

@@ -220,13 +220,12 @@ TEST(bench_cuda_gemv_fused) {
     B()->free(B(), c.x), B()->free(B(), seed.dev);
 }
 
-// ---- gemv schedule sweep: load schedule (variant) x k-slicing target (bps), a 27B step's fused GEMMs ----
+// ---- gemv k-slicing sweep (bps), a 27B step's fused GEMMs ----
 // The groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
-// variant of fd_cuda_set_gemv_variant (FD_BENCH_GEMV_VARIANTS, default all) and every k-slicing target
-// (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide slices). All
-// variants are bitwise equal; bps changes the summation order, so the pair is a tuning choice. One line per
-// (n, variant, bps): the step total (all 257 GEMM launches of a token) in ms and % of copy bandwidth, then
-// cuBLAS, the best pair per n and that pair's time per group.
+// k-slicing target (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide
+// slices). bps changes the summation order, so it is a tuning choice. One line per (n, bps): the step total (all
+// 257 GEMM launches of a token) in ms and % of copy bandwidth, then cuBLAS, the best bps per n and its time per
+// group.
 static int parse_list(const char *env, const char *dflt, int *out, int max, int lo, int hi) {
     const char *p = getenv(env);
     if (!p || !*p) p = dflt;
@@ -247,8 +246,6 @@ TEST(bench_cuda_gemv_sweep) {
         printf("    (skipped: set FD_CUDA_BENCH=1)\n");
         return;
     }
-    static const char *const variant_names[FD_CUDA_GEMV_VARIANTS] = {"batch",   "ring2",   "ring3",  "ring4",
-                                                                     "stream2", "stream3", "stream4"};
     static const struct {
         int count, k, per_token, m[4];
         const char *what;
@@ -258,20 +255,18 @@ TEST(bench_cuda_gemv_sweep) {
                   {1, 6144, 64, {5120}, "GDN out, attn o"},
                   {1, 17408, 64, {5120}, "FFN down"},
                   {1, 5120, 1, {248320}, "lm_head"}};
-    enum { NG = sizeof groups / sizeof groups[0], NN = 3, MAXV = FD_CUDA_GEMV_VARIANTS, MAXB = 8 };
+    enum { NG = sizeof groups / sizeof groups[0], NN = 3, MAXB = 8 };
     const int ns[NN] = {1, 8, 16};
-    int vars[MAXV], bpss[MAXB];
-    const int nv = parse_list("FD_BENCH_GEMV_VARIANTS", "0,1,2,3,4,5,6", vars, MAXV, 0, MAXV - 1);
+    int bpss[MAXB];
     const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8,12,16", bpss, MAXB, 1, 64);
     const char *prev = fd_cuda_route(B(), "gemm_small");
-    const int prev_variant = fd_cuda_set_gemv_variant(B(), 0);
     const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(B(), 6);
     const size_t seed_elems = (size_t)16 << 20;
     fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
     gfuse_ctx c;
     memset(&c, 0, sizeof c);
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
-    static double step_ms[NN][MAXV][MAXB], group_ms[NG][NN][MAXV][MAXB], cublas_ms[NN];
+    static double step_ms[NN][MAXB], group_ms[NG][NN][MAXB], cublas_ms[NN];
     memset(step_ms, 0, sizeof step_ms), memset(cublas_ms, 0, sizeof cublas_ms);
     double wsum = 0;
     for (int g = 0; g < NG; g++) {
@@ -306,45 +301,40 @@ TEST(bench_cuda_gemv_sweep) {
             fd_cuda_set_route(B(), "gemm_small", "cublas");
             cublas_ms[in] += time_ms(f_gfuse, &c) / c.reps * groups[g].per_token;
             fd_cuda_set_route(B(), "gemm_small", "gemv");
-            for (int vi = 0; vi < nv; vi++)
-                for (int bi = 0; bi < nb; bi++) {
-                    fd_cuda_set_gemv_variant(B(), vars[vi]);
-                    fd_cuda_set_gemv_blocks_per_sm(B(), bpss[bi]);
-                    const double ms = time_ms(f_gfuse, &c) / c.reps;
-                    group_ms[g][in][vi][bi] = ms;
-                    step_ms[in][vi][bi] += ms * groups[g].per_token;
-                }
+            for (int bi = 0; bi < nb; bi++) {
+                fd_cuda_set_gemv_blocks_per_sm(B(), bpss[bi]);
+                const double ms = time_ms(f_gfuse, &c) / c.reps;
+                group_ms[g][in][bi] = ms;
+                step_ms[in][bi] += ms * groups[g].per_token;
+            }
         }
         for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
         free(c.Ws);
         B()->free(B(), pool);
     }
     for (int in = 0; in < NN; in++) {
-        int bv = 0, bb = 0;
-        for (int vi = 0; vi < nv; vi++)
-            for (int bi = 0; bi < nb; bi++) {
-                char what[96];
-                snprintf(what, sizeof what, "sweep n=%-2d %-7s bps=%-2d 27B step GEMMs", ns[in],
-                         variant_names[vars[vi]], bpss[bi]);
-                row(what, step_ms[in][vi][bi], 0, wsum);
-                if (step_ms[in][vi][bi] < step_ms[in][bv][bb]) bv = vi, bb = bi;
-            }
+        int bb = 0;
+        for (int bi = 0; bi < nb; bi++) {
+            char what[96];
+            snprintf(what, sizeof what, "sweep n=%-2d bps=%-2d 27B step GEMMs", ns[in], bpss[bi]);
+            row(what, step_ms[in][bi], 0, wsum);
+            if (step_ms[in][bi] < step_ms[in][bb]) bb = bi;
+        }
         char what[96];
         snprintf(what, sizeof what, "sweep n=%-2d cublas 27B step GEMMs", ns[in]);
         row(what, cublas_ms[in], 0, wsum);
-        if (nv && nb) {
-            snprintf(what, sizeof what, "sweep n=%-2d BEST %s bps=%d", ns[in], variant_names[vars[bv]], bpss[bb]);
-            row(what, step_ms[in][bv][bb], 0, wsum);
+        if (nb) {
+            snprintf(what, sizeof what, "sweep n=%-2d BEST bps=%d", ns[in], bpss[bb]);
+            row(what, step_ms[in][bb], 0, wsum);
             // Where the best pair's time goes, group by group (per call).
             for (int g = 0; g < NG; g++) {
                 double gb = 0;
                 for (int i = 0; i < groups[g].count; i++) gb += (double)groups[g].m[i] * groups[g].k * 2;
                 snprintf(what, sizeof what, "  best n=%-2d %s (x%d)", ns[in], groups[g].what, groups[g].per_token);
-                row(what, group_ms[g][in][bv][bb], 0, gb);
+                row(what, group_ms[g][in][bb], 0, gb);
             }
         }
     }
-    fd_cuda_set_gemv_variant(B(), prev_variant);
     fd_cuda_set_gemv_blocks_per_sm(B(), prev_bps);
     fd_cuda_set_route(B(), "gemm_small", prev);
     B()->free(B(), c.x), B()->free(B(), seed.dev);

@@ -2,12 +2,11 @@
 //   - cuda_gdn_serial_decode_equals_verify: n single-token calls vs one n-token call with per-token state slots
 //     vs the same call without slots, from the same random state: outputs, every slot, and the final state must
 //     be bitwise equal (a DFlash commit takes slot k-1 and decoding goes on from it, so any difference would make
-//     speculative greedy differ from plain greedy). Both serial kernels (v2 default, v1 = FD_CUDA_GDN_SERIAL=v1),
-//     at head sizes that take every code path of v2 (rows per lane 1..32, vector and scalar loads, partial
-//     column groups, rows past dk).
+//     speculative greedy differ from plain greedy), at head sizes that take every code path
+//     of k_gdn_rec (rows per lane 1..32, vector and scalar loads, partial column groups, rows past dk).
 //   - cuda_conv1d_silu_one_launch: calls of up to 64 tokens update the conv state inside the output kernel;
 //     state exact vs the CPU, outputs within TOL_F32, for K = 2, 3, 4 around the 64-token boundary.
-// The accuracy of both kernels vs the CPU and an fp64 recurrence is checked in test_cuda_ops.c (cuda_gdn_*).
+// The kernel's accuracy vs the CPU and an fp64 recurrence is checked in test_cuda_ops.c (cuda_gdn_*).
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +61,7 @@ static fd_weight f32_weight(fd_backend *be, const char *name, const float *data,
     return w;
 }
 
-static void decode_vs_verify(int kernel, int n, int Hk, int Hv, int dk, int dv) {
+static void decode_vs_verify(int n, int Hk, int Hv, int dk, int dv) {
     const int cq = 2 * Hk * dk + Hv * dv;
     const size_t ns = (size_t)Hv * dk * dv, no = (size_t)Hv * dv;
     float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
@@ -100,11 +99,11 @@ static void decode_vs_verify(int kernel, int n, int Hk, int Hv, int dk, int dv) 
         gpu()->free(gpu(), dS2), gpu()->free(gpu(), dout);
     }
     const int ok = finite && same_o[0] && same_o[1] && same_final[0] && same_final[1] && same_slots;
-    printf("    gdn serial v%d n=%-2d Hk=%d Hv=%d dk=%-3d dv=%-3d: outputs %s/%s, slots %s, final state %s/%s%s\n",
-           kernel, n, Hk, Hv, dk, dv, same_o[1] ? "bitwise" : "DIFFER", same_o[0] ? "bitwise" : "DIFFER",
+    printf("    gdn serial n=%-2d Hk=%d Hv=%d dk=%-3d dv=%-3d: outputs %s/%s, slots %s, final state %s/%s%s\n", n,
+           Hk, Hv, dk, dv, same_o[1] ? "bitwise" : "DIFFER", same_o[0] ? "bitwise" : "DIFFER",
            same_slots ? "bitwise" : "DIFFER", same_final[1] ? "bitwise" : "DIFFER",
            same_final[0] ? "bitwise" : "DIFFER", finite ? "" : " (NON-FINITE decode values)");
-    EXPECT(ok, "gdn serial v%d n=%d Hk=%d Hv=%d dk=%d dv=%d: decode and verify differ", kernel, n, Hk, Hv, dk, dv);
+    EXPECT(ok, "gdn serial n=%d Hk=%d Hv=%d dk=%d dv=%d: decode and verify differ", n, Hk, Hv, dk, dv);
     gpu()->free(gpu(), dq), gpu()->free(gpu(), db), gpu()->free(gpu(), da);
     gpu()->release_weight(gpu(), &A_log), gpu()->release_weight(gpu(), &dt_bias);
     free(qkv), free(b), free(a), free(S0), free(Al), free(dtb), free(o1), free(st1), free(o2), free(st2), free(fin);
@@ -118,16 +117,11 @@ TEST(cuda_gdn_serial_decode_equals_verify) {
         {2, 6, 128, 128}, {1, 3, 64, 32}, {2, 4, 96, 48}, {1, 2, 256, 128},
         {2, 4, 16, 16},   {1, 1, 24, 20}, {2, 2, 48, 37}, {1, 2, 6, 10},
     };
-    const int prev = fd_cuda_set_gdn_serial_kernel(0);
-    for (int kernel = 2; kernel >= 1; kernel--) {
-        fd_cuda_set_gdn_serial_kernel(kernel);
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            const int *c = shapes[s];
-            decode_vs_verify(kernel, 16, c[0], c[1], c[2], c[3]);
-            if (s == 0) decode_vs_verify(kernel, 5, c[0], c[1], c[2], c[3]);
-        }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int *c = shapes[s];
+        decode_vs_verify(16, c[0], c[1], c[2], c[3]);
+        if (s == 0) decode_vs_verify(5, c[0], c[1], c[2], c[3]);
     }
-    fd_cuda_set_gdn_serial_kernel(prev);
 }
 
 TEST(cuda_conv1d_silu_one_launch) {

@@ -13,8 +13,8 @@
 //     of different k, n > 16, more than 4 weights) run one by one and are still right.
 //   - gemm_act=auto: bitwise bf16x2 for k <= 256 and bf16 above, on both GEMM paths and for fused groups, and
 //     counted under the value it ran;
-//   - the load schedules (fd_cuda_set_gemv_variant): every variant bitwise variant 0 at several k-slicing
-//     targets, for every n, under both gemm_act values, for fused groups too, and on its own against the CPU.
+//   - the k-slicing targets (fd_cuda_set_gemv_blocks_per_sm 2 / 6 / 64): against the CPU, batch invariant, fused =
+//     separate at each.
 // Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
 // mantissa bits: ~1e-5 expected), gemv vs cuBLAS with identical products 2e-5 (fp32 summation order).
 #include <stdlib.h>
@@ -387,28 +387,21 @@ TEST(cuda_gemv_multi_unfused_groups) {
     set_route("gemm_small", prev_small);
 }
 
-// ---- load schedules (fd_cuda_set_gemv_variant) ----
+// ---- k-slicing targets (fd_cuda_set_gemv_blocks_per_sm) ----
 
-// Every schedule runs the same k partition in the same order, so each must be bitwise variant 0 (the batch
-// schedule, checked against the CPU and cuBLAS above) for every n, both gemm_act values and several k-slicing
-// targets: bps 2 (long slices), 6 (the default) and 64 (as many 1024-wide slices as k allows: the persistent
-// stream blocks then run several split-k items each). Shapes: the 27B FFN pair and a 60000-row weight give
-// every stream block several items; 4100 x 4104 does too with a CPU reference and a last slice 8 wide (only warp
-// 0 has a step in it). Each variant's output is also checked against the CPU on the small shapes, for batch
-// invariance directly (rows of the 16-row call = the 1-row calls; NaN/Inf neighbours change nothing) and for
-// matmul_multi (fused = variant 0's separate calls).
-TEST(cuda_gemv_variants_bitwise) {
+// The k partition depends on the slicing target: bps 2 (long slices, the default), 6 and 64 (as many 1024-wide
+// slices as k allows). At each one: against the CPU on the small shapes (4100 x 4104 has a last slice 8 wide: only
+// warp 0 has a step in it), batch invariance (a 1-row call = its row of the 16-row call; 1e30/Inf/NaN in the
+// other rows change nothing), and fused groups = separate calls, one launch. (Session 6 removed the six other
+// load schedules this test compared bitwise with the default: they lost the sweep.)
+TEST(cuda_gemv_slicing_targets) {
     const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
-    const int prev_variant = fd_cuda_set_gemv_variant(gpu(), 0);
     const int prev_bps = fd_cuda_set_gemv_blocks_per_sm(gpu(), 6);
-    ASSERT(prev_variant >= 0 && prev_bps >= 1, "gemv knobs refused");
-    EXPECT(fd_cuda_set_gemv_variant(gpu(), FD_CUDA_GEMV_VARIANTS) == -1, "variant %d accepted", FD_CUDA_GEMV_VARIANTS);
-    EXPECT(fd_cuda_set_gemv_variant(gpu(), -1) == -1, "variant -1 accepted");
+    ASSERT(prev_bps >= 1, "gemv knob refused");
     set_route("gemm_small", "gemv");
     static const struct {
         int m, k, with_cpu;
-    } shapes[] = {{130, 1096, 1},   {515, 2048, 1},   {4100, 4104, 1}, {33, 16, 1},
-                  {60000, 2056, 0}, {17408, 5120, 0}, {5120, 17408, 0}};
+    } shapes[] = {{130, 1096, 1}, {515, 2048, 1}, {4100, 4104, 1}, {33, 16, 1}, {17408, 5120, 0}, {5120, 17408, 0}};
     static const int ns[] = {1, 3, 8, 9, 16}, bpss[] = {2, 6, 64};
     enum { NNS = 5 };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -422,7 +415,6 @@ TEST(cuda_gemv_variants_bitwise) {
                 oc[in] = fd_malloc((size_t)ns[in] * m * 4);
                 cpu()->matmul(cpu(), oc[in], x, &W.c, ns[in], 1);
             }
-        // NaN neighbours: row 3 keeps its values, the other 15 rows are 1e30 / Inf / NaN.
         float *xg = fd_malloc((size_t)16 * k * 4);
         const float garbage[3] = {1e30f, INFINITY, NAN};
         for (int r = 0; r < 16; r++)
@@ -434,57 +426,40 @@ TEST(cuda_gemv_variants_bitwise) {
             set_route("gemm_act", an);
             for (size_t bi = 0; bi < sizeof bpss / sizeof bpss[0]; bi++) {
                 fd_cuda_set_gemv_blocks_per_sm(gpu(), bpss[bi]);
-                fd_cuda_set_gemv_variant(gpu(), 0);
-                float *ref[NNS];
-                for (int in = 0; in < NNS; in++) ref[in] = gpu_matmul(dx, &W.g, ns[in]);
+                float *o16 = gpu_matmul(dx, &W.g, 16);
                 int bad = 0;
                 double worst_cpu = 0;
-                for (int v = 1; v < FD_CUDA_GEMV_VARIANTS; v++) {
-                    fd_cuda_set_gemv_variant(gpu(), v);
-                    for (int in = 0; in < NNS; in++) {
-                        const int n = ns[in];
-                        const int64_t c0 = small_calls("gemv");
-                        float *og = gpu_matmul(dx, &W.g, n);
-                        EXPECT(small_calls("gemv") == c0 + 1, "variant %d m=%d k=%d n=%d: not the gemv kernel", v, m, k,
-                               n);
-                        if (memcmp(og, ref[in], (size_t)n * m * 4) && !bad++)
-                            EXPECT(0, "variant %d %s bps=%d m=%d k=%d n=%d differs from variant 0", v, an, bpss[bi], m,
-                                   k, n);
-                        if (oc[in]) {
-                            double e = test_rel_l2(og, oc[in], (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
-                            worst_cpu = e > worst_cpu ? e : worst_cpu;
-                            EXPECT(e <= tol, "variant %d %s m=%d k=%d n=%d vs CPU: rel-L2 %.3g", v, an, m, k, n, e);
-                        }
-                        // Batch invariance: rows 0 and 15 of the 16-row call alone (ref[NNS - 1] is n = 16).
-                        if (n == 1) {
-                            float *o15 = gpu_matmul((const float *)dx + (size_t)15 * k, &W.g, 1);
-                            if ((memcmp(og, ref[NNS - 1], (size_t)m * 4) ||
-                                 memcmp(o15, ref[NNS - 1] + (size_t)15 * m, (size_t)m * 4)) &&
-                                !bad++)
-                                EXPECT(0, "variant %d %s m=%d k=%d: a 1-row call differs from its row of n=16", v, an,
-                                       m, k);
-                            free(o15);
-                        }
-                        free(og);
+                for (int in = 0; in < NNS; in++) {
+                    const int n = ns[in];
+                    float *og = gpu_matmul(dx, &W.g, n);
+                    if (oc[in]) {
+                        double e = test_rel_l2(og, oc[in], (size_t)n * m), tol = act ? TOL_BF16X2 : TOL_BF16;
+                        worst_cpu = e > worst_cpu ? e : worst_cpu;
+                        EXPECT(e <= tol, "%s bps=%d m=%d k=%d n=%d vs CPU: rel-L2 %.3g", an, bpss[bi], m, k, n, e);
                     }
-                    float *og = gpu_matmul(dg, &W.g, 16);
-                    if (memcmp(og + (size_t)3 * m, ref[NNS - 1] + (size_t)3 * m, (size_t)m * 4) && !bad++)
-                        EXPECT(0, "variant %d %s m=%d k=%d: row 3 changes when the other rows hold 1e30/Inf/NaN", v, an,
-                               m, k);
+                    if (memcmp(og, o16, (size_t)n * m * 4) && !bad++)
+                        EXPECT(0, "%s bps=%d m=%d k=%d: the %d-row call differs from those rows of n=16", an, bpss[bi],
+                               m, k, n);
                     free(og);
                 }
-                EXPECT(bad == 0, "m=%d k=%d %s bps=%d: %d variant outputs differ", m, k, an, bpss[bi], bad);
-                printf("    gemv %-6s m=%-5d k=%-5d bps=%-2d variants 1..%d n=1..16: %s", an, m, k, bpss[bi],
-                       FD_CUDA_GEMV_VARIANTS - 1, bad ? "NOT bitwise variant 0" : "bitwise variant 0");
+                float *o15 = gpu_matmul((const float *)dx + (size_t)15 * k, &W.g, 1);
+                if (memcmp(o15, o16 + (size_t)15 * m, (size_t)m * 4) && !bad++)
+                    EXPECT(0, "%s bps=%d m=%d k=%d: row 15 alone differs from its row of n=16", an, bpss[bi], m, k);
+                float *og = gpu_matmul(dg, &W.g, 16);
+                if (memcmp(og + (size_t)3 * m, o16 + (size_t)3 * m, (size_t)m * 4) && !bad++)
+                    EXPECT(0, "%s bps=%d m=%d k=%d: row 3 changes when the other rows hold 1e30/Inf/NaN", an, bpss[bi],
+                           m, k);
+                printf("    gemv %-6s m=%-5d k=%-5d bps=%-2d n=1..16: %s", an, m, k, bpss[bi],
+                       bad ? "NOT batch invariant" : "batch invariant");
                 if (oc[0]) printf(", worst vs CPU %.3g", worst_cpu);
                 printf("\n");
-                for (int in = 0; in < NNS; in++) free(ref[in]);
+                free(o15), free(og), free(o16);
             }
         }
         for (int in = 0; in < NNS; in++) free(oc[in]);
         free(x), gpu()->free(gpu(), dx), gpu()->free(gpu(), dg), freew(&W);
     }
-    // Fused groups: every variant's matmul_multi = variant 0's separate matmuls (one launch each time).
+    // Fused groups at every slicing target: matmul_multi = the separate matmuls, in one launch.
     static const struct {
         int count, k, m[4];
     } groups[] = {{4, 4104, {520, 300, 48, 48}}, {4, 5120, {10240, 6144, 48, 48}}, {2, 5120, {17408, 17408}}};
@@ -500,32 +475,24 @@ TEST(cuda_gemv_variants_bitwise) {
         for (size_t bi = 0; bi < sizeof bpss / sizeof bpss[0]; bi++) {
             fd_cuda_set_gemv_blocks_per_sm(gpu(), bpss[bi]);
             for (int n = 1; n <= 16; n += 7) { // 1, 8, 15
-                fd_cuda_set_gemv_variant(gpu(), 0);
-                float *sep[4];
+                float *sep[4], *fused[4];
                 for (int i = 0; i < count; i++) sep[i] = gpu_matmul(dx, Wg[i], n);
-                for (int v = 1; v < FD_CUDA_GEMV_VARIANTS; v++) {
-                    fd_cuda_set_gemv_variant(gpu(), v);
-                    float *fused[4];
-                    const int64_t l0 = fd_cuda_gemv_launches(gpu());
-                    gpu_multi(fused, dx, Wg, count, n);
-                    EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "variant %d: fused group not one launch", v);
-                    for (int i = 0; i < count; i++) {
-                        if (memcmp(fused[i], sep[i], (size_t)n * groups[gi].m[i] * 4) && !bad++)
-                            EXPECT(0, "variant %d bps=%d k=%d n=%d: fused weight %d differs from variant 0 separate", v,
-                                   bpss[bi], k, n, i);
-                        free(fused[i]);
-                    }
+                const int64_t l0 = fd_cuda_gemv_launches(gpu());
+                gpu_multi(fused, dx, Wg, count, n);
+                EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "bps=%d: fused group not one launch", bpss[bi]);
+                for (int i = 0; i < count; i++) {
+                    if (memcmp(fused[i], sep[i], (size_t)n * groups[gi].m[i] * 4) && !bad++)
+                        EXPECT(0, "bps=%d k=%d n=%d: fused weight %d differs from its separate call", bpss[bi], k, n,
+                               i);
+                    free(fused[i]), free(sep[i]);
                 }
-                for (int i = 0; i < count; i++) free(sep[i]);
             }
         }
-        EXPECT(bad == 0, "fused group %zu: %d outputs differ", gi, bad);
-        printf("    multi bf16 group %zu (k=%d, %d weights) variants 1..%d, bps 2/6/64, n=1,8,15: %s\n", gi, k, count,
-               FD_CUDA_GEMV_VARIANTS - 1, bad ? "NOT equal" : "bitwise = variant 0 separate");
+        printf("    multi bf16 group %zu (k=%d, %d weights) bps 2/6/64, n=1,8,15: %s\n", gi, k, count,
+               bad ? "NOT equal" : "bitwise = separate");
         free(x), gpu()->free(gpu(), dx);
         for (int i = 0; i < count; i++) freew(&W[i]);
     }
-    fd_cuda_set_gemv_variant(gpu(), prev_variant);
     fd_cuda_set_gemv_blocks_per_sm(gpu(), prev_bps);
     set_route("gemm_act", prev_act);
     set_route("gemm_small", prev_small);

@@ -454,17 +454,6 @@ TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
     }
 }
 
-// The first serial kernel stays selectable (FD_CUDA_GDN_SERIAL=v1) for comparisons: it must stay correct too.
-TEST(cuda_gdn_serial_v1_vs_cpu_and_fp64) {
-    const int prev = fd_cuda_set_gdn_serial_kernel(1);
-    for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s += 3) {
-        const int *c = gdn_shapes[s];
-        check_gdn(FD_GDN_SERIAL, c[0], c[1], c[2], c[3], c[4], c[5], 0);
-    }
-    check_gdn(FD_GDN_SERIAL, 30, 16, 2, 6, 128, 128, 1);
-    fd_cuda_set_gdn_serial_kernel(prev);
-}
-
 TEST(cuda_gdn_chunked_vs_cpu_and_fp64) {
     for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
         const int *c = gdn_shapes[s];

@@ -33,24 +33,8 @@ int64_t fd_cuda_gemv_launches(fd_backend *be);
 // must not change while a model runs (decode and verify would differ): benches and tuning runs only. Returns
 // the previous value; values outside 1..64 are refused (returns -1, nothing changed).
 int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm);
-// Serial GDN kernel (src/cuda/gdn.cu): 2 = k_gdn_rec (default), 1 = k_gdn_serial (env FD_CUDA_GDN_SERIAL=v1).
-// Process-wide; the two sum in different orders, so tests and benches only. Returns the previous value; values
-// other than 1 and 2 only return it.
-int fd_cuda_set_gdn_serial_kernel(int version);
 // Records a cudaEvent_t (passed as void *) on the backend's stream, so a bench can time queued ops with events.
 void fd_cuda_record_event(fd_backend *be, void *event);
-// Load schedule of the small-n GEMM (default 0; env FD_CUDA_GEMV_VARIANT at creation), for tuning sweeps:
-//   0 = batch: each warp loads 2 steps of weights, waits, runs their MMAs (2 blocks per SM)
-//   1 = ring2: a 2-step register ring, a step's slot reloaded right after its MMAs (2 blocks per SM)
-//   2 = ring3: 3-step ring, 1 block per SM (up to 255 registers: x of every slot held early)
-//   3 = ring4: 4-step ring, 1 block per SM
-//   4, 5, 6 = stream2, stream3, stream4: the rings of 1, 2, 3 in persistent blocks (grid = what is resident),
-//       the ring running on across a block's items, so the next item's weights load during the block end
-// Every variant runs the same k partition in the same order, so all give bitwise the same results (unlike the
-// blocks-per-SM knob); only the speed differs. Returns the previous value, or -1 (nothing changed) outside
-// 0..FD_CUDA_GEMV_VARIANTS - 1.
-#define FD_CUDA_GEMV_VARIANTS 7
-int fd_cuda_set_gemv_variant(fd_backend *be, int variant);
 
 // The distribution sample_rows draws from, for tests: probs [rows, V] (device) = sampler_probs of each row under
 // params[r] (zero outside the top-k / top-p set; one-hot argmax for greedy rows). src/cuda/sampling.cu.

@@ -316,13 +316,6 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
         FD_CHECK(v >= 1 && v <= 64, "FD_CUDA_GEMV_BLOCKS_PER_SM=%s: expected 1..64", gbps);
         c->gemv_blocks_per_sm = v;
     }
-    c->gemv_variant = CU_GEMV_VARIANT;
-    const char *gvar = getenv("FD_CUDA_GEMV_VARIANT");
-    if (gvar) {
-        int v = atoi(gvar);
-        FD_CHECK(v >= 0 && v < CU_GEMV_VARIANTS, "FD_CUDA_GEMV_VARIANT=%s: expected 0..%d", gvar, CU_GEMV_VARIANTS - 1);
-        c->gemv_variant = v;
-    }
 
     fd_backend *be = (fd_backend *)fd_calloc(1, sizeof *be);
     be->name = "cuda";

@@ -75,8 +75,6 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 // Default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
 // 15.7 at 6.
 #define CU_GEMV_BLOCKS_PER_SM 2
-#define CU_GEMV_VARIANT       0  // default load schedule (gemv.cu k_gemv / _ring / _stream; bitwise equal)
-#define CU_GEMV_VARIANTS      7  // schedules selectable at run time (FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant)
 #define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
 #define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
 
@@ -101,7 +99,6 @@ typedef struct {
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
     int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
-    int gemv_variant;       // gemv load schedule 0..CU_GEMV_VARIANTS-1 (CU_GEMV_VARIANT; FD_CUDA_GEMV_VARIANT)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
     // call copies nothing (a copy from host memory could not sit in a CUDA graph).
     struct {

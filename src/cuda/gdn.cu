@@ -3,8 +3,8 @@
 //   S <- exp(g_t) S ;  S <- S + beta_t k_t (v_t - S^T k_t)^T ;  o_t = S^T q_t        (value head h reads q/k h / r)
 //
 // Two routes:
-//  FD_GDN_SERIAL  - one kernel, token-recurrent, the state in registers (k_gdn_rec; the older k_gdn_serial stays
-//                   selectable for comparison: FD_CUDA_GDN_SERIAL=v1). With state_slots (f32 [n, Hv, dk, dv]) it
+//  FD_GDN_SERIAL  - one kernel, token-recurrent, the state in registers (k_gdn_rec; the first kernel, k_gdn_serial,
+//                   2x slower, was removed in session 6: docs/perf-notes.md). With state_slots (f32 [n, Hv, dk, dv]) it
 //                   also writes the state after every token to slot t (speculative verify: committing k accepted
 //                   tokens = taking slot k-1). Slots imply this route.
 //  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu).
@@ -63,92 +63,6 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
     unsigned g1 = cu_blocks(c1, 256) > 8192 ? 8192 : cu_blocks(c1, 256);
     cu_launch(be, k_split_qkvz, g1, 256, 0, (float *)qkv, (float *)z, (const float *)qkvz, c1, Hk, Hv, dk, dv);
     cu_launch(be, k_split_ba, cu_blocks(c2, 256), 256, 0, (float *)b, (float *)a, (const float *)ba, c2, Hk, Hv);
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Serial route, first kernel (v1, FD_CUDA_GDN_SERIAL=v1). grid (Hv, ceil(dv/32)), 128 threads = 4 warps. Lane j owns
-// state column c = 32*blockIdx.y + j; warp w owns rows [w*RW, w*RW + RW) with RW = ceil(dk/4) <= 64, held in registers
-// for all n tokens.
-#define SER_ROWS 64
-__global__ void __launch_bounds__(128)
-    k_gdn_serial(float *o, float *slots, const float *qkv, const float *bb, const float *aa, const float *A_log,
-                 const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv) {
-    CU_PDL_ENTER();
-    __shared__ float qs[GDN_MAXD], ks[GDN_MAXD];
-    __shared__ float red[2][4][32];
-    __shared__ float nrm[2][4];
-    int h = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int c = blockIdx.y * 32 + lane;
-    int g = h / (Hv / Hk);
-    int RW = (dk + 3) / 4;
-    int cq = 2 * Hk * dk + Hv * dv;
-    float *Sg = state + (int64_t)h * dk * dv;
-    float S[SER_ROWS];
-#pragma unroll
-    for (int r = 0; r < SER_ROWS; r++) {
-        int i = w * RW + r;
-        S[r] = (r < RW && i < dk && c < dv) ? Sg[(int64_t)i * dv + c] : 0.f;
-    }
-    float Al = A_log[h], dtb = dt_bias[h], qscale = rsqrtf((float)dk);
-    for (int t = 0; t < n; t++) {
-        const float *row = qkv + (int64_t)t * cq;
-        // q, k of head g -> shared, with their squared norms
-        float sq = 0.f, sk = 0.f;
-        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            float qv = row[g * dk + i], kv = row[Hk * dk + g * dk + i];
-            qs[i] = qv, ks[i] = kv;
-            sq += qv * qv, sk += kv * kv;
-        }
-        sq = warp_sum(sq), sk = warp_sum(sk);
-        if (lane == 0) nrm[0][w] = sq, nrm[1][w] = sk;
-        __syncthreads();
-        float rq = rsqrtf(nrm[0][0] + nrm[0][1] + nrm[0][2] + nrm[0][3] + 1e-6f) * qscale;
-        float rk = rsqrtf(nrm[1][0] + nrm[1][1] + nrm[1][2] + nrm[1][3] + 1e-6f);
-        float beta = sigmoid_f(bb[(int64_t)t * Hv + h]);
-        float decay = expf(gate_g(aa[(int64_t)t * Hv + h], Al, dtb));
-        // kv = S^T k after the decay, partial over this warp's rows
-        float part = 0.f;
-#pragma unroll
-        for (int r = 0; r < SER_ROWS; r++) {
-            int i = w * RW + r;
-            if (r < RW && i < dk) {
-                S[r] *= decay;
-                part += S[r] * ks[i] * rk;
-            }
-        }
-        red[0][w][lane] = part;
-        __syncthreads();
-        float kvc = red[0][0][lane] + red[0][1][lane] + red[0][2][lane] + red[0][3][lane];
-        float vc = c < dv ? row[2 * Hk * dk + (int64_t)h * dv + c] : 0.f;
-        float u = beta * (vc - kvc);
-        part = 0.f;
-#pragma unroll
-        for (int r = 0; r < SER_ROWS; r++) {
-            int i = w * RW + r;
-            if (r < RW && i < dk) {
-                S[r] += ks[i] * rk * u;
-                part += S[r] * qs[i] * rq;
-            }
-        }
-        if (slots && c < dv) { // state after token t -> slot t; a running pointer keeps row addresses out of registers
-            float *p = slots + ((int64_t)t * Hv + h) * dk * dv + (int64_t)(w * RW) * dv + c;
-#pragma unroll
-            for (int r = 0; r < SER_ROWS; r++, p += dv)
-                if (r < RW && w * RW + r < dk) *p = S[r];
-        }
-        red[1][w][lane] = part;
-        __syncthreads();
-        if (w == 0 && c < dv)
-            o[((int64_t)t * Hv + h) * dv + c] = red[1][0][lane] + red[1][1][lane] + red[1][2][lane] + red[1][3][lane];
-
-        // the next token overwrites qs/ks/nrm/red: everyone must be done reading them
-        __syncthreads();
-    }
-#pragma unroll
-    for (int r = 0; r < SER_ROWS; r++) {
-        int i = w * RW + r;
-        if (r < RW && i < dk && c < dv) Sg[(int64_t)i * dv + c] = S[r];
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -359,26 +273,7 @@ static void gdn_rec(fd_backend *be, float *o, float *slots, const float *qkv, co
         rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
 }
 
-// Which serial kernel runs: 2 = k_gdn_rec (default), 1 = k_gdn_serial. Process-wide, read once from
-// FD_CUDA_GDN_SERIAL (v1 | v2); benches switch it with fd_cuda_set_gdn_serial_kernel. The two kernels sum in
-// different orders, so it must not change while a model runs (decode and verify would differ).
-static int g_serial_kernel = 0; // 0: not read yet
-
-static int serial_kernel(void) {
-    if (!g_serial_kernel) {
-        const char *e = getenv("FD_CUDA_GDN_SERIAL");
-        g_serial_kernel = e && !strcmp(e, "v1") ? 1 : 2;
-    }
-    return g_serial_kernel;
-}
-
 // Bench/test hooks (cuda.h).
-// Sets the serial kernel (1 or 2) and returns the previous one; other values only return it.
-extern "C" int fd_cuda_set_gdn_serial_kernel(int version) {
-    const int prev = serial_kernel();
-    if (version == 1 || version == 2) g_serial_kernel = version;
-    return prev;
-}
 // Records a cudaEvent_t (passed as void *: the tests are C) on the backend's stream, so a bench can time a
 // stretch of queued ops with CUDA events instead of wall clock around a synchronise.
 extern "C" void fd_cuda_record_event(fd_backend *be, void *event) {
@@ -395,13 +290,8 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     FD_CHECK(route == FD_GDN_CHUNKED || route == FD_GDN_SERIAL, "unknown GDN route %d", (int)route);
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
-        if (serial_kernel() == 2) {
-            gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state,
-                    n, Hk, Hv, dk, dv);
-        } else {
-            cu_launch(be, k_gdn_serial, dim3(Hv, (dv + 31) / 32), 128, 0, (float *)o, state_slots, (const float *)qkv,
-                      (const float *)b, (const float *)a, Al, dtb, state, n, Hk, Hv, dk, dv);
-        }
+        gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
+                Hk, Hv, dk, dv);
     } else {
         cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
                        Hv, dk, dv);

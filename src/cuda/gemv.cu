@@ -33,13 +33,11 @@
 // its own gv_plan (m of that weight, not of the group), so a fused result is bitwise the separate call's. The
 // weights need not be adjacent in memory: a block finds its segment in a small table passed by value.
 //
-// Load schedules (c->gemv_variant; FD_CUDA_GEMV_VARIANT, fd_cuda_set_gemv_variant): how a warp's weight loads are
-// issued, never what it sums or in which order, so every schedule gives bitwise the same results and the knob is
-// free to change at any time. 0 batch (k_gemv): P = 2 steps loaded, waited for, multiplied, repeat. 1-3 ring
-// (k_gemv_ring): a ring of P = 2/3/4 steps per warp, a slot refilled right after its MMAs. 4-6 stream
-// (k_gemv_stream): the rings in persistent blocks, the ring running on across a block's items (an item = one
-// block of the other schedules), so a block end overlaps the next item's loads. The sweep that picks the default
-// (with the k-slicing target): FD_CUDA_BENCH=1 fd_cuda_tests bench_cuda_gemv_sweep.
+// Load schedule: each warp loads P = 2 steps of weights, waits, runs their MMAs, repeat. Six other schedules
+// (register rings of 2-4 steps, and the same rings in persistent blocks running across items) gave bitwise the
+// same results and were no faster in the H200 sweep (docs/perf-notes.md, session 3); they were removed in
+// session 6 (issue 14: kernel variants that no route selects go). The k-slicing target stays a tuning knob
+// (fd_cuda_set_gemv_blocks_per_sm; FD_CUDA_BENCH=1 fd_cuda_tests bench_cuda_gemv_sweep).
 #include <stdint.h>
 #include <string.h>
 
@@ -54,7 +52,6 @@
 #define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
-static_assert(CU_GEMV_VARIANTS == FD_CUDA_GEMV_VARIANTS, "the public variant count (cuda.h) is the dispatch's");
 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
 // tile fastest. partial/counters: its own regions of the shared split-k buffers (S > 1 only).
@@ -328,151 +325,6 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
     gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
 }
 
-// Ring schedule (variants 1-3). k_gemv drains a warp's loads every iteration: it issues P steps, waits for all
-// of them, runs their MMAs, and only then issues the next P, so a warp has 256 bytes in flight per lane half of
-// the time and none while it waits for its last load and runs the MMAs (and x loads at n > 8). Here a warp keeps
-// a ring of P weight steps: slot p's MMAs run as soon as slot p has arrived, and slot p is refilled at once with
-// the step P ahead, so P - 1 to P steps stay in flight per lane until the slice ends. The steps are consumed in
-// the same order (kbeg + 64 warp + 512 i, i = 0, 1, ...) with the same MMAs (gv_step_mma), so every result is
-// bitwise k_gemv's, whatever P, MINB or XLAZY.
-// MINB: blocks per SM the register budget is cut for (2: 128 registers; 1: 255, which leaves room for deeper
-// rings and for the x of every slot). XLAZY (x loaded right before its step's MMAs, while the other slots'
-// weights are in flight) where the x of all P slots held as bf16 pairs would not fit next to the weights.
-template <int NG, int P, int MINB, int SPLIT>
-__global__ void __launch_bounds__(GV_THREADS, MINB)
-    k_gemv_ring(const gv_job job, const float *__restrict__ x, int n, int k) {
-    CU_PDL_ENTER();
-    constexpr int R = GV_ROWS / 16, NC = 8 * NG;
-    // Registers per lane: weights 32 per slot; x 8 per slot and token group (twice with bf16x2).
-    constexpr int XLAZY = MINB >= 2 ? NG > 1 : 32 * P + 8 * P * NG * (1 + SPLIT) > 144;
-    __shared__ float red[GV_WARPS][GV_ROWS][NC];
-    __shared__ int is_last;
-    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-    int si, tile, s, kbeg, kend;
-    const __nv_bfloat16 *wlane;
-    int64_t wstep;
-    bool wok[R][2], xok[NG];
-    const float *xrow[NG];
-    gv_block_setup<R, NG>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
-
-    float acc[R][NG][4];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
-
-    const int kwarp = kbeg + warp * GV_KSTEP; // this warp's first step
-    uint4 wv[P][R][2][2];                     // slot p holds step kwarp + 512 (P i + p)
-    uint32_t bh[P][2][NG][4], bl[P][2][NG][4];
-#pragma unroll
-    for (int p = 0; p < P; p++) gv_load_w<R>(wv[p], wlane, wstep, wok, kwarp + p * GV_BLOCK_KSTEP, kend, t);
-    if (!XLAZY)
-#pragma unroll
-        for (int p = 0; p < P; p++) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, kwarp + p * GV_BLOCK_KSTEP, kend, t);
-    for (int k0 = kwarp; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-            const int kstep = k0 + p * GV_BLOCK_KSTEP, knext = kstep + P * GV_BLOCK_KSTEP;
-            if (kstep < kend) { // warp-uniform: steps past the slice are not in the partition (no zero MMAs)
-                if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, kstep, kend, t);
-                gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
-            }
-            // Refill the slot (past the slice end: zeros, nothing loaded).
-            gv_load_w<R>(wv[p], wlane, wstep, wok, knext, kend, t);
-            if (!XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, knext, kend, t);
-        }
-    }
-
-    gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
-}
-
-// Stream schedule (variants 4-6): persistent blocks. The grid is what fits on the GPU at once (MINB per SM) and
-// block b runs the items b, b + grid, b + 2 grid, ..., an item being exactly one block of the other schedules
-// (a (segment, tile, slice) triple, same k partition, same gv_finish), so results are bitwise theirs. What
-// changes is that the weight ring runs across items: while a warp runs the last steps of an item and the block
-// adds its warp sums (gv_finish), the slots are already refilled with the first steps of its next item, so the
-// SM never drains its loads between items, and a short item (a 1024-wide slice: 64 KB of weights) costs no
-// ramp. That makes fine k slicing (more blocks per SM in gv_plan, hence a short last wave) cheap.
-// An item runs gv_trips rounds of P steps for every warp (steps past the slice end are skipped: no load, no MMA),
-// so all warps of the block reach the item's end together and the slot of a step is static.
-template <int P> static __device__ __forceinline__ int gv_trips(int kbeg, int kend) {
-    return (kend - kbeg + P * GV_BLOCK_KSTEP - 1) / (P * GV_BLOCK_KSTEP);
-}
-
-template <int NG, int P, int MINB, int SPLIT>
-__global__ void __launch_bounds__(GV_THREADS, MINB)
-    k_gemv_stream(const gv_job job, const float *__restrict__ x, int n, int k, int items) {
-    CU_PDL_ENTER();
-    constexpr int R = GV_ROWS / 16, NC = 8 * NG;
-    constexpr int XLAZY = MINB >= 2 ? NG > 1 : 32 * P + 8 * P * NG * (1 + SPLIT) > 144;
-    __shared__ float red[GV_WARPS][GV_ROWS][NC];
-    __shared__ int is_last;
-    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-    const int kwarp = warp * GV_KSTEP; // this warp's first step, from the slice start
-
-    // Consumer: the item whose MMAs run. Loader: the item whose weights are being loaded (one round ahead).
-    int item = blockIdx.x, si, tile, s, kbeg, kend;
-    int l_item = item, l_si, l_tile, l_s, l_kbeg, l_kend, l_round = 0;
-    const __nv_bfloat16 *wlane, *l_wlane;
-    int64_t wstep;
-    bool wok[R][2], l_wok[R][2], xok[NG];
-    const float *xrow[NG];
-    gv_block_setup<R, NG>(job, x, n, k, item, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
-    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane, &wstep, l_wok, xrow,
-                          xok);
-    int l_rounds = gv_trips<P>(l_kbeg, l_kend);
-
-    uint4 wv[P][R][2][2];
-    uint32_t bh[P][2][NG][4], bl[P][2][NG][4];
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-        gv_load_w<R>(wv[p], l_wlane, wstep, l_wok, l_kbeg + kwarp + p * GV_BLOCK_KSTEP, l_kend, t);
-        if (!XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, l_kbeg + kwarp + p * GV_BLOCK_KSTEP, l_kend, t);
-    }
-    for (;;) {
-        float acc[R][NG][4];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
-        const int rounds = gv_trips<P>(kbeg, kend);
-        for (int round = 0; round < rounds; round++) {
-            // The loader moves one round ahead: to the next item of this block when the current one is done.
-            if (++l_round == l_rounds) {
-                l_item += gridDim.x, l_round = 0;
-                if (l_item < items) {
-                    gv_block_setup<R, NG>(job, x, n, k, l_item, &l_si, &l_tile, &l_s, &l_kbeg, &l_kend, &l_wlane,
-                                          &wstep, l_wok, xrow, xok);
-                    l_rounds = gv_trips<P>(l_kbeg, l_kend);
-                }
-            }
-            const int k0 = kbeg + kwarp + round * P * GV_BLOCK_KSTEP;
-            const int l_k0 = l_kbeg + kwarp + l_round * P * GV_BLOCK_KSTEP;
-            const bool l_live = l_item < items;
-#pragma unroll
-            for (int p = 0; p < P; p++) {
-                const int kstep = k0 + p * GV_BLOCK_KSTEP;
-                if (kstep < kend) { // warp-uniform: steps past the slice are not in the partition (no zero MMAs)
-                    if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, kstep, kend, t);
-                    gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
-                }
-                if (l_live) {
-                    const int knext = l_k0 + p * GV_BLOCK_KSTEP;
-                    gv_load_w<R>(wv[p], l_wlane, wstep, l_wok, knext, l_kend, t);
-                    if (!XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, knext, l_kend, t);
-                }
-            }
-        }
-        // Every warp is done reading `red` and `is_last` of the previous item (gv_finish may return before its
-        // last barrier), and a fast warp must not overwrite them early.
-        __syncthreads();
-        gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
-        item += gridDim.x;
-        if (item >= items) break;
-        gv_block_setup<R, NG>(job, x, n, k, item, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
-    }
-}
-
 // The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
 // other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
 // as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
@@ -530,38 +382,6 @@ static void gv_launch(fd_backend *be, int blocks, int split, const gv_job &job, 
         cu_launch_early(be, (k_gemv<NG, P, XLAZY, 0>), blocks, GV_THREADS, 0, job, x, n, k);
 }
 
-template <int P, int MINB>
-static void gv_launch_ring(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
-    if (n <= 8) {
-        if (split)
-            cu_launch_early(be, (k_gemv_ring<1, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
-        else
-            cu_launch_early(be, (k_gemv_ring<1, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
-    } else {
-        if (split)
-            cu_launch_early(be, (k_gemv_ring<2, P, MINB, 1>), blocks, GV_THREADS, 0, job, x, n, k);
-        else
-            cu_launch_early(be, (k_gemv_ring<2, P, MINB, 0>), blocks, GV_THREADS, 0, job, x, n, k);
-    }
-}
-
-template <int P, int MINB>
-static void gv_launch_stream(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
-    const int resident = MINB * cu_of(be)->num_sms; // blocks resident at once (launch bounds)
-    const int grid = blocks < resident ? blocks : resident;
-    if (n <= 8) {
-        if (split)
-            cu_launch_early(be, (k_gemv_stream<1, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
-        else
-            cu_launch_early(be, (k_gemv_stream<1, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
-    } else {
-        if (split)
-            cu_launch_early(be, (k_gemv_stream<2, P, MINB, 1>), grid, GV_THREADS, 0, job, x, n, k, blocks);
-        else
-            cu_launch_early(be, (k_gemv_stream<2, P, MINB, 0>), grid, GV_THREADS, 0, job, x, n, k, blocks);
-    }
-}
-
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
     cu_impl *c = cu_of(be);
     FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n, count,
@@ -606,32 +426,10 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     // partition: the two are bitwise interchangeable by construction), x loaded step by step. Both keep two steps of
     // weights (256 bytes) in flight per lane with 2 blocks per SM: 128 KB per SM. (Round 1 ran n > 8 on 64-row
     // blocks at one block per SM, 64 KB in flight, and reached only ~60 % of the n <= 8 bandwidth.)
-    // The load schedules (fd_cuda_set_gemv_variant) share the grid and the partition: bitwise interchangeable.
-    switch (c->gemv_variant) {
-    case 1:
-        gv_launch_ring<2, 2>(be, blocks, split, job, x, n, k);
-        break;
-    case 2:
-        gv_launch_ring<3, 1>(be, blocks, split, job, x, n, k);
-        break;
-    case 3:
-        gv_launch_ring<4, 1>(be, blocks, split, job, x, n, k);
-        break;
-    case 4:
-        gv_launch_stream<2, 2>(be, blocks, split, job, x, n, k);
-        break;
-    case 5:
-        gv_launch_stream<3, 1>(be, blocks, split, job, x, n, k);
-        break;
-    case 6:
-        gv_launch_stream<4, 1>(be, blocks, split, job, x, n, k);
-        break;
-    default:
-        if (n <= 8)
-            gv_launch<1, 2, 0>(be, blocks, split, job, x, n, k);
-        else
-            gv_launch<2, 2, 1>(be, blocks, split, job, x, n, k);
-    }
+    if (n <= 8)
+        gv_launch<1, 2, 0>(be, blocks, split, job, x, n, k);
+    else
+        gv_launch<2, 2, 1>(be, blocks, split, job, x, n, k);
 }
 
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
@@ -649,13 +447,5 @@ extern "C" int fd_cuda_set_gemv_blocks_per_sm(fd_backend *be, int blocks_per_sm)
     if (blocks_per_sm < 1 || blocks_per_sm > 64) return -1;
     const int prev = c->gemv_blocks_per_sm;
     c->gemv_blocks_per_sm = blocks_per_sm;
-    return prev;
-}
-
-extern "C" int fd_cuda_set_gemv_variant(fd_backend *be, int variant) {
-    cu_impl *c = cu_of(be);
-    if (variant < 0 || variant >= CU_GEMV_VARIANTS) return -1;
-    const int prev = c->gemv_variant;
-    c->gemv_variant = variant;
     return prev;
 }
