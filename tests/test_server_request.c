@@ -37,7 +37,18 @@ static const req_case k_cases[] = {
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 400, "presence_penalty", "not supported"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"echo\": true}", 400, "echo", "not supported"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{}]}", 400, "tools",
-     "not supported"},
+     "must be {\"type\": \"function\""},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", 400,
+     "tool_choice", "needs 'tools'"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+     400, "tool_choice", "not in 'tools'"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"sometimes\"}", 400,
+     "tool_choice", "must be"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}", 400, "messages[0]",
+     "only for assistant"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {}}]}]}",
+     400, "messages[0]", "tool_calls[0]"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"extra\": 1}]}", 400, "messages[0]",
      "unsupported field"},
     // wrong types
@@ -59,8 +70,10 @@ static const req_case k_cases[] = {
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400,
      "messages[0].content", "only text"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages[0]", "content' is required"},
-    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": {\"x\": 1}}",
-     400, "chat_template_kwargs", "unsupported field"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": 5}",
+     400, "chat_template_kwargs", "must be an object"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": "
+     "{\"enable_thinking\": 1}}", 400, "chat_template_kwargs.enable_thinking", "must be a boolean"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", 400, "stream_options",
      "needs 'stream': true"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"x\": true}}", 400,
@@ -104,6 +117,14 @@ static const req_case k_cases[] = {
      "\"content\": \"q\", \"name\": \"n\"}], \"max_completion_tokens\": 9, \"stop\": \"s\", "
      "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"response_format\": {\"type\": \"text\"}, "
      "\"tool_choice\": \"none\", \"tools\": []}",
+     0, NULL, NULL},
+    {SRV_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": null, "
+     "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+     "\"{\\\"x\\\": 1}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"r\"}], \"tools\": "
+     "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}], "
+     "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, \"parallel_tool_calls\": true, "
+     "\"chat_template_kwargs\": {\"custom\": [1], \"enable_thinking\": true}}",
      0, NULL, NULL},
 };
 

@@ -32,6 +32,8 @@ chat_template *chat_template_from_string(const char *src, size_t n, const char *
 char *chat_template_apply(const chat_template *t, const json_t *messages, const json_t *tools,
                           const json_t *documents, const json_t *kwargs, int add_generation_prompt);
 const char *chat_template_origin(const chat_template *t); // the file it came from, or "built-in ..."
+// Whether the template's text contains `text` (what the output looks like: "</think>", "<function=", ...).
+int chat_template_mentions(const chat_template *t, const char *text);
 void chat_template_free(chat_template *t);
 
 // ---- Qwen3's template, in C ----

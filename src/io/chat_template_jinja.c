@@ -13,6 +13,7 @@ struct chat_template {
     jj_template *tpl;
     json_t *special; // {"bos_token": "...", ...}: the special tokens the tokenizer config names
     char *origin;    // where the template came from, for the log
+    char *source;    // the template text (what it knows about: <think>, <function=, ...)
 };
 
 // Qwen3's chat template (Qwen/Qwen3 tokenizer_config.json, tests/data/chat_templates/qwen3.jinja): ChatML with
@@ -115,6 +116,7 @@ static chat_template *from_source(const char *src, size_t n, const char *origin,
     ct->tpl = t;
     ct->special = special ? special : json_object();
     ct->origin = fd_strdup(origin);
+    ct->source = fd_sprintf("%.*s", (int)n, src);
     return ct;
 }
 
@@ -209,6 +211,7 @@ chat_template *chat_template_load(const char *dir, const char *path, int *found)
 }
 
 const char *chat_template_origin(const chat_template *t) { return t->origin; }
+int chat_template_mentions(const chat_template *t, const char *text) { return strstr(t->source, text) != NULL; }
 
 char *chat_template_apply(const chat_template *t, const json_t *messages, const json_t *tools,
                           const json_t *documents, const json_t *kwargs, int add_generation_prompt) {
@@ -229,5 +232,6 @@ void chat_template_free(chat_template *t) {
     jj_free(t->tpl);
     json_decref(t->special);
     free(t->origin);
+    free(t->source);
     free(t);
 }

@@ -69,13 +69,16 @@ static json_t *usage_json(const srv_job *j) {
 // The finished non-streaming job as an OpenAI response (caller holds j->mu).
 static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
     if (j->err.status) return send_err(cx, c, &j->err);
-    const char *fin = j->finish == SRV_FINISH_STOP ? "stop" : "length";
+    const char *fin = srv_finish_name(j->finish) ? srv_finish_name(j->finish) : "stop";
     json_t *text = json_stringn(j->text.p ? j->text.p : "", j->text.len);
     json_t *choice;
-    if (j->kind == SRV_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           text, "logprobs", "finish_reason", fin);
-    else
+    if (j->kind == SRV_CHAT) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", j->content_null ? json_null() : text);
+        if (j->content_null) json_decref(text);
+        if (j->reasoning) json_object_set_new(msg, "reasoning_content", json_string(j->reasoning));
+        if (j->tool_calls) json_object_set(msg, "tool_calls", j->tool_calls);
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", fin);
+    } else
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
                           j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
@@ -116,7 +119,7 @@ static void random_id(srv_server *S, char *out, size_t n, const char *prefix) {
 }
 
 // Turns a parsed request into token ids and checks them against the model. 0, or -1 with *e.
-static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
+static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_chat_prompt *chat, srv_err *e) {
     if (r->prompt_ids) {
         for (int i = 0; i < r->n_prompt_ids; i++) {
             if (r->prompt_ids[i] >= S->vocab)
@@ -129,13 +132,16 @@ static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
     }
     char *text = r->prompt_text;
     char *rendered = NULL;
-    if (r->kind == SRV_CHAT) {
-        rendered = chat_render_qwen3(r->msgs, r->n_msgs, 1, r->enable_thinking);
-        if (!rendered) return srv_err_set(e, 400, "invalid_request_error", NULL, "messages", "%s", fd_error_msg());
-        text = rendered;
+    if (r->kind == SRV_CHAT) { // the model's chat template (server/chat_prompt.c)
+        if (srv_chat_build_prompt(S->tpl, r, chat, e)) return -1;
+        text = chat->text;
     }
     int rc = tok_encode(S->tok, text, strlen(text), ids);
     free(rendered);
+    if (chat->text) {
+        free(chat->text);
+        chat->text = NULL;
+    }
     if (rc) return srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "%s", fd_error_msg());
     for (size_t i = 0; i < ids->n; i++)
         if (ids->ids[i] >= S->vocab)
@@ -157,7 +163,8 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     if (r.model && strcmp(r.model, S->model_name))
         rc = srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
                          "The model `%.100s` does not exist.", r.model);
-    if (!rc) rc = prompt_ids(S, &r, &ids, &e);
+    srv_chat_prompt chat = {0};
+    if (!rc) rc = prompt_ids(S, &r, &ids, &chat, &e);
     int64_t max_tokens = r.max_tokens;
     if (!rc && (int64_t)ids.n >= cfg->ctx)
         rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
@@ -174,6 +181,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
                          (long long)cfg->ctx, (long long)ids.n + max_tokens, ids.n, (long long)max_tokens);
     if (rc) {
         tok_ids_free(&ids);
+        srv_chat_prompt_free(&chat);
         srv_req_free(&r);
         return send_err(cx, c, &e);
     }
@@ -198,6 +206,8 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     }
     j->n_stop = r.n_stop;
     r.n_stop = 0;
+    j->chat = chat; // ownership moves to the job
+    if (chat.tools) j->tools = json_incref(r.tools);
     srv_req_free(&r);
     j->t_arrival = cx->t0;
     j->created = (long)time(NULL);
@@ -361,8 +371,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         if (!j->done) atomic_store(&j->cancelled, 1); // the client went away: the scheduler drops the sequence
         const double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1;
         const double gen = j->t_done > j->t_first && j->n_completion > 1 ? (j->n_completion - 1) / (j->t_done - j->t_first) : 0;
-        const char *fin = j->err.status ? "error" : j->finish == SRV_FINISH_STOP ? "stop"
-                                                    : j->finish == SRV_FINISH_LENGTH ? "length" : "abort";
+        const char *fin = j->err.status ? "error" : srv_finish_name(j->finish) ? srv_finish_name(j->finish) : "abort";
         FD_INFO("request %s %s status=%d%s prompt=%d cached=%d completion=%d ttft=%.3fs decode=%.1ftok/s finish=%s "
                 "total=%.3fs%s%s%s",
                 j->id, names[cx->route], j->err.status ? j->err.status : status, j->stream ? " stream" : "",

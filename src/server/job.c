@@ -1,5 +1,6 @@
 // Jobs (one per generation request), their output buffers and the SSE event encoding.
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,11 @@ void srv_job_unref(srv_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     srv_buf_free(&j->out);
     srv_buf_free(&j->text);
+    srv_buf_free(&j->ctext);
+    srv_chat_prompt_free(&j->chat);
+    json_decref(j->tools);
+    json_decref(j->tool_calls);
+    free(j->reasoning);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -59,8 +65,9 @@ void srv_job_wake_locked(srv_job *j) {
     }
 }
 
-static const char *finish_name(srv_finish f) {
-    return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
+const char *srv_finish_name(srv_finish f) {
+    return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : f == SRV_FINISH_TOOL_CALLS ? "tool_calls"
+                                                                                                        : NULL;
 }
 
 static json_t *chunk_base(srv_job *j) {
@@ -81,7 +88,7 @@ static void sse_emit(srv_job *j, json_t *o) {
 
 void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, srv_finish finish) {
     json_t *o = chunk_base(j);
-    const char *fin = finish_name(finish);
+    const char *fin = srv_finish_name(finish);
     json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
                                fin ? json_string(fin) : json_null());
     if (j->kind == SRV_CHAT) {
@@ -98,6 +105,40 @@ void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, sr
     }
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     sse_emit(j, o);
+}
+
+static void sse_delta(srv_job *j, json_t *delta) {
+    json_t *o = chunk_base(j);
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    sse_emit(j, o);
+}
+
+void srv_sse_reasoning(srv_job *j, const char *delta, size_t len) {
+    sse_delta(j, json_pack("{s:s%}", "reasoning_content", delta, len));
+}
+
+// Call ids: unique per response (the job id's random part and the call's index).
+json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n) {
+    json_t *a = json_array();
+    const char *tail = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : j->id;
+    for (int i = 0; i < n; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "call_%s%d", tail, i);
+        json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                                           "name", calls[i].name, "arguments", calls[i].arguments));
+    }
+    return a;
+}
+
+void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n) {
+    json_t *all = srv_tool_calls_json(j, calls, n);
+    for (int i = 0; i < n; i++) {
+        json_t *c = json_deep_copy(json_array_get(all, (size_t)i));
+        json_object_set_new(c, "index", json_integer(i));
+        sse_delta(j, json_pack("{s:[o]}", "tool_calls", c));
+    }
+    json_decref(all);
 }
 
 void srv_sse_usage(srv_job *j, int n_prompt) {

@@ -6,12 +6,15 @@
 // says so, never silently ignored. Limits that depend on the model (vocabulary, context) are checked by the server.
 #ifndef FD_SERVER_REQUEST_H
 #define FD_SERVER_REQUEST_H
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "io/chat_template.h"
 
 typedef enum { SRV_COMPLETION = 0, SRV_CHAT = 1 } srv_kind;
+// tool_choice: the model may call tools (auto), must not (none), must call one (required) or a named one.
+typedef enum { SRV_TOOLS_AUTO = 0, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } srv_tool_choice;
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_STOP_LEN 256
@@ -26,6 +29,12 @@ typedef struct {
     chat_msg *msgs;
     int n_msgs;
     int enable_thinking; // CHAT_THINKING_* (chat_template_kwargs.enable_thinking)
+    json_t *chat_messages;   // chat: the messages as the template sees them (role, content as a string, and
+                             // reasoning_content / tool_calls with parsed arguments / tool_call_id / name when given)
+    json_t *tools;           // chat: the "tools" array (NULL: none)
+    srv_tool_choice tool_choice;
+    char *tool_choice_name;  // SRV_TOOLS_NAMED: the function
+    json_t *template_kwargs; // chat_template_kwargs (an object) or NULL
     char *model;         // NULL when not given
     int max_tokens;      // -1: not given
     double temperature;  // default 1 (OpenAI); 0 = greedy

@@ -169,7 +169,15 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
     srv_job *j = sl->job;
     pthread_mutex_lock(&j->mu);
     j->n_completion = sl->n_gen;
-    if (j->stream) {
+    if (j->kind == SRV_CHAT) {
+        const size_t upto = fin || !j->stream ? sl->text.len : safe_len(j, &sl->text);
+        fin = srv_chat_publish(j, sl->text.p, upto, fin);
+        if (j->stream && fin) {
+            srv_sse_chunk(j, NULL, 0, 0, fin);
+            if (j->include_usage) srv_sse_usage(j, j->n_prompt);
+            srv_sse_done(j);
+        }
+    } else if (j->stream) {
         size_t upto = fin ? sl->text.len : safe_len(j, &sl->text);
         if (upto > sl->emitted) {
             srv_sse_chunk(j, sl->text.p + sl->emitted, upto - sl->emitted, 0, SRV_FINISH_NONE);
@@ -182,7 +190,7 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
         }
     }
     if (fin) {
-        if (!j->stream) srv_buf_add(&j->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        if (!j->stream && j->kind != SRV_CHAT) srv_buf_add(&j->text, sl->text.p ? sl->text.p : "", sl->text.len);
         j->finish = fin;
         j->done = 1;
         j->t_done = fd_time_s();

@@ -14,11 +14,13 @@
 #include "io/tokenizer.h"
 #include "model/dflash.h"
 #include "model/model.h"
+#include "server/chat.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/server.h"
 
-typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH } srv_finish;
+typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_TOOL_CALLS } srv_finish;
+const char *srv_finish_name(srv_finish f); // "stop", "length", "tool_calls"; NULL for none
 
 typedef struct {
     char *p;
@@ -44,6 +46,8 @@ typedef struct srv_job {
     double t_arrival;
     long created; // unix seconds, for the response objects
     int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
+    srv_chat_prompt chat; // chat: how to read the output (reasoning, tool calls, a forced call opening); no text
+    json_t *tools;        // chat: the request's tools (their schemas type tool-call arguments), or NULL
 
     // ---- shared, under mu ----
     pthread_mutex_t mu;
@@ -52,7 +56,14 @@ typedef struct srv_job {
     int suspended;
     srv_buf out;     // streaming: SSE bytes not yet handed to libmicrohttpd
     size_t out_sent; // bytes of out already handed over
-    srv_buf text;    // non-streaming: the completion text
+    srv_buf text;    // non-streaming: the completion text (chat: the content)
+    char *reasoning;   // chat, non-streaming: the reasoning, or NULL
+    json_t *tool_calls; // chat, non-streaming: the OpenAI tool_calls array, or NULL
+    int content_null;  // chat: the message has tool calls and no content (content: null)
+    // chat streaming (scheduler side): the splitter over chat.forced + the text published so far
+    srv_chat_split split;
+    srv_buf ctext;
+    size_t ctext_from; // bytes of the slot's text already in ctext
     int done;
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed
@@ -84,7 +95,15 @@ void sched_free(srv_sched *s);
 
 // Appends one SSE event "data: <json>\n\n" for the job's object type (scheduler side helper, also used by http.c).
 void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, srv_finish finish);
+// chat: a reasoning_content delta; the tool calls (one chunk each, whole arguments); the message's tool_calls array
+void srv_sse_reasoning(srv_job *j, const char *delta, size_t len);
+void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n);
+json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n);
 void srv_sse_usage(srv_job *j, int n_prompt);
+// Chat output published (chat_stream.c; the caller holds j->mu): streams get their deltas for text[0..upto), and
+// at the end (fin) the tool calls; plain responses get content / reasoning / tool_calls at the end. Returns the
+// finish reason, which becomes tool_calls when the model stopped after calling tools.
+srv_finish srv_chat_publish(srv_job *j, const char *text, size_t upto, srv_finish fin);
 void srv_sse_error(srv_job *j);
 void srv_sse_done(srv_job *j);
 #endif

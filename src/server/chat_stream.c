@@ -1,0 +1,48 @@
+// The scheduler's side of chat output: the generated text, as it grows, becomes reasoning_content / content deltas
+// (streams) or the message's fields (plain responses), and tool calls at the end (see chat.h).
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_internal.h"
+
+static void emit_sse(void *ctx, int reasoning, const char *s, size_t n) {
+    srv_job *j = ctx;
+    if (reasoning) srv_sse_reasoning(j, s, n);
+    else srv_sse_chunk(j, s, n, 0, SRV_FINISH_NONE);
+}
+
+srv_finish srv_chat_publish(srv_job *j, const char *text, size_t upto, srv_finish fin) {
+    if (!j->stream) {
+        if (!fin) return fin;
+        srv_chat_result r;
+        srv_chat_parse(&j->chat, j->tools, text ? text : "", upto, &r);
+        if (r.content) srv_buf_add(&j->text, r.content, strlen(r.content));
+        j->content_null = r.content == NULL;
+        j->reasoning = r.reasoning;
+        r.reasoning = NULL;
+        if (r.n_calls) j->tool_calls = srv_tool_calls_json(j, r.calls, r.n_calls);
+        if (r.n_calls && fin == SRV_FINISH_STOP) fin = SRV_FINISH_TOOL_CALLS;
+        srv_chat_result_free(&r);
+        return fin;
+    }
+    if (!j->ctext.p) { // first output: the splitter starts on the forced call opening, if any
+        srv_chat_split_init(&j->split, j->chat.reasoning, j->chat.tools, j->chat.in_think);
+        const char *f = j->chat.forced ? j->chat.forced : "";
+        srv_buf_add(&j->ctext, f, strlen(f));
+    }
+    if (upto > j->ctext_from) {
+        srv_buf_add(&j->ctext, text + j->ctext_from, upto - j->ctext_from);
+        j->ctext_from = upto;
+    }
+    if (!fin) {
+        srv_chat_split_feed(&j->split, j->ctext.p, j->ctext.len, emit_sse, j);
+        return fin;
+    }
+    srv_tool_call *calls;
+    int n = 0;
+    srv_chat_split_finish(&j->split, j->ctext.p, j->ctext.len, j->tools, emit_sse, j, &calls, &n);
+    if (n) srv_sse_tool_calls(j, calls, n);
+    if (n && fin == SRV_FINISH_STOP) fin = SRV_FINISH_TOOL_CALLS;
+    srv_tool_calls_free(calls, n);
+    return fin;
+}
