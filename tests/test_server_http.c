@@ -458,6 +458,10 @@ TEST(server_http_openai_client) { with_server("--ctx 4096 --slots 2", openai_bod
 static void tools_body(srv_proc *p) { run_node(p, "tools.mjs", NULL); }
 TEST(server_http_tools_and_reasoning_clients) { with_server("--ctx 4096 --slots 2", tools_body); }
 
+// --api-key, /v1/models/{id}, /tokenize, /detokenize, /version (tests/server/api.mjs)
+static void api_body(srv_proc *p) { run_node(p, "api.mjs", NULL); }
+TEST(server_http_api_key_and_routes) { with_server("--ctx 4096 --slots 1 --api-key test-key", api_body); }
+
 static void prefix_body(srv_proc *p) { run_node(p, "prefix.mjs", NULL); }
 TEST(server_http_prefix_cache_counters) {
     with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64", prefix_body);

@@ -11,8 +11,12 @@
 #include <time.h>
 
 #include "io/chat_template.h"
+#include "server/http_api.h"
 
-typedef enum { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_RESET } srv_route;
+typedef enum {
+    R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_RESET, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE,
+    R_VERSION
+} srv_route;
 
 typedef struct {
     srv_route route;
@@ -23,6 +27,7 @@ typedef struct {
     srv_job *job;
     int status;
     int logged_error; // an error response was queued (for the log line)
+    char model_id[256]; // GET /v1/models/{id}
     char why[320];
 } conn_ctx;
 
@@ -246,10 +251,18 @@ static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Conn
         if (atomic_load(&S->stopping)) return fail(cx, c, 503, "server_unavailable", NULL, "shutting down");
         return send_json(cx, c, 200, json_pack("{s:s}", "status", "ok"));
     case R_MODELS:
-        return send_json(cx, c, 200,
-                         json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id",
-                                   S->model_name, "object", "model", "created", (json_int_t)S->boot_time, "owned_by",
-                                   "flashdelta", "max_model_len", (json_int_t)S->cfg->ctx));
+        return send_json(cx, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", srv_model_json(S)));
+    case R_MODEL_ID:
+    case R_TOKENIZE:
+    case R_DETOKENIZE: {
+        json_t *o = NULL;
+        srv_err e;
+        int rc = cx->route == R_MODEL_ID ? srv_model_by_id(S, cx->model_id, &o, &e)
+               : cx->route == R_TOKENIZE ? srv_tokenize(S, cx->body.p, cx->body.len, &o, &e)
+                                         : srv_detokenize(S, cx->body.p, cx->body.len, &o, &e);
+        return rc ? send_err(cx, c, &e) : send_json(cx, c, 200, o);
+    }
+    case R_VERSION: return send_json(cx, c, 200, srv_version_json());
     case R_METRICS: {
         char *m = srv_metrics_render(&S->met, S->model_name);
         enum MHD_Result ok = send_text(cx, c, 200, "text/plain; version=0.0.4; charset=utf-8", m);
@@ -270,8 +283,15 @@ static srv_route find_route(const char *url, const char *method, int *bad_method
         srv_route r;
     } k[] = {{"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
              {"/v1/models", "GET", R_MODELS},            {"/health", "GET", R_HEALTH},
-             {"/metrics", "GET", R_METRICS},             {"/reset_prefix_cache", "POST", R_RESET}};
+             {"/metrics", "GET", R_METRICS},             {"/reset_prefix_cache", "POST", R_RESET},
+             {"/tokenize", "POST", R_TOKENIZE},          {"/detokenize", "POST", R_DETOKENIZE},
+             {"/version", "GET", R_VERSION}};
     *bad_method = 0;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) { // a model id may hold '/' (org/name)
+        if (!strcmp(method, "GET")) return R_MODEL_ID;
+        *bad_method = 1;
+        return R_NONE;
+    }
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(url, k[i].url)) {
             if (!strcmp(method, k[i].method)) return k[i].r;
@@ -295,6 +315,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
             return bad_method ? fail(cx, c, 405, "invalid_request_error", "method_not_allowed",
                                      "method not allowed on this route")
                               : fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
+        if (cx->route == R_MODEL_ID) snprintf(cx->model_id, sizeof cx->model_id, "%s", url + 11);
+        srv_err ae;
+        if (srv_auth_check(S, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &ae))
+            return send_err(cx, c, &ae);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > S->cfg->max_body) {
             cx->too_big = 1;
@@ -363,7 +387,8 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     pthread_mutex_lock(&S->met.mu);
     if (status >= 100 && status < 600) S->met.http_status[status / 100]++;
     pthread_mutex_unlock(&S->met.mu);
-    static const char *const names[] = {"", "completions", "chat", "models", "health", "metrics", "reset"};
+    static const char *const names[] = {"",      "completions", "chat",     "models",     "health",  "metrics",
+                                        "reset", "model",       "tokenize", "detokenize", "version"};
     srv_job *j = cx->job;
     if (j) {
         pthread_mutex_lock(&j->mu);

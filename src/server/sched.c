@@ -222,11 +222,10 @@ static void take_token(srv_sched *s, slot *sl, int32_t t) {
         fin = SRV_FINISH_STOP;
     } else {
         const char *piece = tok_stream_push(sl->ts, t, &len);
-        if (!piece) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the model produced token id %d, which the tokenizer cannot decode", t);
-            slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
-            return;
+        if (!piece) { // an id with no text (the model's vocabulary is padded past the tokenizer's): it adds nothing
+            FD_DEBUG("request %s: token id %d has no text in the tokenizer", j->id, t);
+            piece = "";
+            len = 0;
         }
         const size_t before = sl->text.len;
         srv_buf_add(&sl->text, piece, len);
