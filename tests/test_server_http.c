@@ -458,6 +458,14 @@ TEST(server_http_openai_client) { with_server("--ctx 4096 --slots 2", openai_bod
 static void tools_body(srv_proc *p) { run_node(p, "tools.mjs", NULL); }
 TEST(server_http_tools_and_reasoning_clients) { with_server("--ctx 4096 --slots 2", tools_body); }
 
+// logprobs, logit_bias, penalties, min_p (tests/server/logprobs.mjs)
+static void logprobs_body(srv_proc *p) { run_node(p, "logprobs.mjs", NULL); }
+TEST(server_http_logprobs_and_penalties) { with_server("--ctx 4096 --slots 2", logprobs_body); }
+// with a drafter: these requests run without speculation, and give the same answers
+TEST(server_http_dflash_logprobs_run_unspeculated) {
+    with_server("--ctx 4096 --slots 2 --draft tests/data/dflash/qwen35_dense_tied_b8", logprobs_body);
+}
+
 // --api-key, /v1/models/{id}, /tokenize, /detokenize, /version (tests/server/api.mjs)
 static void api_body(srv_proc *p) { run_node(p, "api.mjs", NULL); }
 TEST(server_http_api_key_and_routes) { with_server("--ctx 4096 --slots 1 --api-key test-key", api_body); }

@@ -83,8 +83,17 @@ static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_j
         if (j->reasoning) json_object_set_new(msg, "reasoning_content", json_string(j->reasoning));
         if (j->tool_calls) json_object_set(msg, "tool_calls", j->tool_calls);
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", fin);
+        if (j->logprobs)
+            json_object_set_new(choice, "logprobs", json_pack("{s:o}", "content", j->lp_all ? json_incref(j->lp_all) : json_array()));
     } else
+    {
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
+        if (j->logprobs) {
+            json_t *none = json_array();
+            json_object_set_new(choice, "logprobs", srv_completion_logprobs(j->lp_all ? j->lp_all : none));
+            json_decref(none);
+        }
+    }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
                           j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
                           (json_int_t)j->created, "model", j->model_name, "choices", choice, "usage", usage_json(j));
@@ -211,6 +220,26 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     }
     j->n_stop = r.n_stop;
     r.n_stop = 0;
+    j->logprobs = r.logprobs;
+    j->top_logprobs = r.top_logprobs;
+    j->hp = (fd_host_params){.presence = (float)r.presence_penalty, .frequency = (float)r.frequency_penalty,
+                             .repetition = (float)r.repetition_penalty, .min_p = (float)r.min_p, .n_bias = r.n_bias,
+                             .bias_ids = r.bias_ids, .bias = r.bias};
+    r.bias_ids = NULL; // ownership moves to the job
+    r.bias = NULL;
+    j->host = r.logprobs || r.presence_penalty != 0 || r.frequency_penalty != 0 || r.repetition_penalty != 1 ||
+              r.min_p > 0 || r.n_bias > 0;
+    for (int i = 0; i < r.n_bias; i++)
+        if (j->hp.bias_ids[i] >= S->vocab) {
+            srv_err_set(&e, 400, "invalid_request_error", NULL, "logit_bias",
+                        "'logit_bias' names token %d, outside the vocabulary [0, %d)", j->hp.bias_ids[i], S->vocab);
+            srv_chat_prompt_free(&chat);
+            srv_req_free(&r);
+            srv_job_unref(j);
+            return send_err(cx, c, &e);
+        }
+    if (j->host && cfg->draft_dir)
+        FD_INFO("request %s: sampled on the host (logprobs / penalties / min_p / logit_bias), without speculation", j->id);
     j->chat = chat; // ownership moves to the job
     if (chat.tools) j->tools = json_incref(r.tools);
     srv_req_free(&r);

@@ -53,6 +53,10 @@ void srv_job_unref(srv_job *j) {
     srv_chat_prompt_free(&j->chat);
     json_decref(j->tools);
     json_decref(j->tool_calls);
+    json_decref(j->lp_all);
+    json_decref(j->lp_pending);
+    free((void *)j->hp.bias_ids);
+    free((void *)j->hp.bias);
     free(j->reasoning);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -160,3 +164,63 @@ void srv_sse_error(srv_job *j) {
 }
 
 void srv_sse_done(srv_job *j) { srv_buf_add(&j->out, "data: [DONE]\n\n", 14); }
+
+// A token's text for logprobs: its bytes when they are valid UTF-8, else vLLM's "bytes:\xNN..." spelling.
+static json_t *token_text(const tok_tokenizer *t, int32_t id, json_t **bytes) {
+    size_t n = 0;
+    const char *b = tok_token_bytes(t, id, &n);
+    if (!b) b = "", n = 0;
+    *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
+    if (tok_utf8_invalid_at(b, n) == n) return json_stringn(b, n);
+    char *s = fd_malloc(n * 4 + 8);
+    size_t k = (size_t)sprintf(s, "bytes:");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(s + k, "\\x%02x", (unsigned char)b[i]);
+    json_t *j = json_stringn(s, k);
+    free(s);
+    return j;
+}
+
+json_t *srv_logprob_entry(const tok_tokenizer *t, const fd_token_logprobs *lp) {
+    json_t *bytes, *tok = token_text(t, lp->id, &bytes);
+    json_t *top = json_array();
+    for (int i = 0; i < lp->n_top; i++) {
+        json_t *tb, *tt = token_text(t, lp->top_ids[i], &tb);
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob", (double)lp->top_logprobs[i],
+                                             "bytes", tb));
+    }
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)lp->logprob, "bytes", bytes,
+                     "top_logprobs", top);
+}
+
+json_t *srv_completion_logprobs(const json_t *entries) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i, off = 0;
+    json_t *e;
+    json_array_foreach(entries, i, e) {
+        json_t *tok = json_object_get(e, "token");
+        json_array_append(toks, tok);
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *m = json_object(), *t;
+        size_t k;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
+            json_object_set(m, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
+        json_array_append_new(tops, m);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += json_array_size(json_object_get(e, "bytes"));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+void srv_sse_logprobs(srv_job *j) {
+    if (!j->lp_pending || !json_array_size(j->lp_pending)) return;
+    json_t *o = chunk_base(j);
+    json_t *lp = j->kind == SRV_CHAT ? json_pack("{s:O}", "content", j->lp_pending) : srv_completion_logprobs(j->lp_pending);
+    json_t *choice = json_pack("{s:i, s:o, s:n}", "index", 0, "logprobs", lp, "finish_reason");
+    if (j->kind == SRV_CHAT) json_object_set_new(choice, "delta", json_object());
+    else json_object_set_new(choice, "text", json_string(""));
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    sse_emit(j, o);
+    json_array_clear(j->lp_pending);
+}

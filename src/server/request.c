@@ -313,8 +313,7 @@ static int parse_tool_choice(const json_t *v, srv_req *r, srv_err *err) {
 }
 
 static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
-    static const char *const neutral[] = {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs",
-                                          "echo", "best_of", "logit_bias", "tools", "functions", "tool_choice",
+    static const char *const neutral[] = {"echo", "best_of", "tools", "functions", "tool_choice",
                                           "response_format", "suffix", "parallel_tool_calls", NULL};
     json_t *tool_choice = NULL;
     const char *key;
@@ -382,6 +381,44 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
             if (th && want_bool(th, "chat_template_kwargs.enable_thinking", &b, err)) return -1;
             if (th) r->enable_thinking = b ? CHAT_THINKING_ON : CHAT_THINKING_OFF;
             r->template_kwargs = json_deep_copy(v);
+        } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
+            if (!json_is_null(v) && want_num(v, key, -2, 2, key[0] == 'p' ? &r->presence_penalty : &r->frequency_penalty, err))
+                return -1;
+        } else if (!strcmp(key, "repetition_penalty")) {
+            if (!json_is_null(v) && want_num(v, key, 0.01, 10, &r->repetition_penalty, err)) return -1;
+        } else if (!strcmp(key, "min_p")) {
+            if (!json_is_null(v) && want_num(v, key, 0, 1, &r->min_p, err)) return -1;
+        } else if (!strcmp(key, "logprobs")) {
+            if (json_is_null(v)) continue;
+            if (kind == SRV_CHAT) {
+                if (want_bool(v, key, &r->logprobs, err)) return -1;
+            } else {
+                if (want_int(v, key, 0, 5, &x, err)) return -1;
+                r->logprobs = x > 0 || json_is_integer(v);
+                r->top_logprobs = (int)x;
+            }
+        } else if (!strcmp(key, "top_logprobs") && kind == SRV_CHAT) {
+            if (json_is_null(v)) continue;
+            if (want_int(v, key, 0, 20, &x, err)) return -1;
+            r->top_logprobs = (int)x;
+        } else if (!strcmp(key, "logit_bias")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_object(v)) return BAD(key, "'logit_bias' must be an object of token id -> bias");
+            if (json_object_size(v) > 1024) return BAD(key, "'logit_bias' is limited to 1024 entries");
+            r->bias_ids = fd_malloc((json_object_size(v) + 1) * sizeof *r->bias_ids);
+            r->bias = fd_malloc((json_object_size(v) + 1) * sizeof *r->bias);
+            const char *k2;
+            json_t *v2;
+            json_object_foreach(v, k2, v2) {
+                char *end;
+                long id = strtol(k2, &end, 10);
+                double b;
+                if (!k2[0] || *end || id < 0 || id > INT32_MAX)
+                    return BAD(key, "'logit_bias' keys must be token ids, got '%.40s'", k2);
+                if (want_num(v2, "logit_bias values", -100, 100, &b, err)) return -1;
+                r->bias_ids[r->n_bias] = (int32_t)id;
+                r->bias[r->n_bias++] = (float)b;
+            }
         } else if (!strcmp(key, "tools") && kind == SRV_CHAT) {
             if (json_is_null(v)) continue;
             if (parse_tools(v, r, err)) return -1;
@@ -404,6 +441,7 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
     if (kind == SRV_COMPLETION && !have_prompt) return BAD("prompt", "'prompt' is required");
     if (kind == SRV_CHAT && !have_msgs) return BAD("messages", "'messages' is required");
     if (r->include_usage && !r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
+    if (r->top_logprobs && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return 0;
 }
 
@@ -414,6 +452,7 @@ int srv_req_parse(const char *body, size_t len, srv_kind kind, srv_req *r, srv_e
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->enable_thinking = CHAT_THINKING_DEFAULT;
+    r->repetition_penalty = 1.0;
     if (len == 0) return BAD(NULL, "The request body is empty (a JSON object is required)");
     size_t bad = tok_utf8_invalid_at(body, len);
     if (bad < len) return BAD(NULL, "The request body is not valid UTF-8 (byte %zu)", bad);
@@ -441,6 +480,8 @@ void srv_req_free(srv_req *r) {
     json_decref(r->tools);
     json_decref(r->template_kwargs);
     free(r->tool_choice_name);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);

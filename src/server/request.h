@@ -46,6 +46,15 @@ typedef struct {
     int n_stop;
     int stream, include_usage;
     int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)
+    // Host-side sampling controls (any of them set: the request is sampled on the host, without speculation)
+    int logprobs;             // chat: logprobs true; completions: logprobs N (0..5); 0 = off
+    int top_logprobs;         // alternatives per token (chat: top_logprobs; completions: the N of logprobs)
+    double presence_penalty, frequency_penalty; // OpenAI's, over the generated tokens; 0 = off
+    double repetition_penalty; // vLLM / HF: over prompt and generated tokens; 1 = off
+    double min_p;             // 0 = off
+    int n_bias;               // logit_bias entries
+    int32_t *bias_ids;
+    float *bias;
 } srv_req;
 
 typedef struct {

@@ -26,6 +26,7 @@
 #include "engine/dflash.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
+#include "engine/sampling_host.h"
 #include "engine/routes.h"
 #include "server/server_internal.h"
 
@@ -49,6 +50,9 @@ typedef struct {
     int64_t admitted; // admission order (oldest prefill first)
     void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
     int64_t roll_pos;
+    float *row;       // host sampling: one row of logits [V] and scratch [2 V]
+    float *scratch;
+    fd_host_state hs; // host sampling: penalty counts
 } slot;
 
 struct srv_sched {
@@ -108,6 +112,7 @@ static void slot_release(srv_sched *s, slot *sl) {
     sl->roll = NULL;
     sl->roll_pos = 0;
     engine_reset(&sl->e); // its KV pages go back to the pool for the other slots
+    host_state_free(&sl->hs);
     size_t n;
     tok_stream_flush(sl->ts, &n); // resets the stream for the next request
     sl->text.len = 0;
@@ -169,6 +174,7 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
     srv_job *j = sl->job;
     pthread_mutex_lock(&j->mu);
     j->n_completion = sl->n_gen;
+    if (j->stream && j->logprobs) srv_sse_logprobs(j);
     if (j->kind == SRV_CHAT) {
         const size_t upto = fin || !j->stream ? sl->text.len : safe_len(j, &sl->text);
         fin = srv_chat_publish(j, sl->text.p, upto, fin);
@@ -275,6 +281,14 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->t_peek = 0;
     sl->admitted = s->admit_counter++;
     sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed);
+    if (j->host) {
+        const int V = s->m->cfg.vocab_size;
+        if (!sl->row) {
+            sl->row = fd_malloc((size_t)V * sizeof *sl->row);
+            sl->scratch = fd_malloc((size_t)V * 2 * sizeof *sl->scratch);
+        }
+        host_state_init(&sl->hs, V, j->prompt, j->n_prompt);
+    }
     engine_reset(&sl->e);
     if (s->dr) dflash_reset(&sl->spec);
     seq_push(sl, j->prompt, j->n_prompt);
@@ -323,6 +337,47 @@ static int client_gone(slot *sl, double now) {
     return gone;
 }
 
+static void decode_finish(srv_sched *s, slot *sl, int32_t tok);
+
+// Host sampling from the slot's logits row (engine_forward wrote it): the token, and its logprobs entry.
+static int32_t host_sample(srv_sched *s, slot *sl) {
+    srv_job *j = sl->job;
+    fd_token_logprobs lp;
+    int32_t t = host_pick(&sl->smp, &j->hp, &sl->hs, sl->row, s->m->cfg.vocab_size, sl->scratch, j->top_logprobs,
+                          j->logprobs ? &lp : NULL);
+    if (j->logprobs && !(is_eos(s, t) && !j->ignore_eos)) { // the end-of-sequence token is not part of the text
+        json_t *e = srv_logprob_entry(s->tok, &lp);
+        pthread_mutex_lock(&j->mu);
+        json_t **dst = j->stream ? &j->lp_pending : &j->lp_all;
+        if (!*dst) *dst = json_array();
+        json_array_append_new(*dst, e);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return t;
+}
+
+// A host-sampled slot's decode step: its own forward with the logits row (no batching, no speculation).
+static void host_decode(srv_sched *s, slot *sl) {
+    if (engine_reserve(&sl->e, sl->e.n_past + 1)) {
+        slot_fail_forward(s, sl);
+        return;
+    }
+    seq_push(sl, &sl->next, 1);
+    if (engine_forward(&sl->e, &sl->next, 1, sl->row, 0)) {
+        slot_fail_forward(s, sl);
+        return;
+    }
+    const int32_t t = host_sample(s, sl);
+    if (s->dr) { // no decode snapshots with a drafter (see the top of the file)
+        pthread_mutex_lock(&s->met->mu);
+        s->met->decode_steps++;
+        pthread_mutex_unlock(&s->met->mu);
+        take_token(s, sl, t);
+    } else {
+        decode_finish(s, sl, t);
+    }
+}
+
 // One DFlash round from the newest token: emits 1..B tokens (never more than max_tokens still allows).
 static void spec_round(srv_sched *s, slot *sl) {
     srv_job *j = sl->job;
@@ -363,6 +418,12 @@ static void decode_finish(srv_sched *s, slot *sl, int32_t tok) {
 // One decode token for every slot in sls at once (engine_decode_batch: the weights are read once per step, not
 // once per sequence). Speculative slots run their own rounds instead.
 static void decode_slots(srv_sched *s, slot **sls, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (sls[i]->job->host) host_decode(s, sls[i]);
+        else sls[kept++] = sls[i];
+    }
+    n = kept;
     if (s->dr) {
         for (int i = 0; i < n; i++) spec_round(s, sls[i]);
         return;
@@ -414,12 +475,14 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         if (last_b > pos && last_b < end) end = last_b;
     }
     const int final = end == n;
-    int32_t first = -1; // the first generated token, sampled on the backend by the final chunk
-    if (final ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
-              : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), NULL, 0)) {
+    int32_t first = -1; // the first generated token, sampled on the backend by the final chunk (or on the host)
+    const int host = final && j->host;
+    if (final && !host ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
+                       : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), host ? sl->row : NULL, 0)) {
         slot_fail_forward(s, sl);
         return end - pos;
     }
+    if (host) first = host_sample(s, sl);
     if (s->dr) dflash_context_append(&sl->spec, (int)(end - pos));
     pthread_mutex_lock(&s->met->mu);
     s->met->prefill_computed_tokens += end - pos;
@@ -722,6 +785,9 @@ void sched_free(srv_sched *s) {
         tok_stream_free(sl->ts);
         srv_buf_free(&sl->text);
         if (sl->roll) s->be->free(s->be, sl->roll);
+        free(sl->row);
+        free(sl->scratch);
+        host_state_free(&sl->hs);
     }
     kv_pool_free(&s->pool); // after the engines, which hand their pages back
     free(s->slots);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "io/tokenizer.h"
+#include "engine/sampling_host.h"
 #include "model/dflash.h"
 #include "model/model.h"
 #include "server/chat.h"
@@ -46,6 +47,9 @@ typedef struct srv_job {
     double t_arrival;
     long created; // unix seconds, for the response objects
     int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
+    // host sampling (logprobs, penalties, min_p, logit_bias): the request runs without speculation
+    int host, logprobs, top_logprobs;
+    fd_host_params hp; // its bias arrays are owned by the job
     srv_chat_prompt chat; // chat: how to read the output (reasoning, tool calls, a forced call opening); no text
     json_t *tools;        // chat: the request's tools (their schemas type tool-call arguments), or NULL
 
@@ -60,6 +64,8 @@ typedef struct srv_job {
     char *reasoning;   // chat, non-streaming: the reasoning, or NULL
     json_t *tool_calls; // chat, non-streaming: the OpenAI tool_calls array, or NULL
     int content_null;  // chat: the message has tool calls and no content (content: null)
+    json_t *lp_all;     // logprobs: every token's entry (plain responses), in OpenAI's chat shape
+    json_t *lp_pending; // logprobs, streams: the entries not sent yet
     // chat streaming (scheduler side): the splitter over chat.forced + the text published so far
     srv_chat_split split;
     srv_buf ctext;
@@ -100,6 +106,11 @@ void srv_sse_reasoning(srv_job *j, const char *delta, size_t len);
 void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n);
 json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n);
 void srv_sse_usage(srv_job *j, int n_prompt);
+// logprobs: one token's entry {token, logprob, bytes, top_logprobs}; the pending entries as one chunk (streams);
+// a completion's logprobs object {tokens, token_logprobs, top_logprobs, text_offset} from chat-shaped entries.
+json_t *srv_logprob_entry(const tok_tokenizer *t, const fd_token_logprobs *lp);
+void srv_sse_logprobs(srv_job *j);
+json_t *srv_completion_logprobs(const json_t *entries);
 // Chat output published (chat_stream.c; the caller holds j->mu): streams get their deltas for text[0..upto), and
 // at the end (fin) the tool calls; plain responses get content / reasoning / tool_calls at the end. Returns the
 // finish reason, which becomes tool_calls when the model stopped after calling tools.
