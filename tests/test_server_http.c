@@ -458,6 +458,12 @@ TEST(server_http_openai_client) { with_server("--ctx 4096 --slots 2", openai_bod
 static void tools_body(srv_proc *p) { run_node(p, "tools.mjs", NULL); }
 TEST(server_http_tools_and_reasoning_clients) { with_server("--ctx 4096 --slots 2", tools_body); }
 
+// Qwen3.5's own template (--chat-template): reasoning opened by the prompt, XML tools (tests/server/reasoning.mjs)
+static void reasoning_body(srv_proc *p) { run_node(p, "reasoning.mjs", NULL); }
+TEST(server_http_qwen3_5_template_reasoning) {
+    with_server("--ctx 4096 --slots 2 --chat-template tests/data/chat_templates/qwen3_5.jinja", reasoning_body);
+}
+
 // logprobs, logit_bias, penalties, min_p (tests/server/logprobs.mjs)
 static void logprobs_body(srv_proc *p) { run_node(p, "logprobs.mjs", NULL); }
 TEST(server_http_logprobs_and_penalties) { with_server("--ctx 4096 --slots 2", logprobs_body); }

@@ -11,16 +11,16 @@ static void emit_sse(void *ctx, int reasoning, const char *s, size_t n) {
     else srv_sse_chunk(j, s, n, 0, SRV_FINISH_NONE);
 }
 
-srv_finish srv_chat_publish(srv_job *j, const char *text, size_t upto, srv_finish fin) {
+srv_finish srv_chat_publish(srv_job *j, srv_choice *ch, const char *text, size_t upto, srv_finish fin) {
     if (!j->stream) {
         if (!fin) return fin;
         srv_chat_result r;
         srv_chat_parse(&j->chat, j->tools, text ? text : "", upto, &r);
-        if (r.content) srv_buf_add(&j->text, r.content, strlen(r.content));
-        j->content_null = r.content == NULL;
-        j->reasoning = r.reasoning;
+        if (r.content) srv_buf_add(&ch->text, r.content, strlen(r.content));
+        ch->content_null = r.content == NULL;
+        ch->reasoning = r.reasoning;
         r.reasoning = NULL;
-        if (r.n_calls) j->tool_calls = srv_tool_calls_json(j, r.calls, r.n_calls);
+        if (r.n_calls) ch->tool_calls = srv_tool_calls_json(j, (int)(ch - j->ch), r.calls, r.n_calls);
         if (r.n_calls && fin == SRV_FINISH_STOP) fin = SRV_FINISH_TOOL_CALLS;
         srv_chat_result_free(&r);
         return fin;

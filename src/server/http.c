@@ -71,32 +71,39 @@ static json_t *usage_json(const srv_job *j) {
                      j->n_cached);
 }
 
-// The finished non-streaming job as an OpenAI response (caller holds j->mu).
-static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
-    if (j->err.status) return send_err(cx, c, &j->err);
-    const char *fin = srv_finish_name(j->finish) ? srv_finish_name(j->finish) : "stop";
-    json_t *text = json_stringn(j->text.p ? j->text.p : "", j->text.len);
-    json_t *choice;
+// One choice of a finished plain response.
+static json_t *choice_json(const srv_job *j, int i) {
+    const srv_choice *ch = &j->ch[i];
+    const char *fin = srv_finish_name(ch->finish) ? srv_finish_name(ch->finish) : "stop";
+    json_t *text = json_stringn(ch->text.p ? ch->text.p : "", ch->text.len), *choice;
     if (j->kind == SRV_CHAT) {
-        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", j->content_null ? json_null() : text);
-        if (j->content_null) json_decref(text);
-        if (j->reasoning) json_object_set_new(msg, "reasoning_content", json_string(j->reasoning));
-        if (j->tool_calls) json_object_set(msg, "tool_calls", j->tool_calls);
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", fin);
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", ch->content_null ? json_null() : text);
+        if (ch->content_null) json_decref(text);
+        if (ch->reasoning) json_object_set_new(msg, "reasoning_content", json_string(ch->reasoning));
+        if (ch->tool_calls) json_object_set(msg, "tool_calls", ch->tool_calls);
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", i, "message", msg, "logprobs", "finish_reason", fin);
         if (j->logprobs)
-            json_object_set_new(choice, "logprobs", json_pack("{s:o}", "content", j->lp_all ? json_incref(j->lp_all) : json_array()));
-    } else
-    {
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
+            json_object_set_new(choice, "logprobs",
+                                json_pack("{s:o}", "content", ch->lp_all ? json_incref(ch->lp_all) : json_array()));
+    } else {
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", i, "text", text, "logprobs", "finish_reason", fin);
         if (j->logprobs) {
             json_t *none = json_array();
-            json_object_set_new(choice, "logprobs", srv_completion_logprobs(j->lp_all ? j->lp_all : none));
+            json_object_set_new(choice, "logprobs", srv_completion_logprobs(ch->lp_all ? ch->lp_all : none));
             json_decref(none);
         }
     }
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
+    return choice;
+}
+
+// The finished non-streaming job as an OpenAI response (caller holds j->mu).
+static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
+    if (j->err.status) return send_err(cx, c, &j->err);
+    json_t *choices = json_array();
+    for (int i = 0; i < j->n; i++) json_array_append_new(choices, choice_json(j, i));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
                           j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)j->created, "model", j->model_name, "choices", choice, "usage", usage_json(j));
+                          (json_int_t)j->created, "model", j->model_name, "choices", choices, "usage", usage_json(j));
     return send_json(cx, c, 200, o);
 }
 
@@ -193,6 +200,9 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
                          "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
                          "(%zu in the prompt, %lld for the completion).",
                          (long long)cfg->ctx, (long long)ids.n + max_tokens, ids.n, (long long)max_tokens);
+    if (!rc && r.n > cfg->slots)
+        rc = srv_err_set(&e, 400, "invalid_request_error", NULL, "n",
+                         "'n' = %d is more than the server's %d sequence slots (--slots)", r.n, cfg->slots);
     if (rc) {
         tok_ids_free(&ids);
         srv_chat_prompt_free(&chat);
@@ -220,6 +230,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     }
     j->n_stop = r.n_stop;
     r.n_stop = 0;
+    j->n = r.n;
     j->logprobs = r.logprobs;
     j->top_logprobs = r.top_logprobs;
     j->hp = (fd_host_params){.presence = (float)r.presence_penalty, .frequency = (float)r.frequency_penalty,
@@ -425,7 +436,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         if (!j->done) atomic_store(&j->cancelled, 1); // the client went away: the scheduler drops the sequence
         const double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1;
         const double gen = j->t_done > j->t_first && j->n_completion > 1 ? (j->n_completion - 1) / (j->t_done - j->t_first) : 0;
-        const char *fin = j->err.status ? "error" : srv_finish_name(j->finish) ? srv_finish_name(j->finish) : "abort";
+        const char *fin = j->err.status ? "error" : srv_finish_name(j->ch[0].finish) ? srv_finish_name(j->ch[0].finish) : "abort";
         FD_INFO("request %s %s status=%d%s prompt=%d cached=%d completion=%d ttft=%.3fs decode=%.1ftok/s finish=%s "
                 "total=%.3fs%s%s%s",
                 j->id, names[cx->route], j->err.status ? j->err.status : status, j->stream ? " stream" : "",

@@ -29,6 +29,7 @@ srv_job *srv_job_new(void) {
     pthread_mutex_init(&j->mu, NULL);
     j->refs = 1;
     j->fd = -1;
+    j->n = 1;
     atomic_init(&j->cancelled, 0);
     return j;
 }
@@ -48,16 +49,19 @@ void srv_job_unref(srv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     srv_buf_free(&j->out);
-    srv_buf_free(&j->text);
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        srv_buf_free(&j->ch[i].text);
+        free(j->ch[i].reasoning);
+        json_decref(j->ch[i].tool_calls);
+        json_decref(j->ch[i].lp_all);
+    }
     srv_buf_free(&j->ctext);
     srv_chat_prompt_free(&j->chat);
     json_decref(j->tools);
-    json_decref(j->tool_calls);
-    json_decref(j->lp_all);
+
     json_decref(j->lp_pending);
     free((void *)j->hp.bias_ids);
     free((void *)j->hp.bias);
-    free(j->reasoning);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -122,13 +126,14 @@ void srv_sse_reasoning(srv_job *j, const char *delta, size_t len) {
     sse_delta(j, json_pack("{s:s%}", "reasoning_content", delta, len));
 }
 
-// Call ids: unique per response (the job id's random part and the call's index).
-json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n) {
+// Call ids: unique per response (the job id's random part, the choice and the call's index).
+json_t *srv_tool_calls_json(srv_job *j, int choice, const srv_tool_call *calls, int n) {
     json_t *a = json_array();
     const char *tail = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : j->id;
     for (int i = 0; i < n; i++) {
-        char id[64];
-        snprintf(id, sizeof id, "call_%s%d", tail, i);
+        char id[96];
+        if (choice) snprintf(id, sizeof id, "call_%s%d_%d", tail, choice, i);
+        else snprintf(id, sizeof id, "call_%s%d", tail, i);
         json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
                                            "name", calls[i].name, "arguments", calls[i].arguments));
     }
@@ -136,7 +141,7 @@ json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n) {
 }
 
 void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n) {
-    json_t *all = srv_tool_calls_json(j, calls, n);
+    json_t *all = srv_tool_calls_json(j, 0, calls, n);
     for (int i = 0; i < n; i++) {
         json_t *c = json_deep_copy(json_array_get(all, (size_t)i));
         json_object_set_new(c, "index", json_integer(i));

@@ -367,7 +367,8 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
             }
         } else if (!strcmp(key, "n")) {
             if (json_is_null(v)) continue;
-            if (want_int(v, key, 1, 1, &x, err)) return BAD(key, "only 'n': 1 is supported");
+            if (want_int(v, key, 1, SRV_MAX_N, &x, err)) return -1;
+            r->n = (int)x;
         } else if (!strcmp(key, "ignore_eos")) {
             if (!json_is_null(v) && want_bool(v, key, &r->ignore_eos, err)) return -1;
         } else if (!strcmp(key, "user")) {
@@ -441,6 +442,7 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
     if (kind == SRV_COMPLETION && !have_prompt) return BAD("prompt", "'prompt' is required");
     if (kind == SRV_CHAT && !have_msgs) return BAD("messages", "'messages' is required");
     if (r->include_usage && !r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
+    if (r->n > 1 && r->stream) return BAD("n", "'n' > 1 is supported without streaming only");
     if (r->top_logprobs && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return 0;
 }
@@ -453,6 +455,7 @@ int srv_req_parse(const char *body, size_t len, srv_kind kind, srv_req *r, srv_e
     r->top_p = 1.0;
     r->enable_thinking = CHAT_THINKING_DEFAULT;
     r->repetition_penalty = 1.0;
+    r->n = 1;
     if (len == 0) return BAD(NULL, "The request body is empty (a JSON object is required)");
     size_t bad = tok_utf8_invalid_at(body, len);
     if (bad < len) return BAD(NULL, "The request body is not valid UTF-8 (byte %zu)", bad);

@@ -18,6 +18,7 @@ typedef enum { SRV_TOOLS_AUTO = 0, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_STOP_LEN 256
+#define SRV_MAX_N 16 // choices per request
 
 typedef struct {
     srv_kind kind;
@@ -44,6 +45,7 @@ typedef struct {
     int has_seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    int n; // choices: each its own sequence (seeds seed, seed + 1, ...), all in one response
     int stream, include_usage;
     int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)
     // Host-side sampling controls (any of them set: the request is sampled on the host, without speculation)

@@ -53,6 +53,7 @@ typedef struct {
     float *row;       // host sampling: one row of logits [V] and scratch [2 V]
     float *scratch;
     fd_host_state hs; // host sampling: penalty counts
+    int choice;       // which of the job's choices this sequence is (n > 1)
 } slot;
 
 struct srv_sched {
@@ -172,12 +173,14 @@ static size_t safe_len(const srv_job *j, const srv_buf *text) {
 
 static void publish(srv_sched *s, slot *sl, srv_finish fin) {
     srv_job *j = sl->job;
+    srv_choice *ch = &j->ch[sl->choice];
     pthread_mutex_lock(&j->mu);
-    j->n_completion = sl->n_gen;
+    j->n_completion += sl->n_gen - ch->n_completion;
+    ch->n_completion = sl->n_gen;
     if (j->stream && j->logprobs) srv_sse_logprobs(j);
     if (j->kind == SRV_CHAT) {
         const size_t upto = fin || !j->stream ? sl->text.len : safe_len(j, &sl->text);
-        fin = srv_chat_publish(j, sl->text.p, upto, fin);
+        fin = srv_chat_publish(j, ch, sl->text.p, upto, fin);
         if (j->stream && fin) {
             srv_sse_chunk(j, NULL, 0, 0, fin);
             if (j->include_usage) srv_sse_usage(j, j->n_prompt);
@@ -195,11 +198,14 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
             srv_sse_done(j);
         }
     }
-    if (fin) {
-        if (!j->stream && j->kind != SRV_CHAT) srv_buf_add(&j->text, sl->text.p ? sl->text.p : "", sl->text.len);
-        j->finish = fin;
-        j->done = 1;
-        j->t_done = fd_time_s();
+    if (fin && !ch->done) {
+        if (!j->stream && j->kind != SRV_CHAT) srv_buf_add(&ch->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        ch->finish = fin;
+        ch->done = 1;
+        if (++j->n_done == j->n) { // the last choice ends the request
+            j->done = 1;
+            j->t_done = fd_time_s();
+        }
     }
     srv_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
@@ -271,16 +277,18 @@ static void seq_push(slot *sl, const int32_t *t, int64_t n) {
     sl->n_seq += n;
 }
 
-static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
+static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     const double now = fd_time_s();
     sl->job = j;
+    sl->choice = choice;
+    if (choice > 0) srv_job_ref(j); // each of the job's sequences holds a reference (the queue's went to the first)
     sl->n_seq = 0;
     sl->n_gen = 0;
     sl->emitted = 0;
     sl->text.len = 0;
     sl->t_peek = 0;
     sl->admitted = s->admit_counter++;
-    sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed);
+    sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed + (uint64_t)choice);
     if (j->host) {
         const int V = s->m->cfg.vocab_size;
         if (!sl->row) {
@@ -348,7 +356,7 @@ static int32_t host_sample(srv_sched *s, slot *sl) {
     if (j->logprobs && !(is_eos(s, t) && !j->ignore_eos)) { // the end-of-sequence token is not part of the text
         json_t *e = srv_logprob_entry(s->tok, &lp);
         pthread_mutex_lock(&j->mu);
-        json_t **dst = j->stream ? &j->lp_pending : &j->lp_all;
+        json_t **dst = j->stream ? &j->lp_pending : &j->ch[sl->choice].lp_all;
         if (!*dst) *dst = json_array();
         json_array_append_new(*dst, e);
         pthread_mutex_unlock(&j->mu);
@@ -542,6 +550,11 @@ static void step(srv_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->st == SLOT_FREE) continue;
+        if (sl->job->done) { // another choice of the request failed: the request is over
+            met_finish(s, SRV_FIN_ABORT, sl->job, now);
+            slot_release(s, sl);
+            continue;
+        }
         if (client_gone(sl, now)) slot_fail(s, sl, 499, "cancelled", NULL, "the client disconnected", SRV_FIN_ABORT);
         else if (now - sl->job->t_arrival > s->cfg->request_timeout)
             slot_fail(s, sl, 504, "timeout_error", "timeout", "the request exceeded the server's request timeout",
@@ -615,15 +628,16 @@ static void *sched_main(void *arg) {
         int64_t kv_free = kv_pool_free_tokens(&s->pool), kv_blocked = 0;
         for (int k = s->q_len; k > 0; k--) {
             srv_job *j = q_pop(s);
-            const int64_t need = kv_prompt_tokens(s, j);
+            const int64_t need = kv_prompt_tokens(s, j) * j->n; // n > 1: one sequence per choice
             const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pool);
             if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) tmp[n_exp++] = j;
-            else if (free_slots > 0 && n_adm < 256 && kv_fits && !kv_blocked) {
+            else if (free_slots >= j->n && n_adm < 256 && kv_fits && !kv_blocked) {
                 adm[n_adm++] = j;
-                free_slots--;
+                free_slots -= j->n;
                 if (need <= kv_free) kv_free -= need;
             } else {
-                kv_blocked |= free_slots > 0 && !kv_fits; // later requests may not overtake it
+                // later requests may not overtake it (nor one waiting for its n slots)
+                kv_blocked |= free_slots > 0 && (!kv_fits || free_slots < j->n);
                 s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
                 s->q_len++;
             }
@@ -643,10 +657,11 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&s->met->mu);
             srv_job_unref(tmp[i]);
         }
-        for (int i = 0, k = 0; i < n_adm; i++) {
-            while (s->slots[k].st != SLOT_FREE) k++;
-            slot_start(s, &s->slots[k], adm[i]);
-        }
+        for (int i = 0, k = 0; i < n_adm; i++)
+            for (int c = 0; c < adm[i]->n; c++) {
+                while (s->slots[k].st != SLOT_FREE) k++;
+                slot_start(s, &s->slots[k], adm[i], c);
+            }
         step(s);
     }
     free(tmp);

@@ -30,6 +30,17 @@ typedef struct {
 void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_free(srv_buf *b);
 
+// One choice of a plain (non-streaming) response: n > 1 runs one sequence (slot) per choice.
+typedef struct {
+    srv_buf text;       // the completion text (chat: the content)
+    srv_finish finish;
+    char *reasoning;    // chat: the reasoning, or NULL
+    json_t *tool_calls; // chat: the OpenAI tool_calls array, or NULL
+    int content_null;   // chat: tool calls and no content (content: null)
+    json_t *lp_all;     // logprobs: every token's entry, in OpenAI's chat shape
+    int n_completion, done;
+} srv_choice;
+
 typedef struct srv_job {
     // ---- immutable after submit ----
     char id[48];
@@ -60,12 +71,9 @@ typedef struct srv_job {
     int suspended;
     srv_buf out;     // streaming: SSE bytes not yet handed to libmicrohttpd
     size_t out_sent; // bytes of out already handed over
-    srv_buf text;    // non-streaming: the completion text (chat: the content)
-    char *reasoning;   // chat, non-streaming: the reasoning, or NULL
-    json_t *tool_calls; // chat, non-streaming: the OpenAI tool_calls array, or NULL
-    int content_null;  // chat: the message has tool calls and no content (content: null)
-    json_t *lp_all;     // logprobs: every token's entry (plain responses), in OpenAI's chat shape
-    json_t *lp_pending; // logprobs, streams: the entries not sent yet
+    int n, n_done;             // choices, and how many have ended (the job is done when all have)
+    srv_choice ch[SRV_MAX_N];  // streams (n = 1) use ch[0].finish / n_completion only
+    json_t *lp_pending;        // logprobs, streams: the entries not sent yet
     // chat streaming (scheduler side): the splitter over chat.forced + the text published so far
     srv_chat_split split;
     srv_buf ctext;
@@ -73,7 +81,7 @@ typedef struct srv_job {
     int done;
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed
-    int n_completion, n_cached;
+    int n_completion, n_cached; // n_completion: all choices' tokens
     double t_first, t_done;
     atomic_int cancelled; // set by the HTTP side (client gone); read by the scheduler
 } srv_job;
@@ -104,7 +112,7 @@ void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, sr
 // chat: a reasoning_content delta; the tool calls (one chunk each, whole arguments); the message's tool_calls array
 void srv_sse_reasoning(srv_job *j, const char *delta, size_t len);
 void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n);
-json_t *srv_tool_calls_json(srv_job *j, const srv_tool_call *calls, int n);
+json_t *srv_tool_calls_json(srv_job *j, int choice, const srv_tool_call *calls, int n);
 void srv_sse_usage(srv_job *j, int n_prompt);
 // logprobs: one token's entry {token, logprob, bytes, top_logprobs}; the pending entries as one chunk (streams);
 // a completion's logprobs object {tokens, token_logprobs, top_logprobs, text_offset} from chat-shaped entries.
@@ -114,7 +122,7 @@ json_t *srv_completion_logprobs(const json_t *entries);
 // Chat output published (chat_stream.c; the caller holds j->mu): streams get their deltas for text[0..upto), and
 // at the end (fin) the tool calls; plain responses get content / reasoning / tool_calls at the end. Returns the
 // finish reason, which becomes tool_calls when the model stopped after calling tools.
-srv_finish srv_chat_publish(srv_job *j, const char *text, size_t upto, srv_finish fin);
+srv_finish srv_chat_publish(srv_job *j, srv_choice *ch, const char *text, size_t upto, srv_finish fin);
 void srv_sse_error(srv_job *j);
 void srv_sse_done(srv_job *j);
 #endif

@@ -65,4 +65,26 @@ const g = await client.completions.create({ model: MODEL, prompt: p, max_tokens:
 const ids = g.choices[0].logprobs.tokens;
 check(new Set(ids).size === ids.length || ids.length <= 1, `presence_penalty 2: repeats in ${JSON.stringify(ids)}`);
 
+// n = 2: two sequences, seeds seed and seed + 1, in one response (usage counts both)
+const q = { model: MODEL, prompt: p, max_tokens: N, temperature: 0.9 };
+const two = await client.completions.create({ ...q, n: 2, seed: 5 });
+const s5 = await client.completions.create({ ...q, seed: 5 }), s6 = await client.completions.create({ ...q, seed: 6 });
+check(two.choices.length === 2 && two.choices[0].index === 0 && two.choices[1].index === 1, "n = 2: two choices");
+check(two.choices[0].text === s5.choices[0].text && two.choices[1].text === s6.choices[0].text,
+      `n = 2 choices are seeds 5 and 6: ${JSON.stringify(two.choices.map((c) => c.text))}`);
+check(two.usage.completion_tokens === s5.usage.completion_tokens + s6.usage.completion_tokens &&
+      two.usage.prompt_tokens === s5.usage.prompt_tokens, `n = 2 usage ${JSON.stringify(two.usage)}`);
+const chat2 = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: N, temperature: 0, n: 2,
+                                                    logprobs: true, top_logprobs: 3 });
+check(chat2.choices.length === 2 && chat2.choices.every((c) => c.message.content === want.text) &&
+      JSON.stringify(chat2.choices[1].logprobs.content) === JSON.stringify(lp), "chat n = 2 greedy: both = generate");
+let refused = 0;
+for (const bad of [{ n: 2, stream: true }, { n: 3 }])
+  try {
+    await client.completions.create({ ...q, ...bad });
+  } catch (e) {
+    refused += e.status === 400;
+  }
+check(refused === 2, "n with stream, and n above --slots: 400");
+
 done("logprobs");
