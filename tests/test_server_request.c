@@ -48,7 +48,9 @@ static const req_case k_cases[] = {
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"repetition_penalty\": 0}", 400, "repetition_penalty", "must be in"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 2, \"presence_penalty\": 0.5, \"frequency_penalty\": -1, "
      "\"repetition_penalty\": 1.1, \"min_p\": 0.05, \"logit_bias\": {\"5\": -100, \"7\": 3.5}}", 0, NULL, NULL},
-    {SRV_COMPLETION, "{\"prompt\": \"a\", \"echo\": true}", 400, "echo", "not supported"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"echo\": true, \"logprobs\": 1}", 400, "echo", "not supported"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", 400, "echo",
+     "Unrecognized"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{}]}", 400, "tools",
      "must be {\"type\": \"function\""},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", 400,

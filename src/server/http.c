@@ -173,6 +173,22 @@ static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_chat_prompt *
     return 0;
 }
 
+// echo: the prompt as text (a token-id prompt decoded, special tokens included as the model saw them)
+static char *echo_text(srv_server *S, const srv_req *r, const int32_t *ids, int n) {
+    if (r->prompt_text) return fd_strdup(r->prompt_text);
+    tok_stream *ts = tok_stream_new(S->tok, 0);
+    srv_buf b = {0};
+    size_t k;
+    for (int i = 0; i < n; i++) {
+        const char *p = tok_stream_push(ts, ids[i], &k);
+        if (p) srv_buf_add(&b, p, k);
+    }
+    const char *rest = tok_stream_flush(ts, &k);
+    srv_buf_add(&b, rest, k);
+    tok_stream_free(ts);
+    return b.p;
+}
+
 static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
     const srv_config *cfg = S->cfg;
     srv_req r;
@@ -231,6 +247,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->n_stop = r.n_stop;
     r.n_stop = 0;
     j->n = r.n;
+    if (r.echo) j->echo = echo_text(S, &r, j->prompt, j->n_prompt);
     j->logprobs = r.logprobs;
     j->top_logprobs = r.top_logprobs;
     j->hp = (fd_host_params){.presence = (float)r.presence_penalty, .frequency = (float)r.frequency_penalty,
@@ -261,6 +278,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->conn = c;
     cx->job = j;
     if (j->stream && kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE); // the role comes first
+    if (j->echo && j->stream) srv_sse_chunk(j, j->echo, strlen(j->echo), 0, SRV_FINISH_NONE);
     if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
     if (j->stream) {
         srv_job_ref(j); // the response holds one

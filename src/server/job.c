@@ -60,6 +60,7 @@ void srv_job_unref(srv_job *j) {
     json_decref(j->tools);
 
     json_decref(j->lp_pending);
+    free(j->echo);
     free((void *)j->hp.bias_ids);
     free((void *)j->hp.bias);
     pthread_mutex_destroy(&j->mu);

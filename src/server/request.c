@@ -313,7 +313,7 @@ static int parse_tool_choice(const json_t *v, srv_req *r, srv_err *err) {
 }
 
 static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
-    static const char *const neutral[] = {"echo", "best_of", "tools", "functions", "tool_choice",
+    static const char *const neutral[] = {"best_of", "tools", "functions", "tool_choice",
                                           "response_format", "suffix", "parallel_tool_calls", NULL};
     json_t *tool_choice = NULL;
     const char *key;
@@ -382,6 +382,8 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
             if (th && want_bool(th, "chat_template_kwargs.enable_thinking", &b, err)) return -1;
             if (th) r->enable_thinking = b ? CHAT_THINKING_ON : CHAT_THINKING_OFF;
             r->template_kwargs = json_deep_copy(v);
+        } else if (!strcmp(key, "echo") && kind == SRV_COMPLETION) {
+            if (!json_is_null(v) && want_bool(v, key, &r->echo, err)) return -1;
         } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
             if (!json_is_null(v) && want_num(v, key, -2, 2, key[0] == 'p' ? &r->presence_penalty : &r->frequency_penalty, err))
                 return -1;
@@ -442,6 +444,7 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
     if (kind == SRV_COMPLETION && !have_prompt) return BAD("prompt", "'prompt' is required");
     if (kind == SRV_CHAT && !have_msgs) return BAD("messages", "'messages' is required");
     if (r->include_usage && !r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
+    if (r->echo && r->logprobs) return BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
     if (r->n > 1 && r->stream) return BAD("n", "'n' > 1 is supported without streaming only");
     if (r->top_logprobs && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return 0;

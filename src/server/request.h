@@ -45,6 +45,7 @@ typedef struct {
     int has_seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    int echo; // completions: the prompt comes back before the completion
     int n; // choices: each its own sequence (seeds seed, seed + 1, ...), all in one response
     int stream, include_usage;
     int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)

@@ -199,7 +199,10 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
         }
     }
     if (fin && !ch->done) {
-        if (!j->stream && j->kind != SRV_CHAT) srv_buf_add(&ch->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        if (!j->stream && j->kind != SRV_CHAT) {
+            if (j->echo) srv_buf_add(&ch->text, j->echo, strlen(j->echo));
+            srv_buf_add(&ch->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        }
         ch->finish = fin;
         ch->done = 1;
         if (++j->n_done == j->n) { // the last choice ends the request

@@ -71,6 +71,7 @@ typedef struct srv_job {
     int suspended;
     srv_buf out;     // streaming: SSE bytes not yet handed to libmicrohttpd
     size_t out_sent; // bytes of out already handed over
+    char *echo;                // completions with echo: the prompt's text, which every choice starts with
     int n, n_done;             // choices, and how many have ended (the job is done when all have)
     srv_choice ch[SRV_MAX_N];  // streams (n = 1) use ch[0].finish / n_completion only
     json_t *lp_pending;        // logprobs, streams: the entries not sent yet

@@ -87,4 +87,15 @@ for (const bad of [{ n: 2, stream: true }, { n: 3 }])
   }
 check(refused === 2, "n with stream, and n above --slots: 400");
 
+// echo: the prompt comes back first (plain, streamed, and as token ids)
+const e1 = await client.completions.create({ model: MODEL, prompt: p, max_tokens: N, temperature: 0, echo: true });
+check(e1.choices[0].text === p + wc.text, `echo ${JSON.stringify(e1.choices[0].text)}`);
+let es = "";
+for await (const ch of await client.completions.create({ model: MODEL, prompt: p, max_tokens: N, temperature: 0,
+                                                          echo: true, stream: true }))
+  es += ch.choices[0]?.text ?? "";
+check(es === p + wc.text, `streamed echo ${JSON.stringify(es)}`);
+const e2 = await client.completions.create({ model: MODEL, prompt: tokenize(p), max_tokens: N, temperature: 0, echo: true });
+check(e2.choices[0].text === p + wc.text, "echo of a token-id prompt");
+
 done("logprobs");
