@@ -190,6 +190,8 @@ TEST(jinja_semantics) {
         {"{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é\"\\n'|tojson }}|{{ d|dictsort }}", "{\"d\":{\"b\":[1,2.5,null],\"a\":true}}",
          "{\"b\": [1, 2.5, null], \"a\": true}|{\n  \"b\": [\n    1,\n    2.5,\n    null\n  ],\n  \"a\": true\n}|\"é\\\"\\n\"|"
          "[('a', True), ('b', [1, 2.5, None])]"},
+        {"{{ 'é😀'|tojson(ensure_ascii=true) }} {{ d|tojson(sort_keys=true) }} {{ [1,2]|tojson(separators=(',',':')) }}",
+         "{\"d\":{\"b\":1,\"a\":2}}", "\"\\u00e9\\ud83d\\ude00\" {\"a\": 2, \"b\": 1} [1,2]"},
         {"{{ 'a' ~ 1 ~ none }} {{ 1 if false }}{{ 2 if true else 3 }} {{ 0 or 'x' }} {{ 1 and 'y' }} {{ not 0 }}", NULL,
          "a1None 2 x y True"},
         {"{{ d.items()|list }} {{ d.get('a') }} {{ d.get('z', 0) }} {{ d['a'] }} {{ d.keys()|list }}", "{\"d\":{\"a\":1}}",

@@ -97,7 +97,8 @@ jv *jj_filter(jj_eval *E, const char *name, jv *x, jv **args, int nargs, const c
     jj_arena *a = E->a;
 #define IS(s) (!strcmp(name, s))
     if (IS("tojson")) {
-        jv *ind = ARG(0, "indent"), *sep = ARG(3, "separators"), *sk = ARG(4, "sort_keys");
+        // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+        jv *asc = ARG(0, "ensure_ascii"), *ind = ARG(1, "indent"), *sep = ARG(2, "separators"), *sk = ARG(3, "sort_keys");
         const char *item_sep = NULL, *key_sep = NULL;
         if (sep && sep->k == JV_LIST && sep->list.n == 2 && sep->list.a[0]->k == JV_STR &&
             sep->list.a[1]->k == JV_STR) {
@@ -106,7 +107,7 @@ jv *jj_filter(jj_eval *E, const char *name, jv *x, jv **args, int nargs, const c
         }
         jj_buf b = {.limit = E->out->limit};
         jv_write_json(a, &b, x, ind && ind->k != JV_NONE ? (int)jb_int_arg(a, ind, -1, "indent") : -1, item_sep,
-                      key_sep, sk && jv_truthy(sk), 0);
+                      key_sep, (sk && jv_truthy(sk)) | (asc && jv_truthy(asc)) << 1, 0);
         return buf_str(a, &b);
     }
     if (IS("safe") || (IS("list") && x->k == JV_LIST)) return x;

@@ -92,9 +92,10 @@ void jv_write_str(jj_arena *a, jj_buf *b, const jv *v);  // Python str()
 void jv_write_repr(jj_arena *a, jj_buf *b, const jv *v); // Python repr()
 jv *jv_to_str(jj_arena *a, const jv *v);
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent, separators=sep, sort_keys=sort_keys);
-// sep NULL = Python's default (", " / ": ", or "," / ": " with an indent). indent < 0 = none.
+// sep NULL = Python's default (", " / ": ", or "," / ": " with an indent). indent < 0 = none. flags: 1 sort_keys,
+// 2 ensure_ascii.
 void jv_write_json(jj_arena *a, jj_buf *b, const jv *v, int indent, const char *item_sep, const char *key_sep,
-                   int sort_keys, int depth);
+                   int flags, int depth);
 
 // ---- tokens ----
 typedef enum {

@@ -387,13 +387,30 @@ jv *jv_to_str(jj_arena *a, const jv *v) {
     return b.p ? jv_str_owned(a, b.p, b.n) : jv_strn(a, "", 0);
 }
 
-static void write_json_str(jj_arena *a, jj_buf *b, const char *s, size_t n) {
+// ascii: ensure_ascii=True, non-ASCII characters as \uXXXX (surrogate pairs above U+FFFF), as json.dumps writes them
+static void write_json_str(jj_arena *a, jj_buf *b, const char *s, size_t n, int ascii) {
     jj_put(a, b, "\"", 1);
     size_t run = 0; // bytes copied as they are (ensure_ascii=False keeps non-ASCII text)
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
-        char u[8];
+        char u[16];
+        if (ascii && c >= 0x80) {
+            unsigned cp = 0;
+            int k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+            cp = k == 3 ? c & 7u : k == 2 ? c & 15u : k == 1 ? c & 31u : 0xFFFDu;
+            for (int m = 0; m < k && i + 1 < n; m++) cp = cp << 6 | ((unsigned char)s[++i] & 63u);
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(u, sizeof u, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            } else {
+                snprintf(u, sizeof u, "\\u%04x", cp);
+            }
+            jj_put(a, b, s + i - k - run, run);
+            run = 0;
+            jj_puts(a, b, u);
+            continue;
+        }
         if (c == '"') esc = "\\\"";
         else if (c == '\\') esc = "\\\\";
         else if (c == '\n') esc = "\\n";
@@ -421,7 +438,8 @@ static void json_newline(jj_arena *a, jj_buf *b, int indent, int depth) {
 }
 
 void jv_write_json(jj_arena *a, jj_buf *b, const jv *v, int indent, const char *item_sep, const char *key_sep,
-                   int sort_keys, int depth) {
+                   int flags, int depth) {
+    const int sort_keys = flags & 1;
     if (depth > 200) jj_fail(a, "tojson: nesting too deep");
     if (!item_sep) item_sep = indent >= 0 ? "," : ", ";
     if (!key_sep) key_sep = ": ";
@@ -434,13 +452,13 @@ void jv_write_json(jj_arena *a, jj_buf *b, const jv *v, int indent, const char *
         if (isnan(v->f)) return jj_puts(a, b, "NaN");
         if (isinf(v->f)) return jj_puts(a, b, v->f < 0 ? "-Infinity" : "Infinity");
         return write_float(a, b, v->f);
-    case JV_STR: return write_json_str(a, b, v->str.s, v->str.n);
+    case JV_STR: return write_json_str(a, b, v->str.s, v->str.n, flags & 2);
     case JV_LIST:
         jj_put(a, b, "[", 1);
         for (size_t i = 0; i < v->list.n; i++) {
             if (i) jj_puts(a, b, item_sep);
             if (indent >= 0) json_newline(a, b, indent, depth + 1);
-            jv_write_json(a, b, v->list.a[i], indent, item_sep, key_sep, sort_keys, depth + 1);
+            jv_write_json(a, b, v->list.a[i], indent, item_sep, key_sep, flags, depth + 1);
         }
         if (indent >= 0 && v->list.n) json_newline(a, b, indent, depth);
         jj_put(a, b, "]", 1);
@@ -461,14 +479,14 @@ void jv_write_json(jj_arena *a, jj_buf *b, const jv *v, int indent, const char *
             const jv *k = v->dict.keys[order[i]];
             if (i) jj_puts(a, b, item_sep);
             if (indent >= 0) json_newline(a, b, indent, depth + 1);
-            if (k->k == JV_STR) write_json_str(a, b, k->str.s, k->str.n);
+            if (k->k == JV_STR) write_json_str(a, b, k->str.s, k->str.n, flags & 2);
             else if (k->k == JV_NONE || k->k == JV_BOOL || k->k == JV_INT || k->k == JV_FLOAT) {
                 jj_buf kb = {0};
                 jv_write_json(a, &kb, k, -1, NULL, NULL, 0, depth + 1);
-                write_json_str(a, b, kb.p, kb.n);
+                write_json_str(a, b, kb.p, kb.n, 0);
             } else jj_fail(a, "tojson: keys must be str, int, float, bool or None, not %s", jv_kind_name(k));
             jj_puts(a, b, key_sep);
-            jv_write_json(a, b, v->dict.vals[order[i]], indent, item_sep, key_sep, sort_keys, depth + 1);
+            jv_write_json(a, b, v->dict.vals[order[i]], indent, item_sep, key_sep, flags, depth + 1);
         }
         if (indent >= 0 && n) json_newline(a, b, indent, depth);
         jj_put(a, b, "}", 1);
