@@ -25,22 +25,22 @@ srv_finish srv_chat_publish(srv_job *j, srv_choice *ch, const char *text, size_t
         srv_chat_result_free(&r);
         return fin;
     }
-    if (!j->ctext.p) { // first output: the splitter starts on the forced call opening, if any
-        srv_chat_split_init(&j->split, j->chat.reasoning, j->chat.tools, j->chat.in_think);
+    if (!ch->ctext.p) { // first output: the splitter starts on the forced call opening, if any
+        srv_chat_split_init(&ch->split, j->chat.reasoning, j->chat.tools, j->chat.in_think);
         const char *f = j->chat.forced ? j->chat.forced : "";
-        srv_buf_add(&j->ctext, f, strlen(f));
+        srv_buf_add(&ch->ctext, f, strlen(f));
     }
-    if (upto > j->ctext_from) {
-        srv_buf_add(&j->ctext, text + j->ctext_from, upto - j->ctext_from);
-        j->ctext_from = upto;
+    if (upto > ch->ctext_from) {
+        srv_buf_add(&ch->ctext, text + ch->ctext_from, upto - ch->ctext_from);
+        ch->ctext_from = upto;
     }
     if (!fin) {
-        srv_chat_split_feed(&j->split, j->ctext.p, j->ctext.len, emit_sse, j);
+        srv_chat_split_feed(&ch->split, ch->ctext.p, ch->ctext.len, emit_sse, j);
         return fin;
     }
     srv_tool_call *calls;
     int n = 0;
-    srv_chat_split_finish(&j->split, j->ctext.p, j->ctext.len, j->tools, emit_sse, j, &calls, &n);
+    srv_chat_split_finish(&ch->split, ch->ctext.p, ch->ctext.len, j->tools, emit_sse, j, &calls, &n);
     if (n) srv_sse_tool_calls(j, calls, n);
     if (n && fin == SRV_FINISH_STOP) fin = SRV_FINISH_TOOL_CALLS;
     srv_tool_calls_free(calls, n);

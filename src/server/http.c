@@ -277,8 +277,11 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->fd = ci ? ci->connect_fd : -1;
     j->conn = c;
     cx->job = j;
-    if (j->stream && kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE); // the role comes first
-    if (j->echo && j->stream) srv_sse_chunk(j, j->echo, strlen(j->echo), 0, SRV_FINISH_NONE);
+    for (j->cur = 0; j->stream && j->cur < j->n; j->cur++) { // each choice's stream starts with the role / the echo
+        if (kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE);
+        if (j->echo) srv_sse_chunk(j, j->echo, strlen(j->echo), 0, SRV_FINISH_NONE);
+    }
+    j->cur = 0;
     if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
     if (j->stream) {
         srv_job_ref(j); // the response holds one

@@ -54,12 +54,14 @@ void srv_job_unref(srv_job *j) {
         free(j->ch[i].reasoning);
         json_decref(j->ch[i].tool_calls);
         json_decref(j->ch[i].lp_all);
+        json_decref(j->ch[i].lp_pending);
+        srv_buf_free(&j->ch[i].ctext);
     }
-    srv_buf_free(&j->ctext);
+
     srv_chat_prompt_free(&j->chat);
     json_decref(j->tools);
 
-    json_decref(j->lp_pending);
+
     free(j->echo);
     free((void *)j->hp.bias_ids);
     free((void *)j->hp.bias);
@@ -98,7 +100,7 @@ static void sse_emit(srv_job *j, json_t *o) {
 void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, srv_finish finish) {
     json_t *o = chunk_base(j);
     const char *fin = srv_finish_name(finish);
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
+    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", j->cur, "logprobs", "finish_reason",
                                fin ? json_string(fin) : json_null());
     if (j->kind == SRV_CHAT) {
         json_t *d = json_object();
@@ -118,7 +120,7 @@ void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, sr
 
 static void sse_delta(srv_job *j, json_t *delta) {
     json_t *o = chunk_base(j);
-    json_t *choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:n}", "index", j->cur, "delta", delta, "logprobs", "finish_reason");
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     sse_emit(j, o);
 }
@@ -142,7 +144,7 @@ json_t *srv_tool_calls_json(srv_job *j, int choice, const srv_tool_call *calls, 
 }
 
 void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n) {
-    json_t *all = srv_tool_calls_json(j, 0, calls, n);
+    json_t *all = srv_tool_calls_json(j, j->cur, calls, n);
     for (int i = 0; i < n; i++) {
         json_t *c = json_deep_copy(json_array_get(all, (size_t)i));
         json_object_set_new(c, "index", json_integer(i));
@@ -220,13 +222,14 @@ json_t *srv_completion_logprobs(const json_t *entries) {
 }
 
 void srv_sse_logprobs(srv_job *j) {
-    if (!j->lp_pending || !json_array_size(j->lp_pending)) return;
+    json_t *pend = j->ch[j->cur].lp_pending;
+    if (!pend || !json_array_size(pend)) return;
     json_t *o = chunk_base(j);
-    json_t *lp = j->kind == SRV_CHAT ? json_pack("{s:O}", "content", j->lp_pending) : srv_completion_logprobs(j->lp_pending);
-    json_t *choice = json_pack("{s:i, s:o, s:n}", "index", 0, "logprobs", lp, "finish_reason");
+    json_t *lp = j->kind == SRV_CHAT ? json_pack("{s:O}", "content", pend) : srv_completion_logprobs(pend);
+    json_t *choice = json_pack("{s:i, s:o, s:n}", "index", j->cur, "logprobs", lp, "finish_reason");
     if (j->kind == SRV_CHAT) json_object_set_new(choice, "delta", json_object());
     else json_object_set_new(choice, "text", json_string(""));
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     sse_emit(j, o);
-    json_array_clear(j->lp_pending);
+    json_array_clear(pend);
 }

@@ -445,7 +445,6 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
     if (kind == SRV_CHAT && !have_msgs) return BAD("messages", "'messages' is required");
     if (r->include_usage && !r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
     if (r->echo && r->logprobs) return BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
-    if (r->n > 1 && r->stream) return BAD("n", "'n' > 1 is supported without streaming only");
     if (r->top_logprobs && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return 0;
 }

@@ -177,26 +177,25 @@ static void publish(srv_sched *s, slot *sl, srv_finish fin) {
     pthread_mutex_lock(&j->mu);
     j->n_completion += sl->n_gen - ch->n_completion;
     ch->n_completion = sl->n_gen;
+    j->cur = sl->choice; // the chunks below are this choice's (n > 1 streams interleave choices)
+    // the stream ends with the last choice: its finish chunk, then usage and [DONE]
+    const int last = fin && !ch->done && j->n_done + 1 == j->n;
     if (j->stream && j->logprobs) srv_sse_logprobs(j);
     if (j->kind == SRV_CHAT) {
         const size_t upto = fin || !j->stream ? sl->text.len : safe_len(j, &sl->text);
         fin = srv_chat_publish(j, ch, sl->text.p, upto, fin);
-        if (j->stream && fin) {
-            srv_sse_chunk(j, NULL, 0, 0, fin);
-            if (j->include_usage) srv_sse_usage(j, j->n_prompt);
-            srv_sse_done(j);
-        }
+        if (j->stream && fin) srv_sse_chunk(j, NULL, 0, 0, fin);
     } else if (j->stream) {
         size_t upto = fin ? sl->text.len : safe_len(j, &sl->text);
         if (upto > sl->emitted) {
             srv_sse_chunk(j, sl->text.p + sl->emitted, upto - sl->emitted, 0, SRV_FINISH_NONE);
             sl->emitted = upto;
         }
-        if (fin) {
-            srv_sse_chunk(j, NULL, 0, 0, fin);
-            if (j->include_usage) srv_sse_usage(j, j->n_prompt);
-            srv_sse_done(j);
-        }
+        if (fin) srv_sse_chunk(j, NULL, 0, 0, fin);
+    }
+    if (j->stream && last) {
+        if (j->include_usage) srv_sse_usage(j, j->n_prompt);
+        srv_sse_done(j);
     }
     if (fin && !ch->done) {
         if (!j->stream && j->kind != SRV_CHAT) {
@@ -359,7 +358,7 @@ static int32_t host_sample(srv_sched *s, slot *sl) {
     if (j->logprobs && !(is_eos(s, t) && !j->ignore_eos)) { // the end-of-sequence token is not part of the text
         json_t *e = srv_logprob_entry(s->tok, &lp);
         pthread_mutex_lock(&j->mu);
-        json_t **dst = j->stream ? &j->lp_pending : &j->ch[sl->choice].lp_all;
+        json_t **dst = j->stream ? &j->ch[sl->choice].lp_pending : &j->ch[sl->choice].lp_all;
         if (!*dst) *dst = json_array();
         json_array_append_new(*dst, e);
         pthread_mutex_unlock(&j->mu);

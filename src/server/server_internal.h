@@ -39,6 +39,11 @@ typedef struct {
     int content_null;   // chat: tool calls and no content (content: null)
     json_t *lp_all;     // logprobs: every token's entry, in OpenAI's chat shape
     int n_completion, done;
+    // streams: the entries not sent yet (logprobs); chat: the splitter over chat.forced + the text published so far
+    json_t *lp_pending;
+    srv_chat_split split;
+    srv_buf ctext;
+    size_t ctext_from; // bytes of the slot's text already in ctext
 } srv_choice;
 
 typedef struct srv_job {
@@ -73,12 +78,8 @@ typedef struct srv_job {
     size_t out_sent; // bytes of out already handed over
     char *echo;                // completions with echo: the prompt's text, which every choice starts with
     int n, n_done;             // choices, and how many have ended (the job is done when all have)
-    srv_choice ch[SRV_MAX_N];  // streams (n = 1) use ch[0].finish / n_completion only
-    json_t *lp_pending;        // logprobs, streams: the entries not sent yet
-    // chat streaming (scheduler side): the splitter over chat.forced + the text published so far
-    srv_chat_split split;
-    srv_buf ctext;
-    size_t ctext_from; // bytes of the slot's text already in ctext
+    srv_choice ch[SRV_MAX_N];
+    int cur; // streams: the choice whose chunks are being written (under mu)
     int done;
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed

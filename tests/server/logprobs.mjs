@@ -79,13 +79,34 @@ const chat2 = await client.chat.completions.create({ model: MODEL, messages: msg
 check(chat2.choices.length === 2 && chat2.choices.every((c) => c.message.content === want.text) &&
       JSON.stringify(chat2.choices[1].logprobs.content) === JSON.stringify(lp), "chat n = 2 greedy: both = generate");
 let refused = 0;
-for (const bad of [{ n: 2, stream: true }, { n: 3 }])
-  try {
-    await client.completions.create({ ...q, ...bad });
-  } catch (e) {
-    refused += e.status === 400;
+try {
+  await client.completions.create({ ...q, n: 3 });
+} catch (e) {
+  refused += e.status === 400;
+}
+check(refused === 1, "n above --slots: 400");
+
+// n = 2 streamed: the choices' chunks interleave (index), each ends with its finish_reason, usage comes once
+const texts = ["", ""], fins = [null, null];
+let usages = 0;
+for await (const ch of await client.completions.create({ ...q, n: 2, seed: 5, stream: true,
+                                                          stream_options: { include_usage: true } })) {
+  if (ch.usage) usages++;
+  for (const c of ch.choices) {
+    texts[c.index] += c.text ?? "";
+    if (c.finish_reason) fins[c.index] = c.finish_reason;
   }
-check(refused === 2, "n with stream, and n above --slots: 400");
+}
+check(texts[0] === s5.choices[0].text && texts[1] === s6.choices[0].text && fins.every((f) => f) && usages === 1,
+      `n = 2 streamed: ${JSON.stringify({ texts, fins, usages })}`);
+const ctexts = ["", ""], roles = [null, null];
+for await (const ch of await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: N,
+                                                               temperature: 0, n: 2, stream: true }))
+  for (const c of ch.choices) {
+    ctexts[c.index] += c.delta?.content ?? "";
+    if (c.delta?.role) roles[c.index] = c.delta.role;
+  }
+check(ctexts.every((t) => t === want.text) && roles.every((r) => r === "assistant"), "chat n = 2 streamed greedy");
 
 // echo: the prompt comes back first (plain, streamed, and as token ids)
 const e1 = await client.completions.create({ model: MODEL, prompt: p, max_tokens: N, temperature: 0, echo: true });
