@@ -93,3 +93,72 @@ TEST(chat_eos_ids_from_configs) {
     free(cmd);
     tok_free(t);
 }
+
+// The built-in template (Qwen3's, rendered by the Jinja interpreter) gives what chat_render_qwen3 gives, which
+// chat_cases.json checks against transformers.
+TEST(chat_template_builtin_matches_qwen3_cases) {
+    json_error_t e;
+    json_t *cases = json_load_file(FD_TEST_SOURCE_DIR "/tests/data/tokenizer/chat_cases.json", 0, &e);
+    ASSERT(json_is_array(cases), "chat_cases.json: %s", e.text);
+    chat_template *t = chat_template_builtin();
+    ASSERT(t, "%s", fd_error_msg());
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i), *th = json_object_get(c, "enable_thinking");
+        json_t *kw = json_object();
+        if (json_is_boolean(th)) json_object_set(kw, "enable_thinking", th);
+        char *got = chat_template_apply(t, json_object_get(c, "messages"), NULL, NULL, kw,
+                                        json_is_true(json_object_get(c, "add_generation_prompt")));
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        EXPECT(got && !strcmp(got, want), "case %s:\n got: %s\nwant: %s", json_string_value(json_object_get(c, "name")),
+               got ? got : fd_error_msg(), want);
+        free(got);
+        json_decref(kw);
+    }
+    chat_template_free(t);
+    json_decref(cases);
+}
+
+TEST(chat_template_load_from_model_dir) {
+    char dir[] = "/tmp/fd_tpl_XXXXXX";
+    ASSERT(mkdtemp(dir));
+    int found = -1;
+    EXPECT(chat_template_load(dir, NULL, &found) == NULL && found == 0, "no template: the built-in is used");
+    write_file(dir, "tokenizer_config.json",
+               "{\"bos_token\": {\"content\": \"<s>\"}, \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
+               " {\"name\": \"default\", \"template\": \"{{ bos_token }}{% for m in messages %}{{ m.content }}"
+               "{% endfor %}\"}]}");
+    chat_template *t = chat_template_load(dir, NULL, &found);
+    ASSERT(t && found == 1, "%s", fd_error_msg());
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
+    char *s = chat_template_apply(t, msgs, NULL, NULL, NULL, 1);
+    EXPECT(s && !strcmp(s, "<s>hi"), "%s", s ? s : fd_error_msg());
+    free(s);
+    chat_template_free(t);
+    write_file(dir, "chat_template.jinja", "J{{ messages|length }}{{ x }}\n"); // preferred over the config's
+    t = chat_template_load(dir, NULL, &found);
+    json_t *kw = json_loads("{\"x\": \"!\"}", 0, NULL);
+    s = t ? chat_template_apply(t, msgs, NULL, NULL, kw, 1) : NULL;
+    EXPECT(s && !strcmp(s, "J1!"), "%s", s ? s : fd_error_msg());
+    free(s);
+    chat_template_free(t);
+    char *p = fd_path_join(dir, "chat_template.jinja");
+    write_file(dir, "override.jinja", "{% if %}");
+    char *bad = fd_path_join(dir, "override.jinja");
+    EXPECT(chat_template_load(dir, bad, &found) == NULL && found == 1 && strstr(fd_error_msg(), "override.jinja"),
+           "%s", fd_error_msg());
+    write_file(dir, "override.jinja", "{{ raise_exception('no ' ~ messages[0].role) }}");
+    t = chat_template_load(dir, bad, &found);
+    s = t ? chat_template_apply(t, msgs, NULL, NULL, NULL, 1) : NULL;
+    EXPECT(!s && strstr(fd_error_msg(), "raise_exception: no user"), "%s", fd_error_msg());
+    chat_template_free(t);
+    unlink(bad);
+    unlink(p);
+    free(bad);
+    free(p);
+    char *cfg = fd_path_join(dir, "tokenizer_config.json");
+    unlink(cfg);
+    free(cfg);
+    rmdir(dir);
+    json_decref(msgs);
+    json_decref(kw);
+}

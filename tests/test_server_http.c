@@ -423,10 +423,15 @@ TEST(server_http_admission_429_503_504) {
 
 // ---- the openai npm client ----
 
+static int npm_have(void) {
+    return fd_file_exists("tests/server/node_modules/openai/package.json") &&
+           fd_file_exists("tests/server/node_modules/ai/package.json") &&
+           fd_file_exists("tests/server/node_modules/@huggingface/jinja/package.json");
+}
 static int npm_ready(void) {
-    if (fd_file_exists("tests/server/node_modules/openai/package.json")) return 1;
+    if (npm_have()) return 1;
     int rc = test_run("cd tests/server && timeout 300 npm ci --no-audit --no-fund >&2", NULL);
-    return rc == 0 && fd_file_exists("tests/server/node_modules/openai/package.json");
+    return rc == 0 && npm_have();
 }
 
 static void run_node(srv_proc *p, const char *script, const char *env) {
@@ -448,6 +453,28 @@ static void run_node(srv_proc *p, const char *script, const char *env) {
 
 static void openai_body(srv_proc *p) { run_node(p, "client.mjs", NULL); }
 TEST(server_http_openai_client) { with_server("--ctx 4096 --slots 2", openai_body); }
+
+// tools, tool_choice, reasoning switch, runTools, the Vercel AI SDK (tests/server/tools.mjs)
+static void tools_body(srv_proc *p) { run_node(p, "tools.mjs", NULL); }
+TEST(server_http_tools_and_reasoning_clients) { with_server("--ctx 4096 --slots 2", tools_body); }
+
+// Qwen3.5's own template (--chat-template): reasoning opened by the prompt, XML tools (tests/server/reasoning.mjs)
+static void reasoning_body(srv_proc *p) { run_node(p, "reasoning.mjs", NULL); }
+TEST(server_http_qwen3_5_template_reasoning) {
+    with_server("--ctx 4096 --slots 2 --chat-template tests/data/chat_templates/qwen3_5.jinja", reasoning_body);
+}
+
+// logprobs, logit_bias, penalties, min_p (tests/server/logprobs.mjs)
+static void logprobs_body(srv_proc *p) { run_node(p, "logprobs.mjs", NULL); }
+TEST(server_http_logprobs_and_penalties) { with_server("--ctx 4096 --slots 2", logprobs_body); }
+// with a drafter: these requests run without speculation, and give the same answers
+TEST(server_http_dflash_logprobs_run_unspeculated) {
+    with_server("--ctx 4096 --slots 2 --draft tests/data/dflash/qwen35_dense_tied_b8", logprobs_body);
+}
+
+// --api-key, /v1/models/{id}, /tokenize, /detokenize, /version (tests/server/api.mjs)
+static void api_body(srv_proc *p) { run_node(p, "api.mjs", NULL); }
+TEST(server_http_api_key_and_routes) { with_server("--ctx 4096 --slots 1 --api-key test-key", api_body); }
 
 static void prefix_body(srv_proc *p) { run_node(p, "prefix.mjs", NULL); }
 TEST(server_http_prefix_cache_counters) {

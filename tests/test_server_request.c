@@ -32,12 +32,38 @@ static const req_case k_cases[] = {
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"prompt\": \"x\"}", 400, "prompt",
      "Unrecognized"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"messages\": []}", 400, "messages", "Unrecognized"},
-    {SRV_COMPLETION, "{\"prompt\": \"a\", \"n\": 2}", 400, "n", "only 'n': 1"},
-    {SRV_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 5}", 400, "logprobs", "not supported"},
-    {SRV_COMPLETION, "{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 400, "presence_penalty", "not supported"},
-    {SRV_COMPLETION, "{\"prompt\": \"a\", \"echo\": true}", 400, "echo", "not supported"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"n\": 17}", 400, "n", "must be in [1, 16]"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"n\": 2, \"stream\": true}", 0, NULL, NULL},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 6}", 400, "logprobs", "must be in [0, 5]"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"presence_penalty\": 2.5}", 400, "presence_penalty", "must be in [-2, 2]"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 2}", 400, "logprobs",
+     "must be a boolean"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 3}", 400,
+     "top_logprobs", "needs 'logprobs'"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 21}",
+     400, "top_logprobs", "must be in [0, 20]"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"logit_bias\": {\"x\": 1}}", 400, "logit_bias", "must be token ids"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"logit_bias\": {\"5\": 101}}", 400, "logit_bias values", "must be in"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"min_p\": 1.5}", 400, "min_p", "must be in [0, 1]"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"repetition_penalty\": 0}", 400, "repetition_penalty", "must be in"},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 2, \"presence_penalty\": 0.5, \"frequency_penalty\": -1, "
+     "\"repetition_penalty\": 1.1, \"min_p\": 0.05, \"logit_bias\": {\"5\": -100, \"7\": 3.5}}", 0, NULL, NULL},
+    {SRV_COMPLETION, "{\"prompt\": \"a\", \"echo\": true, \"logprobs\": 1}", 400, "echo", "not supported"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", 400, "echo",
+     "Unrecognized"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{}]}", 400, "tools",
-     "not supported"},
+     "must be {\"type\": \"function\""},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}", 400,
+     "tool_choice", "needs 'tools'"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+     400, "tool_choice", "not in 'tools'"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"sometimes\"}", 400,
+     "tool_choice", "must be"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}", 400, "messages[0]",
+     "only for assistant"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {}}]}]}",
+     400, "messages[0]", "tool_calls[0]"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"extra\": 1}]}", 400, "messages[0]",
      "unsupported field"},
     // wrong types
@@ -59,8 +85,10 @@ static const req_case k_cases[] = {
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400,
      "messages[0].content", "only text"},
     {SRV_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages[0]", "content' is required"},
-    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": {\"x\": 1}}",
-     400, "chat_template_kwargs", "unsupported field"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": 5}",
+     400, "chat_template_kwargs", "must be an object"},
+    {SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": "
+     "{\"enable_thinking\": 1}}", 400, "chat_template_kwargs.enable_thinking", "must be a boolean"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", 400, "stream_options",
      "needs 'stream': true"},
     {SRV_COMPLETION, "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"x\": true}}", 400,
@@ -104,6 +132,14 @@ static const req_case k_cases[] = {
      "\"content\": \"q\", \"name\": \"n\"}], \"max_completion_tokens\": 9, \"stop\": \"s\", "
      "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"response_format\": {\"type\": \"text\"}, "
      "\"tool_choice\": \"none\", \"tools\": []}",
+     0, NULL, NULL},
+    {SRV_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": null, "
+     "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+     "\"{\\\"x\\\": 1}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"r\"}], \"tools\": "
+     "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}], "
+     "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, \"parallel_tool_calls\": true, "
+     "\"chat_template_kwargs\": {\"custom\": [1], \"enable_thinking\": true}}",
      0, NULL, NULL},
 };
 

@@ -12,6 +12,10 @@ static int usage(FILE *f) {
             "usage: flashdelta serve --model DIR [options]\n"
             "  --tokenizer PATH        tokenizer.json (or a directory holding it); default: the model directory\n"
             "  --model-name NAME       id served by /v1/models and expected in requests (default: directory name)\n"
+            "  --api-key KEY           clients must send 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
+            "                          /detokenize (default: $FLASHDELTA_API_KEY; none: no authentication)\n"
+            "  --chat-template FILE    Jinja chat template (or a JSON file with \"chat_template\"); default: the\n"
+            "                          model's chat_template.jinja / tokenizer_config.json, else Qwen3's\n"
             "  --host ADDR             IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N                TCP port (default 8000; 0 = any free port, see --port-file)\n"
             "  --port-file PATH        write the bound port there once listening\n"
@@ -53,6 +57,7 @@ static int num(const char *opt, const char *v, double lo, double hi, double *out
 int cmd_serve(int argc, char **argv) {
     srv_config c;
     srv_config_defaults(&c);
+    c.api_key = getenv("FLASHDELTA_API_KEY"); // --api-key overrides
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -74,6 +79,8 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--model")) c.model_dir = v;
         else if (!strcmp(a, "--tokenizer")) c.tokenizer = v;
         else if (!strcmp(a, "--model-name")) c.model_name = v;
+        else if (!strcmp(a, "--chat-template")) c.chat_template = v;
+        else if (!strcmp(a, "--api-key")) c.api_key = v;
         else if (!strcmp(a, "--host")) c.host = v;
         else if (!strcmp(a, "--port-file")) c.port_file = v;
         else if (!strcmp(a, "--draft")) c.draft_dir = v;

@@ -1,13 +1,42 @@
-// The Qwen3 chat template (ChatML), written out in C, and the model's end-of-sequence ids.
+// Chat templates: the model's own (a Jinja template read from the model directory and rendered by io/jinja.h, as
+// transformers' apply_chat_template does), the built-in fallback (Qwen3's template), the Qwen3 template written out
+// in C (chat_render_qwen3), and the model's end-of-sequence ids.
 //
 // chat_render_qwen3 gives the same string as transformers' apply_chat_template(..., tokenize=False) with the
 // chat_template of Qwen3's tokenizer_config.json, for messages with roles system/user/assistant/tool (no `tools`
 // list, no tool_calls). Checked against that template in tests/test_chat_template.c.
 #ifndef FD_CHAT_TEMPLATE_H
 #define FD_CHAT_TEMPLATE_H
+#include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/tokenizer.h"
+
+// ---- the model's own template ----
+typedef struct chat_template chat_template;
+
+// The chat template of a model: `path` when given (--chat-template: a Jinja file, or a JSON file with a
+// "chat_template" such as a tokenizer_config.json), else dir/chat_template.jinja, else dir/tokenizer_config.json's
+// "chat_template" (a string, or a list of {name, template}: "default"). Special tokens (bos_token, eos_token, ...)
+// come from dir/tokenizer_config.json. *found = 0 and NULL (no error) when there is none: use
+// chat_template_builtin(). NULL + fd_error with *found = 1 for a template that does not parse or a bad file.
+chat_template *chat_template_load(const char *dir, const char *path, int *found);
+// Qwen3's own template (ChatML, <think> reasoning, hermes <tool_call> JSON), for models without a template.
+chat_template *chat_template_builtin(void);
+// A template from text (tests, tools). NULL + fd_error on a syntax error.
+chat_template *chat_template_from_string(const char *src, size_t n, const char *origin);
+// Renders the prompt: messages (a JSON array of message objects, as the template expects them), tools and
+// documents (arrays, or NULL: the template sees None, as with transformers), kwargs (chat_template_kwargs, an
+// object or NULL). Returns the text (malloc'ed), or NULL + fd_error (a template's raise_exception included).
+char *chat_template_apply(const chat_template *t, const json_t *messages, const json_t *tools,
+                          const json_t *documents, const json_t *kwargs, int add_generation_prompt);
+const char *chat_template_origin(const chat_template *t); // the file it came from, or "built-in ..."
+// Whether the template's text contains `text` (what the output looks like: "</think>", "<function=", ...).
+int chat_template_mentions(const chat_template *t, const char *text);
+void chat_template_free(chat_template *t);
+
+// ---- Qwen3's template, in C ----
 
 typedef struct {
     const char *role;              // "system" | "user" | "assistant" | "tool"

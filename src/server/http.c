@@ -11,8 +11,12 @@
 #include <time.h>
 
 #include "io/chat_template.h"
+#include "server/http_api.h"
 
-typedef enum { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_RESET } srv_route;
+typedef enum {
+    R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_RESET, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE,
+    R_VERSION
+} srv_route;
 
 typedef struct {
     srv_route route;
@@ -23,6 +27,7 @@ typedef struct {
     srv_job *job;
     int status;
     int logged_error; // an error response was queued (for the log line)
+    char model_id[256]; // GET /v1/models/{id}
     char why[320];
 } conn_ctx;
 
@@ -66,20 +71,39 @@ static json_t *usage_json(const srv_job *j) {
                      j->n_cached);
 }
 
+// One choice of a finished plain response.
+static json_t *choice_json(const srv_job *j, int i) {
+    const srv_choice *ch = &j->ch[i];
+    const char *fin = srv_finish_name(ch->finish) ? srv_finish_name(ch->finish) : "stop";
+    json_t *text = json_stringn(ch->text.p ? ch->text.p : "", ch->text.len), *choice;
+    if (j->kind == SRV_CHAT) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", ch->content_null ? json_null() : text);
+        if (ch->content_null) json_decref(text);
+        if (ch->reasoning) json_object_set_new(msg, "reasoning_content", json_string(ch->reasoning));
+        if (ch->tool_calls) json_object_set(msg, "tool_calls", ch->tool_calls);
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", i, "message", msg, "logprobs", "finish_reason", fin);
+        if (j->logprobs)
+            json_object_set_new(choice, "logprobs",
+                                json_pack("{s:o}", "content", ch->lp_all ? json_incref(ch->lp_all) : json_array()));
+    } else {
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", i, "text", text, "logprobs", "finish_reason", fin);
+        if (j->logprobs) {
+            json_t *none = json_array();
+            json_object_set_new(choice, "logprobs", srv_completion_logprobs(ch->lp_all ? ch->lp_all : none));
+            json_decref(none);
+        }
+    }
+    return choice;
+}
+
 // The finished non-streaming job as an OpenAI response (caller holds j->mu).
 static enum MHD_Result respond_job(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
     if (j->err.status) return send_err(cx, c, &j->err);
-    const char *fin = j->finish == SRV_FINISH_STOP ? "stop" : "length";
-    json_t *text = json_stringn(j->text.p ? j->text.p : "", j->text.len);
-    json_t *choice;
-    if (j->kind == SRV_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           text, "logprobs", "finish_reason", fin);
-    else
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
+    json_t *choices = json_array();
+    for (int i = 0; i < j->n; i++) json_array_append_new(choices, choice_json(j, i));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
                           j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)j->created, "model", j->model_name, "choices", choice, "usage", usage_json(j));
+                          (json_int_t)j->created, "model", j->model_name, "choices", choices, "usage", usage_json(j));
     return send_json(cx, c, 200, o);
 }
 
@@ -116,7 +140,7 @@ static void random_id(srv_server *S, char *out, size_t n, const char *prefix) {
 }
 
 // Turns a parsed request into token ids and checks them against the model. 0, or -1 with *e.
-static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
+static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_chat_prompt *chat, srv_err *e) {
     if (r->prompt_ids) {
         for (int i = 0; i < r->n_prompt_ids; i++) {
             if (r->prompt_ids[i] >= S->vocab)
@@ -129,13 +153,16 @@ static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
     }
     char *text = r->prompt_text;
     char *rendered = NULL;
-    if (r->kind == SRV_CHAT) {
-        rendered = chat_render_qwen3(r->msgs, r->n_msgs, 1, r->enable_thinking);
-        if (!rendered) return srv_err_set(e, 400, "invalid_request_error", NULL, "messages", "%s", fd_error_msg());
-        text = rendered;
+    if (r->kind == SRV_CHAT) { // the model's chat template (server/chat_prompt.c)
+        if (srv_chat_build_prompt(S->tpl, r, chat, e)) return -1;
+        text = chat->text;
     }
     int rc = tok_encode(S->tok, text, strlen(text), ids);
     free(rendered);
+    if (chat->text) {
+        free(chat->text);
+        chat->text = NULL;
+    }
     if (rc) return srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "%s", fd_error_msg());
     for (size_t i = 0; i < ids->n; i++)
         if (ids->ids[i] >= S->vocab)
@@ -144,6 +171,22 @@ static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_err *e) {
                                S->vocab);
     if (ids->n == 0) return srv_err_set(e, 400, "invalid_request_error", NULL, "prompt", "the prompt is empty");
     return 0;
+}
+
+// echo: the prompt as text (a token-id prompt decoded, special tokens included as the model saw them)
+static char *echo_text(srv_server *S, const srv_req *r, const int32_t *ids, int n) {
+    if (r->prompt_text) return fd_strdup(r->prompt_text);
+    tok_stream *ts = tok_stream_new(S->tok, 0);
+    srv_buf b = {0};
+    size_t k;
+    for (int i = 0; i < n; i++) {
+        const char *p = tok_stream_push(ts, ids[i], &k);
+        if (p) srv_buf_add(&b, p, k);
+    }
+    const char *rest = tok_stream_flush(ts, &k);
+    srv_buf_add(&b, rest, k);
+    tok_stream_free(ts);
+    return b.p;
 }
 
 static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
@@ -157,7 +200,8 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     if (r.model && strcmp(r.model, S->model_name))
         rc = srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
                          "The model `%.100s` does not exist.", r.model);
-    if (!rc) rc = prompt_ids(S, &r, &ids, &e);
+    srv_chat_prompt chat = {0};
+    if (!rc) rc = prompt_ids(S, &r, &ids, &chat, &e);
     int64_t max_tokens = r.max_tokens;
     if (!rc && (int64_t)ids.n >= cfg->ctx)
         rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
@@ -172,8 +216,12 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
                          "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
                          "(%zu in the prompt, %lld for the completion).",
                          (long long)cfg->ctx, (long long)ids.n + max_tokens, ids.n, (long long)max_tokens);
+    if (!rc && r.n > cfg->slots)
+        rc = srv_err_set(&e, 400, "invalid_request_error", NULL, "n",
+                         "'n' = %d is more than the server's %d sequence slots (--slots)", r.n, cfg->slots);
     if (rc) {
         tok_ids_free(&ids);
+        srv_chat_prompt_free(&chat);
         srv_req_free(&r);
         return send_err(cx, c, &e);
     }
@@ -198,6 +246,30 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     }
     j->n_stop = r.n_stop;
     r.n_stop = 0;
+    j->n = r.n;
+    if (r.echo) j->echo = echo_text(S, &r, j->prompt, j->n_prompt);
+    j->logprobs = r.logprobs;
+    j->top_logprobs = r.top_logprobs;
+    j->hp = (fd_host_params){.presence = (float)r.presence_penalty, .frequency = (float)r.frequency_penalty,
+                             .repetition = (float)r.repetition_penalty, .min_p = (float)r.min_p, .n_bias = r.n_bias,
+                             .bias_ids = r.bias_ids, .bias = r.bias};
+    r.bias_ids = NULL; // ownership moves to the job
+    r.bias = NULL;
+    j->host = r.logprobs || r.presence_penalty != 0 || r.frequency_penalty != 0 || r.repetition_penalty != 1 ||
+              r.min_p > 0 || r.n_bias > 0;
+    for (int i = 0; i < r.n_bias; i++)
+        if (j->hp.bias_ids[i] >= S->vocab) {
+            srv_err_set(&e, 400, "invalid_request_error", NULL, "logit_bias",
+                        "'logit_bias' names token %d, outside the vocabulary [0, %d)", j->hp.bias_ids[i], S->vocab);
+            srv_chat_prompt_free(&chat);
+            srv_req_free(&r);
+            srv_job_unref(j);
+            return send_err(cx, c, &e);
+        }
+    if (j->host && cfg->draft_dir)
+        FD_INFO("request %s: sampled on the host (logprobs / penalties / min_p / logit_bias), without speculation", j->id);
+    j->chat = chat; // ownership moves to the job
+    if (chat.tools) j->tools = json_incref(r.tools);
     srv_req_free(&r);
     j->t_arrival = cx->t0;
     j->created = (long)time(NULL);
@@ -205,7 +277,11 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->fd = ci ? ci->connect_fd : -1;
     j->conn = c;
     cx->job = j;
-    if (j->stream && kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE); // the role comes first
+    for (j->cur = 0; j->stream && j->cur < j->n; j->cur++) { // each choice's stream starts with the role / the echo
+        if (kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE);
+        if (j->echo) srv_sse_chunk(j, j->echo, strlen(j->echo), 0, SRV_FINISH_NONE);
+    }
+    j->cur = 0;
     if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
     if (j->stream) {
         srv_job_ref(j); // the response holds one
@@ -236,10 +312,18 @@ static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Conn
         if (atomic_load(&S->stopping)) return fail(cx, c, 503, "server_unavailable", NULL, "shutting down");
         return send_json(cx, c, 200, json_pack("{s:s}", "status", "ok"));
     case R_MODELS:
-        return send_json(cx, c, 200,
-                         json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id",
-                                   S->model_name, "object", "model", "created", (json_int_t)S->boot_time, "owned_by",
-                                   "flashdelta", "max_model_len", (json_int_t)S->cfg->ctx));
+        return send_json(cx, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", srv_model_json(S)));
+    case R_MODEL_ID:
+    case R_TOKENIZE:
+    case R_DETOKENIZE: {
+        json_t *o = NULL;
+        srv_err e;
+        int rc = cx->route == R_MODEL_ID ? srv_model_by_id(S, cx->model_id, &o, &e)
+               : cx->route == R_TOKENIZE ? srv_tokenize(S, cx->body.p, cx->body.len, &o, &e)
+                                         : srv_detokenize(S, cx->body.p, cx->body.len, &o, &e);
+        return rc ? send_err(cx, c, &e) : send_json(cx, c, 200, o);
+    }
+    case R_VERSION: return send_json(cx, c, 200, srv_version_json());
     case R_METRICS: {
         char *m = srv_metrics_render(&S->met, S->model_name);
         enum MHD_Result ok = send_text(cx, c, 200, "text/plain; version=0.0.4; charset=utf-8", m);
@@ -260,8 +344,15 @@ static srv_route find_route(const char *url, const char *method, int *bad_method
         srv_route r;
     } k[] = {{"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
              {"/v1/models", "GET", R_MODELS},            {"/health", "GET", R_HEALTH},
-             {"/metrics", "GET", R_METRICS},             {"/reset_prefix_cache", "POST", R_RESET}};
+             {"/metrics", "GET", R_METRICS},             {"/reset_prefix_cache", "POST", R_RESET},
+             {"/tokenize", "POST", R_TOKENIZE},          {"/detokenize", "POST", R_DETOKENIZE},
+             {"/version", "GET", R_VERSION}};
     *bad_method = 0;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) { // a model id may hold '/' (org/name)
+        if (!strcmp(method, "GET")) return R_MODEL_ID;
+        *bad_method = 1;
+        return R_NONE;
+    }
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(url, k[i].url)) {
             if (!strcmp(method, k[i].method)) return k[i].r;
@@ -285,6 +376,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
             return bad_method ? fail(cx, c, 405, "invalid_request_error", "method_not_allowed",
                                      "method not allowed on this route")
                               : fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
+        if (cx->route == R_MODEL_ID) snprintf(cx->model_id, sizeof cx->model_id, "%s", url + 11);
+        srv_err ae;
+        if (srv_auth_check(S, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &ae))
+            return send_err(cx, c, &ae);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > S->cfg->max_body) {
             cx->too_big = 1;
@@ -353,7 +448,8 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     pthread_mutex_lock(&S->met.mu);
     if (status >= 100 && status < 600) S->met.http_status[status / 100]++;
     pthread_mutex_unlock(&S->met.mu);
-    static const char *const names[] = {"", "completions", "chat", "models", "health", "metrics", "reset"};
+    static const char *const names[] = {"",      "completions", "chat",     "models",     "health",  "metrics",
+                                        "reset", "model",       "tokenize", "detokenize", "version"};
     srv_job *j = cx->job;
     if (j) {
         pthread_mutex_lock(&j->mu);
@@ -361,8 +457,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         if (!j->done) atomic_store(&j->cancelled, 1); // the client went away: the scheduler drops the sequence
         const double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1;
         const double gen = j->t_done > j->t_first && j->n_completion > 1 ? (j->n_completion - 1) / (j->t_done - j->t_first) : 0;
-        const char *fin = j->err.status ? "error" : j->finish == SRV_FINISH_STOP ? "stop"
-                                                    : j->finish == SRV_FINISH_LENGTH ? "length" : "abort";
+        const char *fin = j->err.status ? "error" : srv_finish_name(j->ch[0].finish) ? srv_finish_name(j->ch[0].finish) : "abort";
         FD_INFO("request %s %s status=%d%s prompt=%d cached=%d completion=%d ttft=%.3fs decode=%.1ftok/s finish=%s "
                 "total=%.3fs%s%s%s",
                 j->id, names[cx->route], j->err.status ? j->err.status : status, j->stream ? " stream" : "",

@@ -9,6 +9,7 @@ typedef struct {
     struct MHD_Daemon *daemon;
     srv_sched *sched;
     tok_tokenizer *tok;
+    chat_template *tpl; // the model's chat template (or the built-in one)
     srv_metrics met;
     int32_t vocab;
     const char *model_name;

@@ -137,12 +137,40 @@ static int content_text(const json_t *c, int i, char **out, srv_err *err) {
     return 0;
 }
 
+// An assistant message's tool_calls, as templates want them: the arguments JSON string becomes an object (as vLLM
+// does: Qwen3.5 / Qwen3-Coder templates iterate over the arguments); a string that is not a JSON object stays.
+static json_t *parse_tool_calls(const json_t *tc, const char *param, srv_err *err) {
+    if (!json_is_array(tc)) return BAD(param, "'%s.tool_calls' must be an array", param), NULL;
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(tc, i, c) {
+        json_t *fn = json_object_get(c, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_object(c) || !name || (args && !json_is_string(args) && !json_is_object(args))) {
+            json_decref(out);
+            return BAD(param, "'%s.tool_calls[%zu]' must be {\"id\", \"type\": \"function\", \"function\": "
+                              "{\"name\", \"arguments\"}}", param, i), NULL;
+        }
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL) : NULL;
+        json_t *a = json_is_object(parsed) ? json_incref(parsed) : args ? json_incref(args) : json_object();
+        json_decref(parsed);
+        json_t *call = json_pack("{s:s, s:{s:s, s:o}}", "type", "function", "function", "name", name, "arguments", a);
+        json_t *id = json_object_get(c, "id");
+        if (json_is_string(id)) json_object_set(call, "id", id);
+        json_array_append_new(out, call);
+    }
+    return out;
+}
+
 static int parse_messages(const json_t *v, srv_req *r, srv_err *err) {
     if (!json_is_array(v)) return BAD("messages", "'messages' must be an array, not %s", json_kind(v));
     size_t n = json_array_size(v);
     if (n == 0) return BAD("messages", "'messages' must not be empty");
     if (n > 4096) return BAD("messages", "'messages' is limited to 4096 entries");
     r->msgs = fd_calloc(n, sizeof *r->msgs);
+    r->chat_messages = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
         char param[48];
@@ -152,7 +180,8 @@ static int parse_messages(const json_t *v, srv_req *r, srv_err *err) {
         json_t *val;
         json_object_foreach(m, key, val) {
             if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name") &&
-                strcmp(key, "reasoning_content"))
+                strcmp(key, "reasoning_content") && strcmp(key, "reasoning") && strcmp(key, "tool_calls") &&
+                strcmp(key, "tool_call_id"))
                 return BAD(param, "'%s' has an unsupported field '%.40s'", param, key);
         }
         const char *role = json_string_value(json_object_get(m, "role"));
@@ -166,9 +195,27 @@ static int parse_messages(const json_t *v, srv_req *r, srv_err *err) {
         cm->role = fd_strdup(role);
         if (content_text(content, (int)i, (char **)&cm->content, err)) return -1;
         json_t *rc = json_object_get(m, "reasoning_content");
+        if (!rc || json_is_null(rc)) rc = json_object_get(m, "reasoning"); // vLLM's newer name
         if (rc && !json_is_null(rc)) {
             if (!json_is_string(rc)) return BAD(param, "'%s.reasoning_content' must be a string", param);
             cm->reasoning_content = fd_strdup(json_string_value(rc));
+        }
+        json_t *jm = json_pack("{s:s, s:s}", "role", cm->role, "content", cm->content);
+        json_array_append_new(r->chat_messages, jm);
+        if (cm->reasoning_content) json_object_set_new(jm, "reasoning_content", json_string(cm->reasoning_content));
+        static const char *const strs[] = {"name", "tool_call_id"};
+        for (int k = 0; k < 2; k++) {
+            json_t *v = json_object_get(m, strs[k]);
+            if (!v || json_is_null(v)) continue;
+            if (!json_is_string(v)) return BAD(param, "'%s.%s' must be a string", param, strs[k]);
+            json_object_set(jm, strs[k], v);
+        }
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc)) {
+            if (strcmp(role, "assistant")) return BAD(param, "'%s.tool_calls' is only for assistant messages", param);
+            json_t *calls = parse_tool_calls(tc, param, err);
+            if (!calls) return -1;
+            json_object_set_new(jm, "tool_calls", calls);
         }
     }
     return 0;
@@ -221,10 +268,54 @@ static int neutral_only(const char *key, const json_t *v, srv_err *err) {
     return BAD(key, "'%s' is not supported by this server (only its default value is accepted)", key);
 }
 
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
+static int parse_tools(const json_t *v, srv_req *r, srv_err *err) {
+    if (!json_is_array(v)) return BAD("tools", "'tools' must be an array, not %s", json_kind(v));
+    if (json_array_size(v) > 512) return BAD("tools", "'tools' is limited to 512 entries");
+    size_t i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        json_t *params = json_object_get(fn, "parameters"), *desc = json_object_get(fn, "description");
+        if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn) || !name || !name[0])
+            return BAD("tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+        if ((params && !json_is_object(params) && !json_is_null(params)) || (desc && !json_is_string(desc) && !json_is_null(desc)))
+            return BAD("tools", "'tools[%zu].function': 'parameters' must be an object, 'description' a string", i);
+    }
+    if (json_array_size(v)) r->tools = json_deep_copy(v);
+    return 0;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
+static int parse_tool_choice(const json_t *v, srv_req *r, srv_err *err) {
+    const char *s = json_string_value(v);
+    if (s && !strcmp(s, "none")) r->tool_choice = SRV_TOOLS_NONE;
+    else if (s && !strcmp(s, "auto")) r->tool_choice = SRV_TOOLS_AUTO;
+    else if (s && !strcmp(s, "required")) r->tool_choice = SRV_TOOLS_REQUIRED;
+    else if (json_is_object(v) && json_string_value(json_object_get(json_object_get(v, "function"), "name"))) {
+        const char *name = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+        int found = 0;
+        size_t i;
+        json_t *t;
+        json_array_foreach(r->tools, i, t) found |= !strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name);
+        if (!found) return BAD("tool_choice", "'tool_choice' names the function '%.60s', which is not in 'tools'", name);
+        r->tool_choice = SRV_TOOLS_NAMED;
+        r->tool_choice_name = fd_strdup(name);
+    } else {
+        return BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                  "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if ((r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED) && !r->tools)
+        return BAD("tool_choice", "'tool_choice' %s needs 'tools'", s ? s : "with a function");
+    return 0;
+}
+
 static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
-    static const char *const neutral[] = {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs",
-                                          "echo", "best_of", "logit_bias", "tools", "functions", "tool_choice",
+    static const char *const neutral[] = {"best_of", "tools", "functions", "tool_choice",
                                           "response_format", "suffix", "parallel_tool_calls", NULL};
+    json_t *tool_choice = NULL;
     const char *key;
     json_t *v;
     long long x;
@@ -276,7 +367,8 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
             }
         } else if (!strcmp(key, "n")) {
             if (json_is_null(v)) continue;
-            if (want_int(v, key, 1, 1, &x, err)) return BAD(key, "only 'n': 1 is supported");
+            if (want_int(v, key, 1, SRV_MAX_N, &x, err)) return -1;
+            r->n = (int)x;
         } else if (!strcmp(key, "ignore_eos")) {
             if (!json_is_null(v) && want_bool(v, key, &r->ignore_eos, err)) return -1;
         } else if (!strcmp(key, "user")) {
@@ -284,15 +376,60 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
         } else if (!strcmp(key, "chat_template_kwargs") && kind == SRV_CHAT) {
             if (json_is_null(v)) continue;
             if (!json_is_object(v)) return BAD(key, "'chat_template_kwargs' must be an object");
+            // every key reaches the template (as transformers passes them); enable_thinking is also read here
+            json_t *th = json_object_get(v, "enable_thinking");
+            int b;
+            if (th && want_bool(th, "chat_template_kwargs.enable_thinking", &b, err)) return -1;
+            if (th) r->enable_thinking = b ? CHAT_THINKING_ON : CHAT_THINKING_OFF;
+            r->template_kwargs = json_deep_copy(v);
+        } else if (!strcmp(key, "echo") && kind == SRV_COMPLETION) {
+            if (!json_is_null(v) && want_bool(v, key, &r->echo, err)) return -1;
+        } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
+            if (!json_is_null(v) && want_num(v, key, -2, 2, key[0] == 'p' ? &r->presence_penalty : &r->frequency_penalty, err))
+                return -1;
+        } else if (!strcmp(key, "repetition_penalty")) {
+            if (!json_is_null(v) && want_num(v, key, 0.01, 10, &r->repetition_penalty, err)) return -1;
+        } else if (!strcmp(key, "min_p")) {
+            if (!json_is_null(v) && want_num(v, key, 0, 1, &r->min_p, err)) return -1;
+        } else if (!strcmp(key, "logprobs")) {
+            if (json_is_null(v)) continue;
+            if (kind == SRV_CHAT) {
+                if (want_bool(v, key, &r->logprobs, err)) return -1;
+            } else {
+                if (want_int(v, key, 0, 5, &x, err)) return -1;
+                r->logprobs = x > 0 || json_is_integer(v);
+                r->top_logprobs = (int)x;
+            }
+        } else if (!strcmp(key, "top_logprobs") && kind == SRV_CHAT) {
+            if (json_is_null(v)) continue;
+            if (want_int(v, key, 0, 20, &x, err)) return -1;
+            r->top_logprobs = (int)x;
+        } else if (!strcmp(key, "logit_bias")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_object(v)) return BAD(key, "'logit_bias' must be an object of token id -> bias");
+            if (json_object_size(v) > 1024) return BAD(key, "'logit_bias' is limited to 1024 entries");
+            r->bias_ids = fd_malloc((json_object_size(v) + 1) * sizeof *r->bias_ids);
+            r->bias = fd_malloc((json_object_size(v) + 1) * sizeof *r->bias);
             const char *k2;
             json_t *v2;
             json_object_foreach(v, k2, v2) {
-                int b;
-                if (strcmp(k2, "enable_thinking"))
-                    return BAD(key, "'chat_template_kwargs' has an unsupported field '%.40s'", k2);
-                if (want_bool(v2, "chat_template_kwargs.enable_thinking", &b, err)) return -1;
-                r->enable_thinking = b ? CHAT_THINKING_ON : CHAT_THINKING_OFF;
+                char *end;
+                long id = strtol(k2, &end, 10);
+                double b;
+                if (!k2[0] || *end || id < 0 || id > INT32_MAX)
+                    return BAD(key, "'logit_bias' keys must be token ids, got '%.40s'", k2);
+                if (want_num(v2, "logit_bias values", -100, 100, &b, err)) return -1;
+                r->bias_ids[r->n_bias] = (int32_t)id;
+                r->bias[r->n_bias++] = (float)b;
             }
+        } else if (!strcmp(key, "tools") && kind == SRV_CHAT) {
+            if (json_is_null(v)) continue;
+            if (parse_tools(v, r, err)) return -1;
+        } else if (!strcmp(key, "tool_choice") && kind == SRV_CHAT) {
+            if (!json_is_null(v)) tool_choice = v;
+        } else if (!strcmp(key, "parallel_tool_calls") && kind == SRV_CHAT) {
+            int b;
+            if (!json_is_null(v) && want_bool(v, key, &b, err)) return -1;
         } else {
             known = 0;
             for (int i = 0; neutral[i]; i++)
@@ -303,9 +440,12 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
         }
         if (!known) return BAD(key, "Unrecognized request argument supplied: %.60s", key);
     }
+    if (tool_choice && parse_tool_choice(tool_choice, r, err)) return -1;
     if (kind == SRV_COMPLETION && !have_prompt) return BAD("prompt", "'prompt' is required");
     if (kind == SRV_CHAT && !have_msgs) return BAD("messages", "'messages' is required");
     if (r->include_usage && !r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
+    if (r->echo && r->logprobs) return BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
+    if (r->top_logprobs && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return 0;
 }
 
@@ -316,6 +456,8 @@ int srv_req_parse(const char *body, size_t len, srv_kind kind, srv_req *r, srv_e
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->enable_thinking = CHAT_THINKING_DEFAULT;
+    r->repetition_penalty = 1.0;
+    r->n = 1;
     if (len == 0) return BAD(NULL, "The request body is empty (a JSON object is required)");
     size_t bad = tok_utf8_invalid_at(body, len);
     if (bad < len) return BAD(NULL, "The request body is not valid UTF-8 (byte %zu)", bad);
@@ -339,6 +481,12 @@ void srv_req_free(srv_req *r) {
         free((char *)r->msgs[i].reasoning_content);
     }
     free(r->msgs);
+    json_decref(r->chat_messages);
+    json_decref(r->tools);
+    json_decref(r->template_kwargs);
+    free(r->tool_choice_name);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);

@@ -6,15 +6,19 @@
 // says so, never silently ignored. Limits that depend on the model (vocabulary, context) are checked by the server.
 #ifndef FD_SERVER_REQUEST_H
 #define FD_SERVER_REQUEST_H
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "io/chat_template.h"
 
 typedef enum { SRV_COMPLETION = 0, SRV_CHAT = 1 } srv_kind;
+// tool_choice: the model may call tools (auto), must not (none), must call one (required) or a named one.
+typedef enum { SRV_TOOLS_AUTO = 0, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } srv_tool_choice;
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_STOP_LEN 256
+#define SRV_MAX_N 16 // choices per request
 
 typedef struct {
     srv_kind kind;
@@ -26,6 +30,12 @@ typedef struct {
     chat_msg *msgs;
     int n_msgs;
     int enable_thinking; // CHAT_THINKING_* (chat_template_kwargs.enable_thinking)
+    json_t *chat_messages;   // chat: the messages as the template sees them (role, content as a string, and
+                             // reasoning_content / tool_calls with parsed arguments / tool_call_id / name when given)
+    json_t *tools;           // chat: the "tools" array (NULL: none)
+    srv_tool_choice tool_choice;
+    char *tool_choice_name;  // SRV_TOOLS_NAMED: the function
+    json_t *template_kwargs; // chat_template_kwargs (an object) or NULL
     char *model;         // NULL when not given
     int max_tokens;      // -1: not given
     double temperature;  // default 1 (OpenAI); 0 = greedy
@@ -35,8 +45,19 @@ typedef struct {
     int has_seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    int echo; // completions: the prompt comes back before the completion
+    int n; // choices: each its own sequence (seeds seed, seed + 1, ...), all in one response
     int stream, include_usage;
     int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)
+    // Host-side sampling controls (any of them set: the request is sampled on the host, without speculation)
+    int logprobs;             // chat: logprobs true; completions: logprobs N (0..5); 0 = off
+    int top_logprobs;         // alternatives per token (chat: top_logprobs; completions: the N of logprobs)
+    double presence_penalty, frequency_penalty; // OpenAI's, over the generated tokens; 0 = off
+    double repetition_penalty; // vLLM / HF: over prompt and generated tokens; 1 = off
+    double min_p;             // 0 = off
+    int n_bias;               // logit_bias entries
+    int32_t *bias_ids;
+    float *bias;
 } srv_req;
 
 typedef struct {

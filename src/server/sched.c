@@ -26,6 +26,7 @@
 #include "engine/dflash.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampling.h"
+#include "engine/sampling_host.h"
 #include "engine/routes.h"
 #include "server/server_internal.h"
 
@@ -49,6 +50,10 @@ typedef struct {
     int64_t admitted; // admission order (oldest prefill first)
     void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
     int64_t roll_pos;
+    float *row;       // host sampling: one row of logits [V] and scratch [2 V]
+    float *scratch;
+    fd_host_state hs; // host sampling: penalty counts
+    int choice;       // which of the job's choices this sequence is (n > 1)
 } slot;
 
 struct srv_sched {
@@ -108,6 +113,7 @@ static void slot_release(srv_sched *s, slot *sl) {
     sl->roll = NULL;
     sl->roll_pos = 0;
     engine_reset(&sl->e); // its KV pages go back to the pool for the other slots
+    host_state_free(&sl->hs);
     size_t n;
     tok_stream_flush(sl->ts, &n); // resets the stream for the next request
     sl->text.len = 0;
@@ -167,25 +173,41 @@ static size_t safe_len(const srv_job *j, const srv_buf *text) {
 
 static void publish(srv_sched *s, slot *sl, srv_finish fin) {
     srv_job *j = sl->job;
+    srv_choice *ch = &j->ch[sl->choice];
     pthread_mutex_lock(&j->mu);
-    j->n_completion = sl->n_gen;
-    if (j->stream) {
+    j->n_completion += sl->n_gen - ch->n_completion;
+    ch->n_completion = sl->n_gen;
+    j->cur = sl->choice; // the chunks below are this choice's (n > 1 streams interleave choices)
+    // the stream ends with the last choice: its finish chunk, then usage and [DONE]
+    const int last = fin && !ch->done && j->n_done + 1 == j->n;
+    if (j->stream && j->logprobs) srv_sse_logprobs(j);
+    if (j->kind == SRV_CHAT) {
+        const size_t upto = fin || !j->stream ? sl->text.len : safe_len(j, &sl->text);
+        fin = srv_chat_publish(j, ch, sl->text.p, upto, fin);
+        if (j->stream && fin) srv_sse_chunk(j, NULL, 0, 0, fin);
+    } else if (j->stream) {
         size_t upto = fin ? sl->text.len : safe_len(j, &sl->text);
         if (upto > sl->emitted) {
             srv_sse_chunk(j, sl->text.p + sl->emitted, upto - sl->emitted, 0, SRV_FINISH_NONE);
             sl->emitted = upto;
         }
-        if (fin) {
-            srv_sse_chunk(j, NULL, 0, 0, fin);
-            if (j->include_usage) srv_sse_usage(j, j->n_prompt);
-            srv_sse_done(j);
-        }
+        if (fin) srv_sse_chunk(j, NULL, 0, 0, fin);
     }
-    if (fin) {
-        if (!j->stream) srv_buf_add(&j->text, sl->text.p ? sl->text.p : "", sl->text.len);
-        j->finish = fin;
-        j->done = 1;
-        j->t_done = fd_time_s();
+    if (j->stream && last) {
+        if (j->include_usage) srv_sse_usage(j, j->n_prompt);
+        srv_sse_done(j);
+    }
+    if (fin && !ch->done) {
+        if (!j->stream && j->kind != SRV_CHAT) {
+            if (j->echo) srv_buf_add(&ch->text, j->echo, strlen(j->echo));
+            srv_buf_add(&ch->text, sl->text.p ? sl->text.p : "", sl->text.len);
+        }
+        ch->finish = fin;
+        ch->done = 1;
+        if (++j->n_done == j->n) { // the last choice ends the request
+            j->done = 1;
+            j->t_done = fd_time_s();
+        }
     }
     srv_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
@@ -214,11 +236,10 @@ static void take_token(srv_sched *s, slot *sl, int32_t t) {
         fin = SRV_FINISH_STOP;
     } else {
         const char *piece = tok_stream_push(sl->ts, t, &len);
-        if (!piece) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the model produced token id %d, which the tokenizer cannot decode", t);
-            slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
-            return;
+        if (!piece) { // an id with no text (the model's vocabulary is padded past the tokenizer's): it adds nothing
+            FD_DEBUG("request %s: token id %d has no text in the tokenizer", j->id, t);
+            piece = "";
+            len = 0;
         }
         const size_t before = sl->text.len;
         srv_buf_add(&sl->text, piece, len);
@@ -258,16 +279,26 @@ static void seq_push(slot *sl, const int32_t *t, int64_t n) {
     sl->n_seq += n;
 }
 
-static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
+static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     const double now = fd_time_s();
     sl->job = j;
+    sl->choice = choice;
+    if (choice > 0) srv_job_ref(j); // each of the job's sequences holds a reference (the queue's went to the first)
     sl->n_seq = 0;
     sl->n_gen = 0;
     sl->emitted = 0;
     sl->text.len = 0;
     sl->t_peek = 0;
     sl->admitted = s->admit_counter++;
-    sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed);
+    sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed + (uint64_t)choice);
+    if (j->host) {
+        const int V = s->m->cfg.vocab_size;
+        if (!sl->row) {
+            sl->row = fd_malloc((size_t)V * sizeof *sl->row);
+            sl->scratch = fd_malloc((size_t)V * 2 * sizeof *sl->scratch);
+        }
+        host_state_init(&sl->hs, V, j->prompt, j->n_prompt);
+    }
     engine_reset(&sl->e);
     if (s->dr) dflash_reset(&sl->spec);
     seq_push(sl, j->prompt, j->n_prompt);
@@ -316,6 +347,47 @@ static int client_gone(slot *sl, double now) {
     return gone;
 }
 
+static void decode_finish(srv_sched *s, slot *sl, int32_t tok);
+
+// Host sampling from the slot's logits row (engine_forward wrote it): the token, and its logprobs entry.
+static int32_t host_sample(srv_sched *s, slot *sl) {
+    srv_job *j = sl->job;
+    fd_token_logprobs lp;
+    int32_t t = host_pick(&sl->smp, &j->hp, &sl->hs, sl->row, s->m->cfg.vocab_size, sl->scratch, j->top_logprobs,
+                          j->logprobs ? &lp : NULL);
+    if (j->logprobs && !(is_eos(s, t) && !j->ignore_eos)) { // the end-of-sequence token is not part of the text
+        json_t *e = srv_logprob_entry(s->tok, &lp);
+        pthread_mutex_lock(&j->mu);
+        json_t **dst = j->stream ? &j->ch[sl->choice].lp_pending : &j->ch[sl->choice].lp_all;
+        if (!*dst) *dst = json_array();
+        json_array_append_new(*dst, e);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return t;
+}
+
+// A host-sampled slot's decode step: its own forward with the logits row (no batching, no speculation).
+static void host_decode(srv_sched *s, slot *sl) {
+    if (engine_reserve(&sl->e, sl->e.n_past + 1)) {
+        slot_fail_forward(s, sl);
+        return;
+    }
+    seq_push(sl, &sl->next, 1);
+    if (engine_forward(&sl->e, &sl->next, 1, sl->row, 0)) {
+        slot_fail_forward(s, sl);
+        return;
+    }
+    const int32_t t = host_sample(s, sl);
+    if (s->dr) { // no decode snapshots with a drafter (see the top of the file)
+        pthread_mutex_lock(&s->met->mu);
+        s->met->decode_steps++;
+        pthread_mutex_unlock(&s->met->mu);
+        take_token(s, sl, t);
+    } else {
+        decode_finish(s, sl, t);
+    }
+}
+
 // One DFlash round from the newest token: emits 1..B tokens (never more than max_tokens still allows).
 static void spec_round(srv_sched *s, slot *sl) {
     srv_job *j = sl->job;
@@ -356,6 +428,12 @@ static void decode_finish(srv_sched *s, slot *sl, int32_t tok) {
 // One decode token for every slot in sls at once (engine_decode_batch: the weights are read once per step, not
 // once per sequence). Speculative slots run their own rounds instead.
 static void decode_slots(srv_sched *s, slot **sls, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (sls[i]->job->host) host_decode(s, sls[i]);
+        else sls[kept++] = sls[i];
+    }
+    n = kept;
     if (s->dr) {
         for (int i = 0; i < n; i++) spec_round(s, sls[i]);
         return;
@@ -407,12 +485,14 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
         if (last_b > pos && last_b < end) end = last_b;
     }
     const int final = end == n;
-    int32_t first = -1; // the first generated token, sampled on the backend by the final chunk
-    if (final ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
-              : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), NULL, 0)) {
+    int32_t first = -1; // the first generated token, sampled on the backend by the final chunk (or on the host)
+    const int host = final && j->host;
+    if (final && !host ? engine_forward_sample(&sl->e, j->prompt + pos, (int)(end - pos), &sl->smp, &first)
+                       : engine_forward(&sl->e, j->prompt + pos, (int)(end - pos), host ? sl->row : NULL, 0)) {
         slot_fail_forward(s, sl);
         return end - pos;
     }
+    if (host) first = host_sample(s, sl);
     if (s->dr) dflash_context_append(&sl->spec, (int)(end - pos));
     pthread_mutex_lock(&s->met->mu);
     s->met->prefill_computed_tokens += end - pos;
@@ -472,6 +552,11 @@ static void step(srv_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->st == SLOT_FREE) continue;
+        if (sl->job->done) { // another choice of the request failed: the request is over
+            met_finish(s, SRV_FIN_ABORT, sl->job, now);
+            slot_release(s, sl);
+            continue;
+        }
         if (client_gone(sl, now)) slot_fail(s, sl, 499, "cancelled", NULL, "the client disconnected", SRV_FIN_ABORT);
         else if (now - sl->job->t_arrival > s->cfg->request_timeout)
             slot_fail(s, sl, 504, "timeout_error", "timeout", "the request exceeded the server's request timeout",
@@ -545,15 +630,16 @@ static void *sched_main(void *arg) {
         int64_t kv_free = kv_pool_free_tokens(&s->pool), kv_blocked = 0;
         for (int k = s->q_len; k > 0; k--) {
             srv_job *j = q_pop(s);
-            const int64_t need = kv_prompt_tokens(s, j);
+            const int64_t need = kv_prompt_tokens(s, j) * j->n; // n > 1: one sequence per choice
             const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pool);
             if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) tmp[n_exp++] = j;
-            else if (free_slots > 0 && n_adm < 256 && kv_fits && !kv_blocked) {
+            else if (free_slots >= j->n && n_adm < 256 && kv_fits && !kv_blocked) {
                 adm[n_adm++] = j;
-                free_slots--;
+                free_slots -= j->n;
                 if (need <= kv_free) kv_free -= need;
             } else {
-                kv_blocked |= free_slots > 0 && !kv_fits; // later requests may not overtake it
+                // later requests may not overtake it (nor one waiting for its n slots)
+                kv_blocked |= free_slots > 0 && (!kv_fits || free_slots < j->n);
                 s->queue[(s->q_head + s->q_len) % s->cfg->max_queue] = j;
                 s->q_len++;
             }
@@ -573,10 +659,11 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&s->met->mu);
             srv_job_unref(tmp[i]);
         }
-        for (int i = 0, k = 0; i < n_adm; i++) {
-            while (s->slots[k].st != SLOT_FREE) k++;
-            slot_start(s, &s->slots[k], adm[i]);
-        }
+        for (int i = 0, k = 0; i < n_adm; i++)
+            for (int c = 0; c < adm[i]->n; c++) {
+                while (s->slots[k].st != SLOT_FREE) k++;
+                slot_start(s, &s->slots[k], adm[i], c);
+            }
         step(s);
     }
     free(tmp);
@@ -715,6 +802,9 @@ void sched_free(srv_sched *s) {
         tok_stream_free(sl->ts);
         srv_buf_free(&sl->text);
         if (sl->roll) s->be->free(s->be, sl->roll);
+        free(sl->row);
+        free(sl->scratch);
+        host_state_free(&sl->hs);
     }
     kv_pool_free(&s->pool); // after the engines, which hand their pages back
     free(s->slots);

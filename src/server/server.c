@@ -71,6 +71,23 @@ static int collect_eos(const char *model_dir, const tok_tokenizer *t, int32_t *e
     return n;
 }
 
+// The chat template: --chat-template, else the model's (model directory, then the tokenizer's directory), else the
+// built-in Qwen3 one.
+static chat_template *load_template(const srv_config *cfg) {
+    int found = 0;
+    chat_template *t = chat_template_load(cfg->model_dir, cfg->chat_template, &found);
+    if (!found && cfg->tokenizer) { // --tokenizer DIR (or a tokenizer.json whose directory has the config)
+        char *dir = fd_strdup(cfg->tokenizer);
+        char *slash = strrchr(dir, '/');
+        if (strstr(dir, ".json") && slash) *slash = 0;
+        t = chat_template_load(dir, NULL, &found);
+        free(dir);
+    }
+    if (!found) t = chat_template_builtin();
+    if (t) FD_INFO("chat template: %s", chat_template_origin(t));
+    return t;
+}
+
 int srv_main(const srv_config *cfg) {
     if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2 ||
         cfg->kv_tokens < 1) {
@@ -101,10 +118,18 @@ int srv_main(const srv_config *cfg) {
         model_free(&model);
         return 1;
     }
+    S.tpl = load_template(cfg);
+    if (!S.tpl) {
+        fprintf(stderr, "flashdelta: error: chat template: %s\n", fd_error_msg());
+        tok_free(S.tok);
+        model_free(&model);
+        return 1;
+    }
     int32_t eos[16];
     int n_eos = collect_eos(cfg->model_dir, S.tok, eos, 16);
     if (n_eos < 0) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        chat_template_free(S.tpl);
         tok_free(S.tok);
         model_free(&model);
         return 1;
@@ -119,6 +144,7 @@ int srv_main(const srv_config *cfg) {
     }
     if (!be) {
         fprintf(stderr, "flashdelta: error: backend '%s' is not available in this build\n", cfg->backend);
+        chat_template_free(S.tpl);
         tok_free(S.tok);
         model_free(&model);
         return 1;
@@ -130,6 +156,7 @@ int srv_main(const srv_config *cfg) {
         if (drafter_load(cfg->draft_dir, &model, &dr)) {
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             be->destroy(be);
+            chat_template_free(S.tpl);
             tok_free(S.tok);
             model_free(&model);
             return 1;
@@ -199,6 +226,7 @@ out:
     srv_metrics_destroy(&S.met);
     be->destroy(be);
     fd_threads_shutdown();
+    chat_template_free(S.tpl);
     tok_free(S.tok);
     model_free(&model);
     return rc;

@@ -12,13 +12,16 @@
 #include <stdint.h>
 
 #include "io/tokenizer.h"
+#include "engine/sampling_host.h"
 #include "model/dflash.h"
 #include "model/model.h"
+#include "server/chat.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/server.h"
 
-typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH } srv_finish;
+typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_TOOL_CALLS } srv_finish;
+const char *srv_finish_name(srv_finish f); // "stop", "length", "tool_calls"; NULL for none
 
 typedef struct {
     char *p;
@@ -26,6 +29,22 @@ typedef struct {
 } srv_buf;
 void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_free(srv_buf *b);
+
+// One choice of a plain (non-streaming) response: n > 1 runs one sequence (slot) per choice.
+typedef struct {
+    srv_buf text;       // the completion text (chat: the content)
+    srv_finish finish;
+    char *reasoning;    // chat: the reasoning, or NULL
+    json_t *tool_calls; // chat: the OpenAI tool_calls array, or NULL
+    int content_null;   // chat: tool calls and no content (content: null)
+    json_t *lp_all;     // logprobs: every token's entry, in OpenAI's chat shape
+    int n_completion, done;
+    // streams: the entries not sent yet (logprobs); chat: the splitter over chat.forced + the text published so far
+    json_t *lp_pending;
+    srv_chat_split split;
+    srv_buf ctext;
+    size_t ctext_from; // bytes of the slot's text already in ctext
+} srv_choice;
 
 typedef struct srv_job {
     // ---- immutable after submit ----
@@ -44,6 +63,11 @@ typedef struct srv_job {
     double t_arrival;
     long created; // unix seconds, for the response objects
     int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
+    // host sampling (logprobs, penalties, min_p, logit_bias): the request runs without speculation
+    int host, logprobs, top_logprobs;
+    fd_host_params hp; // its bias arrays are owned by the job
+    srv_chat_prompt chat; // chat: how to read the output (reasoning, tool calls, a forced call opening); no text
+    json_t *tools;        // chat: the request's tools (their schemas type tool-call arguments), or NULL
 
     // ---- shared, under mu ----
     pthread_mutex_t mu;
@@ -52,11 +76,14 @@ typedef struct srv_job {
     int suspended;
     srv_buf out;     // streaming: SSE bytes not yet handed to libmicrohttpd
     size_t out_sent; // bytes of out already handed over
-    srv_buf text;    // non-streaming: the completion text
+    char *echo;                // completions with echo: the prompt's text, which every choice starts with
+    int n, n_done;             // choices, and how many have ended (the job is done when all have)
+    srv_choice ch[SRV_MAX_N];
+    int cur; // streams: the choice whose chunks are being written (under mu)
     int done;
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed
-    int n_completion, n_cached;
+    int n_completion, n_cached; // n_completion: all choices' tokens
     double t_first, t_done;
     atomic_int cancelled; // set by the HTTP side (client gone); read by the scheduler
 } srv_job;
@@ -84,7 +111,20 @@ void sched_free(srv_sched *s);
 
 // Appends one SSE event "data: <json>\n\n" for the job's object type (scheduler side helper, also used by http.c).
 void srv_sse_chunk(srv_job *j, const char *delta, size_t len, int role_chunk, srv_finish finish);
+// chat: a reasoning_content delta; the tool calls (one chunk each, whole arguments); the message's tool_calls array
+void srv_sse_reasoning(srv_job *j, const char *delta, size_t len);
+void srv_sse_tool_calls(srv_job *j, const srv_tool_call *calls, int n);
+json_t *srv_tool_calls_json(srv_job *j, int choice, const srv_tool_call *calls, int n);
 void srv_sse_usage(srv_job *j, int n_prompt);
+// logprobs: one token's entry {token, logprob, bytes, top_logprobs}; the pending entries as one chunk (streams);
+// a completion's logprobs object {tokens, token_logprobs, top_logprobs, text_offset} from chat-shaped entries.
+json_t *srv_logprob_entry(const tok_tokenizer *t, const fd_token_logprobs *lp);
+void srv_sse_logprobs(srv_job *j);
+json_t *srv_completion_logprobs(const json_t *entries);
+// Chat output published (chat_stream.c; the caller holds j->mu): streams get their deltas for text[0..upto), and
+// at the end (fin) the tool calls; plain responses get content / reasoning / tool_calls at the end. Returns the
+// finish reason, which becomes tool_calls when the model stopped after calling tools.
+srv_finish srv_chat_publish(srv_job *j, srv_choice *ch, const char *text, size_t upto, srv_finish fin);
 void srv_sse_error(srv_job *j);
 void srv_sse_done(srv_job *j);
 #endif
