@@ -37,6 +37,7 @@ typedef struct {
     int n_stop;
     int stream, include_usage;
     int ignore_eos; // vLLM extension: generate through end-of-sequence tokens (benchmarks, tests)
+    char *cache_salt; // vLLM extension: prefix-cache tenant (NULL: none)
 } srv_req;
 
 typedef struct {

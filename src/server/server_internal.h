@@ -44,6 +44,7 @@ typedef struct srv_job {
     double t_arrival;
     long created; // unix seconds, for the response objects
     int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
+    uint64_t cache_salt; // prefix-cache tenant: 0 = shared; from cache_salt and (--cache-salt-api-key) the API key
 
     // ---- shared, under mu ----
     pthread_mutex_t mu;
@@ -54,6 +55,8 @@ typedef struct srv_job {
     size_t out_sent; // bytes of out already handed over
     srv_buf text;    // non-streaming: the completion text
     int done;
+    int admitted;     // the scheduler gave it a slot and its prompt's KV pages (a stream's 200 waits for this)
+    int headers_sent; // a stream's 200 went out: a later failure can only be an SSE error event
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed
     int n_completion, n_cached;
@@ -76,7 +79,8 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
                         fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
 // Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
 int sched_submit(srv_sched *s, srv_job *j, srv_err *err);
-// Drops the prefix cache (runs on the scheduler thread; returns when done).
+// Asks the scheduler thread to drop the prefix cache and returns at once (the reset runs before the next admission,
+// so a request sent after this returns never hits the old cache).
 void sched_reset_prefix_cache(srv_sched *s);
 // Ends every job (503) and stops the thread.
 void sched_stop(srv_sched *s);
