@@ -461,3 +461,14 @@ TEST(server_harden_log_lines_whole) {
     EXPECT(good == 1200 && bad == 0, "%d whole lines, %d broken", good, bad);
     free(text);
 }
+
+// The server tells "KV cache full" (503) from an engine fault (500) by the error's code, not by its message text.
+TEST(server_harden_error_codes) {
+    fd_error_set_code(FD_ERR_KV_FULL, "KV cache full: %d", 1);
+    EXPECT(fd_error_code() == FD_ERR_KV_FULL);
+    fd_error_prefix("decode batch: sequence %d", 0);
+    EXPECT(fd_error_code() == FD_ERR_KV_FULL && strstr(fd_error_msg(), "decode batch"), "%s", fd_error_msg());
+    fd_error_set("something else mentions KV cache full");
+    EXPECT(fd_error_code() == FD_ERR_GENERIC);
+    fd_error_clear();
+}

@@ -12,14 +12,27 @@
 #include <unistd.h>
 
 static _Thread_local char g_err[1024];
+static _Thread_local int g_err_code;
 
 int fd_error_set(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
+    g_err_code = FD_ERR_GENERIC;
     return -1;
 }
+
+int fd_error_set_code(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    g_err_code = code;
+    return -1;
+}
+
+int fd_error_code(void) { return g_err_code; }
 
 int fd_error_prefix(const char *fmt, ...) {
     char old[sizeof g_err];
@@ -46,7 +59,7 @@ int fd_error_prefix(const char *fmt, ...) {
 }
 
 const char *fd_error_msg(void) { return g_err[0] ? g_err : "unknown error"; }
-void fd_error_clear(void) { g_err[0] = 0; }
+void fd_error_clear(void) { g_err[0] = 0, g_err_code = FD_ERR_GENERIC; }
 
 void fd_panic(const char *file, int line, const char *fmt, ...) {
     va_list ap;

@@ -133,7 +133,7 @@ static void slot_fail(srv_sched *s, slot *sl, int status, const char *type, cons
 // A failed forward: a full KV pool is the server's capacity, not a fault (503, like an overloaded queue).
 static void slot_fail_forward(srv_sched *s, slot *sl) {
     const char *msg = fd_error_msg();
-    if (strstr(msg, "KV cache full"))
+    if (fd_error_code() == FD_ERR_KV_FULL)
         slot_fail(s, sl, 503, "server_overloaded", "kv_cache_full", msg, SRV_FIN_ERROR);
     else
         slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
