@@ -126,6 +126,15 @@ void srv_conns_request_done(struct MHD_Connection *mc) {
     atomic_store(&c->receiving, 1);
 }
 
+int srv_conns_was_cut(struct MHD_Connection *mc) {
+    srv_conn *c = conn_of(mc);
+    if (!c) return 0;
+    pthread_mutex_lock(&c->owner->mu);
+    const int cut = c->cut;
+    pthread_mutex_unlock(&c->owner->mu);
+    return cut;
+}
+
 long srv_conns_cut_total(srv_conns *t) {
     pthread_mutex_lock(&t->mu);
     long n = t->cut_total;

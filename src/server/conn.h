@@ -19,6 +19,8 @@ void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context
 void srv_conns_request_received(struct MHD_Connection *c);
 // The response is done: a kept-alive connection's next request gets a fresh deadline from now.
 void srv_conns_request_done(struct MHD_Connection *c);
+// Was this connection cut by the watchdog (its request too slow)? The request's log line then says 408.
+int srv_conns_was_cut(struct MHD_Connection *c);
 // Connections cut by the watchdog so far (for the log and the tests' metrics).
 long srv_conns_cut_total(srv_conns *t);
 #endif

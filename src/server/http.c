@@ -420,8 +420,15 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *S = cls;
     conn_ctx *cx = *con_cls;
-    srv_conns_request_done(c); // a kept-alive connection's next request has its own deadline
-    if (!cx) return;
+    if (!cx) {
+        srv_conns_request_done(c); // a kept-alive connection's next request has its own deadline
+        return;
+    }
+    if (!cx->status && !cx->job && srv_conns_was_cut(c)) { // the receive deadline cut it (conn.c): no response
+        cx->status = 408;
+        snprintf(cx->why, sizeof cx->why, "request not received within --recv-timeout: connection closed");
+    }
+    srv_conns_request_done(c);
     *con_cls = NULL;
     const double now = fd_time_s();
     int status = cx->status;
