@@ -417,6 +417,10 @@ TEST(server_harden_generation_config_agrees) {
     cmd = fd_sprintf("cp %s/generation_config.json %s/ && %s info %s >/dev/null 2>&1", SRV_MODEL, dir, test_bin(), dir);
     EXPECT(test_run(cmd, NULL) == 0, "a valid generation_config.json");
     free(cmd);
+    cmd = fd_sprintf("echo '{\"eos_token_id\": null}' > %s/generation_config.json && %s info %s >/dev/null 2>&1", dir,
+                     test_bin(), dir);
+    EXPECT(test_run(cmd, NULL) == 0, "eos_token_id null (HF's 'none')");
+    free(cmd);
     cmd = fd_sprintf("rm -rf %s", dir);
     test_run(cmd, NULL);
     free(cmd);

@@ -69,8 +69,12 @@ int cmd_serve(int argc, char **argv) {
             c.prefix_cache = 0;
             continue;
         }
-        if (!strcmp(a, "--cache-salt-api-key") || !strcmp(a, "--parse-special-tokens")) {
-            *(a[2] == 'c' ? &c.cache_salt_api_key : &c.parse_special) = 1;
+        if (!strcmp(a, "--cache-salt-api-key")) {
+            c.cache_salt_api_key = 1;
+            continue;
+        }
+        if (!strcmp(a, "--parse-special-tokens")) {
+            c.parse_special = 1;
             continue;
         }
         if (!v) {

@@ -185,7 +185,7 @@ int chat_eos_ids(const char *model_dir, const tok_tokenizer *t, int32_t *ids, in
     if (rc) return -1;
     if (gen) {
         json_t *e = json_object_get(gen, "eos_token_id");
-        size_t k = json_is_array(e) ? json_array_size(e) : e ? 1 : 0;
+        size_t k = json_is_array(e) ? json_array_size(e) : e && !json_is_null(e) ? 1 : 0; // null: none (HF)
         for (size_t i = 0; i < k && rc == 0; i++) {
             json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
             json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;

@@ -185,8 +185,8 @@ int model_random(const char *config_path, uint64_t seed, fd_model *m) {
     return 0;
 }
 
-// generation_config.json, when present, must be a JSON object whose eos_token_id (if any) is a token id or a list
-// of them: checked here, where every command loads the model, so `info`, `generate` and `serve` accept and refuse
+// generation_config.json, when present, must be a JSON object whose eos_token_id (if any, and not null: HF writes
+// null for "none") is a token id or a list of them: checked here, where every command loads the model, so `info`, `generate` and `serve` accept and refuse
 // the same directories (serve reads the ids; their range is checked against the tokenizer there).
 static int check_generation_config(const char *dir) {
     char *path = fd_path_join(dir, "generation_config.json");
@@ -196,7 +196,7 @@ static int check_generation_config(const char *dir) {
         json_t *j = json_load_file(path, 0, &e);
         const json_t *eos = json_object_get(j, "eos_token_id");
         int bad_eos = 0;
-        for (size_t i = 0, k = json_is_array(eos) ? json_array_size(eos) : eos != NULL; i < k; i++) {
+        for (size_t i = 0, k = json_is_array(eos) ? json_array_size(eos) : eos && !json_is_null(eos); i < k; i++) {
             const json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
             bad_eos |= !json_is_integer(v) || json_integer_value(v) < 0;
         }

@@ -109,11 +109,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { srv_job_unref(cls); }
 
-// A stream's 200 and SSE headers, once the scheduler admitted the job (caller holds j->mu). Until then the request
-// waits suspended, so a refusal (KV pages, queue timeout, shutdown) is answered with its real status.
-static enum MHD_Result stream_start_locked(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
-    j->headers_sent = 1;
-    j->refs++; // the response holds one (j->mu is held: srv_job_ref would deadlock)
+// A stream's 200 and SSE headers, once the scheduler admitted the job. Called without j->mu: libmicrohttpd calls
+// stream_read (which takes j->mu) with the response's own lock held, so queueing it under j->mu would invert them.
+static enum MHD_Result stream_start(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j,
                                                                   stream_free);
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -124,18 +122,28 @@ static enum MHD_Result stream_start_locked(conn_ctx *cx, struct MHD_Connection *
     return ok;
 }
 
-// Called for a job's connection on its first pass and on every resume (caller holds j->mu): answers when there is
-// an answer, else suspends until the scheduler has one.
-static enum MHD_Result job_progress_locked(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
-    if (j->stream && !j->headers_sent) {
-        if (j->err.status) return send_err(cx, c, &j->err);
-        if (j->admitted) return stream_start_locked(cx, c, j);
-    } else if (!j->stream && j->done) {
-        return respond_job(cx, c, j);
+// A job's connection on its first pass and on every resume: answers when there is an answer, else suspends until
+// the scheduler has one (under j->mu, so its wake-up cannot be lost). A stream's headers wait for admission, so a
+// refusal (KV pages, queue timeout, shutdown) is answered with its real status.
+static enum MHD_Result job_progress(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (j->stream && !j->headers_sent && !j->err.status && j->admitted) {
+        j->headers_sent = 1; // from now on a failure is an SSE error event
+        j->refs++;           // the response holds one
+        pthread_mutex_unlock(&j->mu);
+        return stream_start(cx, c, j);
     }
-    j->suspended = 1;
-    MHD_suspend_connection(c);
-    return MHD_YES;
+    enum MHD_Result ok = MHD_YES;
+    if (j->stream && !j->headers_sent && j->err.status) {
+        ok = send_err(cx, c, &j->err);
+    } else if (!j->stream && j->done) {
+        ok = respond_job(cx, c, j);
+    } else {
+        j->suspended = 1;
+        MHD_suspend_connection(c);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ok;
 }
 
 // Bearer token of the request (Authorization: Bearer <token>), or NULL.
@@ -300,10 +308,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     cx->job = j;
     if (j->stream && kind == SRV_CHAT) srv_sse_chunk(j, NULL, 0, 1, SRV_FINISH_NONE); // the role comes first
     if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
-    pthread_mutex_lock(&j->mu);
-    enum MHD_Result ok = job_progress_locked(cx, c, j);
-    pthread_mutex_unlock(&j->mu);
-    return ok;
+    return job_progress(cx, c, j);
 }
 
 static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
@@ -406,11 +411,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
         return fail(cx, c, 413, "invalid_request_error", "request_too_large",
                     "the request body exceeds the server's limit");
     if (cx->job) { // resumed: the scheduler admitted a stream, or has the answer
-        srv_job *j = cx->job;
-        pthread_mutex_lock(&j->mu);
-        enum MHD_Result ok = job_progress_locked(cx, c, j);
-        pthread_mutex_unlock(&j->mu);
-        return ok;
+        return job_progress(cx, c, cx->job);
     }
     srv_conns_request_received(c); // the whole request is here: no receive deadline while it is answered
     if (cx->route == R_COMPLETIONS || cx->route == R_CHAT) return start_generation(S, cx, c);
