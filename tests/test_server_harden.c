@@ -279,8 +279,23 @@ static void half_close_body(srv_proc *p) {
            "half-closed stream: %.300s", s);
     free(s);
     free(req);
-    EXPECT(metric(p, "flashdelta:request_success_total{model_name=\"qwen35_dense_tied\",finished_reason=\"abort\"}") ==
-           0);
+    const char *abort_lbl =
+        "flashdelta:request_success_total{model_name=\"qwen35_dense_tied\",finished_reason=\"abort\"}";
+    EXPECT(metric(p, abort_lbl) == 0);
+    // a client that closes for good (not a half-close) is still noticed: the 100 Continue probe draws a reset
+    req = post_req("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 3900, \"ignore_eos\": true}", NULL);
+    int fd = raw_connect(p, NULL);
+    ASSERT(fd >= 0);
+    EXPECT(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req));
+    usleep(300 * 1000);
+    close(fd);
+    free(req);
+    int64_t aborted = 0;
+    for (int i = 0; i < 60 && aborted < 1; i++) { // 3 s; the generation alone would take several
+        usleep(50 * 1000);
+        aborted = metric(p, abort_lbl);
+    }
+    EXPECT(aborted == 1, "a closed client's plain request was not cancelled (%lld)", (long long)aborted);
 }
 
 TEST(server_harden_half_close) { with_server("--ctx 4096 --slots 2", half_close_body); }

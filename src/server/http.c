@@ -22,6 +22,7 @@ typedef struct {
     int too_big;
     size_t received; // body bytes so far
     double t0;
+    int http11; // an HTTP/1.1 request (interim 1xx responses allowed)
     srv_job *job;
     int status;
     int logged_error; // an error response was queued (for the log line)
@@ -299,6 +300,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     j->n_stop = r.n_stop;
     r.n_stop = 0;
     j->cache_salt = cache_salt(S, r.cache_salt, cfg->cache_salt_api_key ? bearer_token(c) : NULL);
+    j->http11 = cx->http11;
     srv_req_free(&r);
     j->t_arrival = cx->t0;
     j->created = (long)time(NULL);
@@ -356,12 +358,12 @@ static srv_route find_route(const char *url, const char *method, int *bad_method
 
 enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv_server *S = cls;
     conn_ctx *cx = *con_cls;
     if (!cx) { // first call: headers only
         cx = fd_calloc(1, sizeof *cx);
         cx->t0 = fd_time_s();
+        cx->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = cx;
         int bad_method;
         cx->route = find_route(url, method, &bad_method);

@@ -21,6 +21,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "engine/dflash.h"
@@ -43,6 +45,7 @@ typedef struct {
     int n_gen;
     int32_t next; // sampled token to feed at the next decode step
     double t_last, t_peek;
+    int probed; // the half-close probe was sent (client_gone)
     fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator (tokens are sampled on the
                       // backend: engine_forward_sample / engine_decode_batch_sample; only the ids come back)
     fd_dflash spec;   // speculative decoding state (when the server has a drafter)
@@ -273,6 +276,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->emitted = 0;
     sl->text.len = 0;
     sl->t_peek = 0;
+    sl->probed = 0;
     sl->admitted = s->admit_counter++;
     sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed);
     engine_reset(&sl->e);
@@ -312,10 +316,12 @@ static int64_t kv_prompt_tokens(const srv_sched *s, const srv_job *j) {
 }
 
 // Is the client still there? Peeks at the socket while libmicrohttpd has the connection suspended (it does not watch
-// suspended connections): a reset or a socket error means the client went away. End-of-file does not: a client may
-// half-close (shutdown(SHUT_WR)) once its request is sent and still read the answer, as HTTP allows; one that closed
-// for good is noticed when a write fails (a stream's next event; a plain request at its response, bounded by
-// max_tokens and --request-timeout).
+// suspended connections): a reset or a socket error means the client went away. End-of-file alone does not: a client
+// may half-close (shutdown(SHUT_WR)) once its request is sent and still read the answer, as HTTP allows. To tell
+// that from a client that closed for good, the first end-of-file of an HTTP/1.1 request whose response has not
+// started is answered with an interim "HTTP/1.1 100 Continue" (every HTTP/1.1 client must skip 1xx responses): a
+// closed socket answers it with a reset, seen at the next peek; a half-closed client reads past it. (A stream whose
+// headers went out cannot take it: its closed client is noticed when the next event's write fails.)
 static int client_gone(slot *sl, double now) {
     srv_job *j = sl->job;
     if (atomic_load(&j->cancelled)) return 1;
@@ -328,6 +334,18 @@ static int client_gone(slot *sl, double now) {
         char c;
         ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
         gone = r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+        if (r == 0 && !sl->probed && j->http11 && !j->headers_sent) {
+            // j->mu is held and the connection suspended: libmicrohttpd writes nothing to it meanwhile
+            static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            sl->probed = 1;
+            gone = send(j->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+                   errno != EWOULDBLOCK;
+        } else if (r == 0) {
+            // after end-of-file recv keeps returning 0 even once a reset came; the reset shows in the TCP state
+            struct tcp_info ti;
+            socklen_t tl = sizeof ti;
+            gone = getsockopt(j->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE;
+        }
     }
     pthread_mutex_unlock(&j->mu);
     return gone;

@@ -45,6 +45,7 @@ typedef struct srv_job {
     long created; // unix seconds, for the response objects
     int fd;       // client socket (peeked by the scheduler while suspended, to notice a disconnect)
     uint64_t cache_salt; // prefix-cache tenant: 0 = shared; from cache_salt and (--cache-salt-api-key) the API key
+    int http11;          // the request was HTTP/1.1: an interim "100 Continue" may be sent (the half-close probe)
 
     // ---- shared, under mu ----
     pthread_mutex_t mu;
