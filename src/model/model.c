@@ -4,8 +4,6 @@
 // decoder; they differ in the GDN projection layout and the FFN.
 #include "model/model.h"
 
-#include <jansson.h>
-
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -185,34 +183,9 @@ int model_random(const char *config_path, uint64_t seed, fd_model *m) {
     return 0;
 }
 
-// generation_config.json, when present, must be a JSON object whose eos_token_id (if any, and not null: HF writes
-// null for "none") is a token id or a list of them: checked here, where every command loads the model, so `info`, `generate` and `serve` accept and refuse
-// the same directories (serve reads the ids; their range is checked against the tokenizer there).
-static int check_generation_config(const char *dir) {
-    char *path = fd_path_join(dir, "generation_config.json");
-    int rc = 0;
-    if (fd_file_exists(path)) {
-        json_error_t e;
-        json_t *j = json_load_file(path, 0, &e);
-        const json_t *eos = json_object_get(j, "eos_token_id");
-        int bad_eos = 0;
-        for (size_t i = 0, k = json_is_array(eos) ? json_array_size(eos) : eos && !json_is_null(eos); i < k; i++) {
-            const json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
-            bad_eos |= !json_is_integer(v) || json_integer_value(v) < 0;
-        }
-        if (!j) rc = fd_error_set("%s: invalid JSON at line %d column %d: %s", path, e.line, e.column, e.text);
-        else if (!json_is_object(j)) rc = fd_error_set("%s: not a JSON object", path);
-        else if (bad_eos) rc = fd_error_set("%s: eos_token_id must be a token id or a list of token ids", path);
-        json_decref(j);
-    }
-    free(path);
-    return rc;
-}
-
 int model_load(const char *dir, fd_model *m) {
     memset(m, 0, sizeof *m);
     if (cfg_load_dir(dir, &m->cfg)) return -1;
-    if (check_generation_config(dir)) return -1;
     if (st_open_dir(dir, &m->st)) return -1;
     if (bind_all(m)) {
         fd_error_prefix("%s", dir);

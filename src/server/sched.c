@@ -19,10 +19,10 @@
 // is cached when the request ends: the next chat turn, which repeats this turn's prompt and answer, then hits it.
 #include <errno.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "engine/dflash.h"
