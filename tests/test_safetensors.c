@@ -448,3 +448,72 @@ TEST(st_parse_all_truncations) {
     }
     free(buf);
 }
+
+// ---- issue 21: shard paths must stay inside the model directory; offsets must tile the data section ----
+
+TEST(st_shard_path_traversal_refused) {
+    tmp_dir();
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s.outside.safetensors", g_dir); // beside the model directory
+    wt s1[] = {{"a.weight", "BF16", 1, {2}, 4}};
+    write_st(outside, s1, 1);
+    const char *base = strrchr(outside, '/') + 1;
+    // a ".." name: refused before anything is opened, whether or not the file exists
+    char *ix = in_dir("model.safetensors.index.json");
+    char *text = fd_sprintf("{\"weight_map\":{\"a.weight\":\"../%s\"}}", base);
+    write_text(ix, text);
+    free(text);
+    st_set s;
+    EXPECT_ERR(st_open_dir(g_dir, &s), "'..'", "inside the model directory");
+    write_text(ix, "{\"weight_map\":{\"a.weight\":\"sub/../../../../../../etc/passwd\"}}");
+    EXPECT_ERR(st_open_dir(g_dir, &s), "'..'");
+    // a symbolic link out of the directory: refused unless FD_ALLOW_EXTERNAL_SHARDS=1
+    char *link = in_dir("model-00001-of-00001.safetensors");
+    ASSERT(symlink(outside, link) == 0);
+    write_text(ix, "{\"weight_map\":{\"a.weight\":\"model-00001-of-00001.safetensors\"}}");
+    EXPECT_ERR(st_open_dir(g_dir, &s), "outside the model directory", "FD_ALLOW_EXTERNAL_SHARDS");
+    setenv("FD_ALLOW_EXTERNAL_SHARDS", "1", 1);
+    EXPECT(st_open_dir(g_dir, &s) == 0, "%s", fd_error_msg());
+    if (s.n_tensors) st_close(&s);
+    unsetenv("FD_ALLOW_EXTERNAL_SHARDS");
+    // a link that stays inside (to a file in a subdirectory) is fine
+    unlink(link);
+    char *sub = in_dir("real");
+    ASSERT(mkdir(sub, 0755) == 0);
+    char *real = in_dir("real/shard.safetensors");
+    write_st(real, s1, 1);
+    ASSERT(symlink("real/shard.safetensors", link) == 0);
+    EXPECT(st_open_dir(g_dir, &s) == 0, "%s", fd_error_msg());
+    if (s.n_tensors) st_close(&s);
+    unlink(outside);
+    free(ix), free(link), free(sub), free(real);
+    rm_tree(g_dir);
+}
+
+TEST(st_overlapping_or_gapped_offsets_refused) {
+    tmp_dir();
+    char *p;
+    // b lies inside a: both would read the same bytes
+    const char *h1 = "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                     "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}";
+    EXPECT_ERR(open_header(h1, strlen(h1), 4, &p), p, "overlap");
+    free(p);
+    const char *h2 = "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]},"
+                     "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}";
+    EXPECT_ERR(open_header(h2, strlen(h2), 6, &p), p, "overlap");
+    free(p);
+    const char *h3 = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                     "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}";
+    EXPECT_ERR(open_header(h3, strlen(h3), 6, &p), p, "'b'", "gap of 2 bytes");
+    free(p);
+    const char *h4 = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+    EXPECT_ERR(open_header(h4, strlen(h4), 5, &p), p, "3 bytes after the last tensor");
+    free(p);
+    // listed out of order but tiling the data exactly: fine (the format sorts by offset); empty tensors anywhere
+    const char *h5 = "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]},"
+                     "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]},"
+                     "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+    EXPECT(open_header(h5, strlen(h5), 4, &p) == 0, "%s", fd_error_msg());
+    free(p);
+    rm_tree(g_dir);
+}

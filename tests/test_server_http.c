@@ -14,24 +14,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "server_rig.h"
 #include "test.h"
-
-#define SRV_MODEL "tests/data/fixtures/qwen35_dense_tied"
-#define SRV_TOK "tests/data/server/tokenizer.json"
-
-typedef struct {
-    pid_t pid;
-    int port;
-    char dir[64];
-    char log[128];
-} srv_proc;
 
 static char *abs_path(const char *p) {
     char buf[PATH_MAX];
     return fd_strdup(realpath(p, buf) ? buf : p);
 }
 
-static int srv_start(srv_proc *p, const char *extra) {
+int srv_start(srv_proc *p, const char *extra) {
     memset(p, 0, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "/tmp/fd_srv_XXXXXX");
     if (!mkdtemp(p->dir)) return -1;
@@ -71,7 +62,7 @@ static void show_log(const srv_proc *p, int lines) {
 }
 
 // SIGTERM, then wait (bounded); SIGKILL if it hangs. Returns the exit status (-1: killed or signalled).
-static int srv_stop(srv_proc *p) {
+int srv_stop(srv_proc *p) {
     int status = -1;
     if (p->pid > 0) {
         kill(p->pid, SIGTERM);
@@ -96,7 +87,7 @@ static int srv_stop(srv_proc *p) {
 }
 
 // Runs body with a started server and stops the server afterwards, also when body leaves through ASSERT.
-static void with_server(const char *args, void (*body)(srv_proc *)) {
+void with_server(const char *args, void (*body)(srv_proc *)) {
     srv_proc p;
     if (srv_start(&p, args)) {
         show_log(&p, 40);
@@ -115,7 +106,7 @@ static void with_server(const char *args, void (*body)(srv_proc *)) {
 
 // One curl request. body: NULL or bytes (len) sent from a file. Returns the HTTP status (-1 on failure) and the
 // response body in *out (malloc'ed) when out is given.
-static int http(const srv_proc *p, const char *method, const char *path, const char *body, size_t len,
+int http(const srv_proc *p, const char *method, const char *path, const char *body, size_t len,
                 const char *extra, char **out) {
     char *bf = fd_sprintf("%s/body", p->dir), *of = fd_sprintf("%s/out", p->dir);
     if (body) {
@@ -144,7 +135,7 @@ static int http(const srv_proc *p, const char *method, const char *path, const c
     return status;
 }
 
-static int http_json(const srv_proc *p, const char *path, const char *body, json_t **out) {
+int http_json(const srv_proc *p, const char *path, const char *body, json_t **out) {
     char *s;
     int st = http(p, "POST", path, body, strlen(body), NULL, &s);
     *out = json_loads(s, 0, NULL);
@@ -188,7 +179,7 @@ static char *expected_text(const char *text, int n, const char *dir, int *n_prom
     return txt;
 }
 
-static int64_t metric(const srv_proc *p, const char *name_and_labels) {
+int64_t metric(const srv_proc *p, const char *name_and_labels) {
     char *m;
     if (http(p, "GET", "/metrics", NULL, 0, NULL, &m) != 200) {
         free(m);
@@ -388,7 +379,7 @@ static void bad_body(srv_proc *p) {
 }
 
 TEST(server_http_bad_input_and_slow_clients) {
-    with_server("--ctx 1024 --max-body 65536 --body-timeout 1 --conn-timeout 2", bad_body);
+    with_server("--ctx 1024 --max-body 65536 --recv-timeout 1 --conn-timeout 2", bad_body);
 }
 
 // ---- admission control: queue full 429, queue timeout 503, request timeout 504 ----
@@ -438,7 +429,8 @@ static void run_node(srv_proc *p, const char *script, const char *env) {
     ASSERT(npm_ready(), "npm ci in tests/server failed (the openai npm package is needed)");
     char *bin = abs_path(test_bin()), *model = abs_path(SRV_MODEL), *tok = abs_path(SRV_TOK);
     char *cmd = fd_sprintf("cd tests/server && FD_URL=http://127.0.0.1:%d FD_MODEL_NAME=qwen35_dense_tied FD_BIN=%s "
-                           "FD_MODEL_DIR=%s FD_TOKENIZER=%s %s timeout 300 node %s 2>&1",
+                           "FD_MODEL_DIR=%s FD_TOKENIZER=%s FD_ADMIN_KEY=test-admin-key %s timeout 300 node %s "
+                           "2>&1",
                            p->port, bin, model, tok, env ? env : "", script);
     char *out = NULL;
     int rc = test_run(cmd, &out);
@@ -478,7 +470,7 @@ TEST(server_http_api_key_and_routes) { with_server("--ctx 4096 --slots 1 --api-k
 
 static void prefix_body(srv_proc *p) { run_node(p, "prefix.mjs", NULL); }
 TEST(server_http_prefix_cache_counters) {
-    with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64", prefix_body);
+    with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64 --admin-key test-admin-key", prefix_body);
 }
 
 static void load_body(srv_proc *p) {
@@ -542,7 +534,7 @@ static void draft_prefix_body(srv_proc *p) {
     EXPECT(metric(p, "flashdelta:spec_decode_num_drafts_total{") > 0);
 }
 TEST(server_http_dflash_with_prefix_cache) {
-    with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64 "
+    with_server("--ctx 4096 --slots 2 --prefix-block 16 --prefix-checkpoint 64 --admin-key test-admin-key "
                 "--draft tests/data/dflash/qwen35_dense_tied_b8",
                 draft_prefix_body);
 }

@@ -190,3 +190,42 @@ TEST(server_prefix_restores_drafter_context) {
     pc_close(&L);
     fixture_free(&fx);
 }
+
+// Tenant isolation (issue 21): a prefix cached under one salt is invisible under any other salt, the unsalted cache
+// included, and found again under its own; an identical path under two salts is two separate entries.
+TEST(server_prefix_salt_isolates_tenants) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    pc_loaded L;
+    ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
+    pc_cache *pc = pc_create(&L.e, 16, (size_t)64 << 20);
+    engine_reset(&L.e);
+    ASSERT(engine_prefill(&L.e, fx.ids, 64, 0, NULL, 0) == 0);
+    pc_set_salt(pc, 0x1234);
+    pc_insert(pc, &L.e, NULL, fx.ids, 64, NULL);
+    fd_engine w;
+    fd_engine_opts o = L.e.opt;
+    ASSERT(engine_init(&w, &L.m, L.be, &o) == 0);
+    const uint64_t others[] = {0, 0x1235, 0x1234ULL << 32};
+    for (int i = 0; i < 3; i++) {
+        pc_set_salt(pc, others[i]);
+        EXPECT(!pc_has_snapshot(pc, fx.ids, 64) && pc_restore(pc, &w, NULL, fx.ids, fx.n_ids, 64) == 0 &&
+                   w.n_past == 0,
+               "salt %llx sees salt 0x1234's prefix", (unsigned long long)others[i]);
+    }
+    pc_set_salt(pc, 0x1234);
+    EXPECT(pc_has_snapshot(pc, fx.ids, 64) && pc_restore(pc, &w, NULL, fx.ids, fx.n_ids, 64) == 64);
+    engine_reset(&w);
+    pc_stats st;
+    pc_get_stats(pc, &st);
+    pc_set_salt(pc, 0);
+    pc_insert(pc, &L.e, NULL, fx.ids, 64, NULL);
+    pc_stats st2;
+    pc_get_stats(pc, &st2);
+    EXPECT(st2.nodes == 2 * st.nodes && st2.snapshots == 2, "%lld -> %lld nodes", (long long)st.nodes,
+           (long long)st2.nodes);
+    pc_free(pc);
+    engine_free(&w);
+    pc_close(&L);
+    fixture_free(&fx);
+}

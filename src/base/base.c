@@ -2,21 +2,37 @@
 #include "base.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char g_err[1024];
+static _Thread_local int g_err_code;
 
 int fd_error_set(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
+    g_err_code = FD_ERR_GENERIC;
     return -1;
 }
+
+int fd_error_set_code(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    g_err_code = code;
+    return -1;
+}
+
+int fd_error_code(void) { return g_err_code; }
 
 int fd_error_prefix(const char *fmt, ...) {
     char old[sizeof g_err];
@@ -43,7 +59,7 @@ int fd_error_prefix(const char *fmt, ...) {
 }
 
 const char *fd_error_msg(void) { return g_err[0] ? g_err : "unknown error"; }
-void fd_error_clear(void) { g_err[0] = 0; }
+void fd_error_clear(void) { g_err[0] = 0, g_err_code = FD_ERR_GENERIC; }
 
 void fd_panic(const char *file, int line, const char *fmt, ...) {
     va_list ap;
@@ -100,28 +116,47 @@ char *fd_sprintf(const char *fmt, ...) {
     return s;
 }
 
-static int g_log_level = -1;
-void fd_log_set_level(int level) { g_log_level = level; }
+// Read by every thread that logs: atomic, and the FD_LOG default is computed once (a plain lazily written int was
+// a data race under TSan when two threads logged first at the same time).
+static atomic_int g_log_level = -1;
+static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
+static void log_level_from_env(void) {
+    const char *e = getenv("FD_LOG");
+    int lv = FD_LOG_INFO;
+    if (e && !strcmp(e, "debug")) lv = FD_LOG_DEBUG;
+    if (e && !strcmp(e, "warn")) lv = FD_LOG_WARN;
+    if (e && !strcmp(e, "quiet")) lv = FD_LOG_QUIET;
+    int unset = -1; // fd_log_set_level before the first log line wins
+    atomic_compare_exchange_strong(&g_log_level, &unset, lv);
+}
+void fd_log_set_level(int level) { atomic_store(&g_log_level, level); }
 static int log_level(void) {
-    if (g_log_level < 0) {
-        const char *e = getenv("FD_LOG");
-        g_log_level = FD_LOG_INFO;
-        if (e && !strcmp(e, "debug")) g_log_level = FD_LOG_DEBUG;
-        if (e && !strcmp(e, "warn")) g_log_level = FD_LOG_WARN;
-        if (e && !strcmp(e, "quiet")) g_log_level = FD_LOG_QUIET;
-    }
-    return g_log_level;
+    pthread_once(&g_log_once, log_level_from_env);
+    return atomic_load(&g_log_level);
 }
 int fd_log_level_enabled(int level) { return level >= log_level(); }
 
+// One line is formatted whole and written with one write(2), so lines from different threads never interleave
+// (stdio writes a line in several calls when it is built from several pieces).
 void fd_log(int level, const char *fmt, ...) {
     if (level < log_level()) return;
+    char buf[4096];
+    const char *pre = level >= FD_LOG_WARN ? "flashdelta: warning: " : "flashdelta: ";
+    size_t n = strlen(pre);
+    memcpy(buf, pre, n);
     va_list ap;
-    fputs(level >= FD_LOG_WARN ? "flashdelta: warning: " : "flashdelta: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int k = vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (k < 0) k = 0;
+    n += (size_t)k < sizeof buf - n - 1 ? (size_t)k : sizeof buf - n - 2; // a longer line is cut, not split
+    buf[n++] = '\n';
+    fflush(stderr); // whatever stdio still holds goes first
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(STDERR_FILENO, buf + off, n - off);
+        if (w <= 0 && errno != EINTR) break;
+        if (w > 0) off += (size_t)w;
+    }
 }
 
 double fd_time_s(void) {

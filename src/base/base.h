@@ -26,6 +26,11 @@ int fd_error_set(const char *fmt, ...) FD_PRINTF(1, 2);    // always returns -1
 int fd_error_prefix(const char *fmt, ...) FD_PRINTF(1, 2); // prepends "<text>: "; returns -1
 const char *fd_error_msg(void);
 void fd_error_clear(void);
+// Conditions a caller branches on get a code besides the message (fd_error_set clears it; fd_error_prefix keeps it),
+// so no caller has to search the message text.
+enum { FD_ERR_GENERIC = 0, FD_ERR_KV_FULL = 1 };
+int fd_error_set_code(int code, const char *fmt, ...) FD_PRINTF(2, 3); // always returns -1
+int fd_error_code(void);
 
 // Propagate a failure (-1 / NULL) from a callee that already set the message.
 #define FD_TRY(expr)                                                                                                   \

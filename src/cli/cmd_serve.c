@@ -29,7 +29,15 @@ static int usage(FILE *f) {
             "  --queue-timeout S       seconds waiting for a slot (or KV pages) before 503 (default 60)\n"
             "  --request-timeout S     seconds per request before 504 (default 600)\n"
             "  --conn-timeout S        idle connection timeout (default 30)\n"
-            "  --body-timeout S        seconds to receive a request body before 408 (default 30)\n"
+            "  --recv-timeout S        deadline to receive a whole request, headers and body, from the connection's\n"
+            "                          start or its previous response; then it is cut (default 30; --body-timeout)\n"
+            "  --max-conns N           open connections in all (default 1000)\n"
+            "  --max-conns-per-ip N    open connections from one client address (default 64)\n"
+            "  --admin-key KEY         bearer token for admin routes (POST /reset_prefix_cache; refused without it);\n"
+            "                          default: $FD_ADMIN_KEY\n"
+            "  --cache-salt-api-key    share prefix-cache blocks only between requests with the same bearer token\n"
+            "  --parse-special-tokens  special-token text in message content and prompts becomes control tokens\n"
+            "                          (default: plain text; only the chat template inserts control tokens)\n"
             "  --max-body BYTES        request body limit before 413 (default 4194304)\n"
             "  --http-threads N        HTTP thread pool (default 4)\n"
             "  --no-prefix-cache       disable the prefix cache\n"
@@ -66,6 +74,14 @@ int cmd_serve(int argc, char **argv) {
             c.prefix_cache = 0;
             continue;
         }
+        if (!strcmp(a, "--cache-salt-api-key")) {
+            c.cache_salt_api_key = 1;
+            continue;
+        }
+        if (!strcmp(a, "--parse-special-tokens")) {
+            c.parse_special = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "flashdelta: error: serve: %s needs a value (see flashdelta serve --help)\n", a);
             return 2;
@@ -84,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) c.host = v;
         else if (!strcmp(a, "--port-file")) c.port_file = v;
         else if (!strcmp(a, "--draft")) c.draft_dir = v;
+        else if (!strcmp(a, "--admin-key")) c.admin_key = v[0] ? v : NULL;
         else if (!strcmp(a, "--backend")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "flashdelta: error: --backend: '%s' is not cpu or cuda\n", v);
@@ -108,7 +125,10 @@ int cmd_serve(int argc, char **argv) {
         NUM("--queue-timeout", 0.001, 1e6, queue_timeout)
         NUM("--request-timeout", 0.001, 1e6, request_timeout)
         NUM("--conn-timeout", 1, 1e6, conn_timeout)
-        NUM("--body-timeout", 0.001, 1e6, body_timeout)
+        NUM("--recv-timeout", 0.001, 1e6, recv_timeout)
+        NUM("--body-timeout", 0.001, 1e6, recv_timeout)
+        NUM("--max-conns", 1, 1 << 20, max_conns)
+        NUM("--max-conns-per-ip", 1, 1 << 20, max_conns_per_ip)
         NUM("--max-body", 1, 1 << 30, max_body)
         NUM("--prefix-block", 1, 1 << 16, pc_block)
         NUM("--block-size", 2, 64, block_size)

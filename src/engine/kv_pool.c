@@ -71,10 +71,11 @@ int kv_pages_reserve(fd_kv_pages *t, fd_kv_pool *p, int64_t positions) {
              t->max_pages);
     const int64_t more = need - t->held;
     if (more > p->n_free)
-        return fd_error_set("KV cache full: this request needs %lld more tokens of KV, %lld of %lld tokens free "
-                            "(--kv-tokens)",
-                            (long long)(more * p->page_tokens), (long long)kv_pool_free_tokens(p),
-                            (long long)kv_pool_tokens(p));
+        return fd_error_set_code(FD_ERR_KV_FULL,
+                                 "KV cache full: this request needs %lld more tokens of KV, %lld of %lld tokens free "
+                                 "(--kv-tokens)",
+                                 (long long)(more * p->page_tokens), (long long)kv_pool_free_tokens(p),
+                                 (long long)kv_pool_tokens(p));
     const int first = t->held;
     for (int64_t i = 0; i < more; i++) t->host[t->held++] = p->free_pages[--p->n_free];
     p->be->to_device(p->be, t->dev + first, t->host + first, (size_t)more * sizeof(int32_t));

@@ -5,7 +5,8 @@
 #include <string.h>
 
 typedef struct pc_node {
-    uint64_t hash;                  // of (parent hash, this block's tokens)
+    uint64_t hash;                  // of (parent hash, this block's tokens); a first block's "parent" is the salt
+    uint64_t salt;                  // the tenant (pc_set_salt) that cached it: first blocks match only their own
     struct pc_node *parent, *hnext; // tree parent; hash-bucket chain
     struct pc_node *newer, *older;  // LRU list (head = most recent)
     int n_children;
@@ -26,6 +27,7 @@ struct pc_cache {
     size_t n_buckets;
     pc_node *lru_head, *lru_tail;
     int64_t nodes, snapshots, evictions, inserted;
+    uint64_t salt; // of the sequence being looked up / inserted now (pc_set_salt)
 };
 
 static uint64_t mix64(uint64_t x) { // splitmix64 finaliser
@@ -105,12 +107,18 @@ static void touch_path(pc_cache *pc, pc_node **path, int64_t k) {
     }
 }
 
+// A tree per salt: a first block matches only under the current salt, and every deeper node hangs from one of
+// those, so no lookup ever reaches another tenant's blocks (a hash collision cannot either: the salt is compared).
 static pc_node *find_child(pc_cache *pc, pc_node *parent, const int32_t *t) {
-    const uint64_t h = block_hash(parent ? parent->hash : 0, t, pc->block);
+    const uint64_t h = block_hash(parent ? parent->hash : pc->salt, t, pc->block);
     for (pc_node *n = pc->buckets[h % pc->n_buckets]; n; n = n->hnext)
-        if (n->hash == h && n->parent == parent && !memcmp(n->tokens, t, (size_t)pc->block * sizeof *t)) return n;
+        if (n->hash == h && n->parent == parent && (parent || n->salt == pc->salt) &&
+            !memcmp(n->tokens, t, (size_t)pc->block * sizeof *t))
+            return n;
     return NULL;
 }
+
+void pc_set_salt(pc_cache *pc, uint64_t salt) { pc->salt = salt; }
 
 static void rehash(pc_cache *pc) {
     size_t nb = pc->n_buckets * 2;
@@ -223,7 +231,8 @@ void pc_insert(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, 
         n->parent = i ? path[i - 1] : NULL;
         n->tokens = fd_malloc((size_t)pc->block * sizeof(int32_t));
         memcpy(n->tokens, ids + i * pc->block, (size_t)pc->block * sizeof(int32_t));
-        n->hash = block_hash(n->parent ? n->parent->hash : 0, n->tokens, pc->block);
+        n->salt = pc->salt;
+        n->hash = block_hash(n->parent ? n->parent->hash : pc->salt, n->tokens, pc->block);
         n->kv = pc->be->alloc(pc->be, pc->kv_bytes);
         block_kv(pc, e, spec, n->kv, i * pc->block, 1);
         if (n->parent) n->parent->n_children++;

@@ -51,6 +51,10 @@ void pc_insert(pc_cache *pc, fd_engine *e, fd_dflash *spec, const int32_t *ids, 
 // Is a snapshot at pos for ids[0..pos) already cached? (Lets the caller skip taking one.)
 int pc_has_snapshot(pc_cache *pc, const int32_t *ids, int64_t pos);
 
+// Tenant isolation: lookups and inserts that follow see only blocks cached under the same salt (0 = the shared,
+// unsalted cache). The server sets it per request from cache_salt and, optionally, the API key.
+void pc_set_salt(pc_cache *pc, uint64_t salt);
+
 void pc_reset(pc_cache *pc); // drops everything
 void pc_get_stats(const pc_cache *pc, pc_stats *s);
 #endif

@@ -10,6 +10,8 @@
 typedef struct {
     char *p;
     size_t n, cap;
+    tok_span *spans; // where message text went (NULL: not recorded)
+    int n_spans, cap_spans, record;
 } sbuf;
 
 static void put_n(sbuf *b, const char *s, size_t n) {
@@ -22,6 +24,18 @@ static void put_n(sbuf *b, const char *s, size_t n) {
     b->p[b->n] = 0;
 }
 static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
+// Text that came from a message (content, reasoning): recorded as a plain span, so that the encoder never turns
+// control-token text inside it into control tokens.
+static void put_user(sbuf *b, const char *s, size_t n) {
+    if (b->record && n) {
+        if (b->n_spans == b->cap_spans) {
+            b->cap_spans = b->cap_spans ? 2 * b->cap_spans : 16;
+            b->spans = fd_realloc(b->spans, (size_t)b->cap_spans * sizeof *b->spans);
+        }
+        b->spans[b->n_spans++] = (tok_span){b->n, n};
+    }
+    put_n(b, s, n);
+}
 
 typedef struct {
     const char *s;
@@ -56,6 +70,12 @@ static int ends(span x, const char *p) { return x.n >= strlen(p) && !memcmp(x.s 
 static int is(const chat_msg *m, const char *role) { return !strcmp(m->role, role); }
 
 char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking) {
+    return chat_render_qwen3_spans(msgs, n, add_generation_prompt, enable_thinking, NULL, NULL);
+}
+
+char *chat_render_qwen3_spans(const chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking,
+                              tok_span **spans, int *n_spans) {
+    if (spans) *spans = NULL, *n_spans = 0;
     if (n <= 0) {
         fd_error_set("chat: no messages");
         return NULL;
@@ -69,10 +89,11 @@ char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, 
             return NULL;
         }
     sbuf b = {0};
+    b.record = spans != NULL;
     put(&b, "");
     if (is(&msgs[0], "system")) {
         put(&b, "<|im_start|>system\n");
-        put(&b, msgs[0].content ? msgs[0].content : "");
+        put_user(&b, msgs[0].content ? msgs[0].content : "", msgs[0].content ? strlen(msgs[0].content) : 0);
         put(&b, "<|im_end|>\n");
     }
     // The last user message that is a real query (not a wrapped tool response): thinking is kept only after it.
@@ -91,7 +112,7 @@ char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, 
             put(&b, "<|im_start|>");
             put(&b, m->role);
             put(&b, "\n");
-            put_n(&b, content.s, content.n);
+            put_user(&b, content.s, content.n);
             put(&b, "<|im_end|>\n");
         } else if (is(m, "assistant")) {
             span reasoning = sp("");
@@ -111,16 +132,16 @@ char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, 
             if (i > last_query && (i == n - 1 || reasoning.n > 0)) {
                 put(&b, "<think>\n");
                 span r = rstrip_nl(lstrip_nl(reasoning));
-                put_n(&b, r.s, r.n);
+                put_user(&b, r.s, r.n);
                 put(&b, "\n</think>\n\n");
                 content = lstrip_nl(content);
             }
-            put_n(&b, content.s, content.n);
+            put_user(&b, content.s, content.n);
             put(&b, "<|im_end|>\n");
         } else if (is(m, "tool")) { // consecutive tool results share one user turn
             if (i == 0 || !is(&msgs[i - 1], "tool")) put(&b, "<|im_start|>user");
             put(&b, "\n<tool_response>\n");
-            put_n(&b, content.s, content.n);
+            put_user(&b, content.s, content.n);
             put(&b, "\n</tool_response>");
             if (i == n - 1 || !is(&msgs[i + 1], "tool")) put(&b, "<|im_end|>\n");
         }
@@ -129,6 +150,7 @@ char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, 
         put(&b, "<|im_start|>assistant\n");
         if (enable_thinking == CHAT_THINKING_OFF) put(&b, "<think>\n\n</think>\n\n");
     }
+    if (spans) *spans = b.spans, *n_spans = b.n_spans;
     return b.p;
 }
 
@@ -163,7 +185,7 @@ int chat_eos_ids(const char *model_dir, const tok_tokenizer *t, int32_t *ids, in
     if (rc) return -1;
     if (gen) {
         json_t *e = json_object_get(gen, "eos_token_id");
-        size_t k = json_is_array(e) ? json_array_size(e) : e ? 1 : 0;
+        size_t k = json_is_array(e) ? json_array_size(e) : e && !json_is_null(e) ? 1 : 0; // null: none (HF)
         for (size_t i = 0; i < k && rc == 0; i++) {
             json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
             json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;

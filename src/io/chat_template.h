@@ -51,6 +51,11 @@ enum { CHAT_THINKING_DEFAULT = -1, CHAT_THINKING_OFF = 0, CHAT_THINKING_ON = 1 }
 // Returns the prompt text (malloc'ed), or NULL + fd_error for an unknown role or no messages.
 char *chat_render_qwen3(const chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking);
 
+// The same, and where message text (content, reasoning) went: *spans (malloc'ed, *n_spans of them; NULL if none)
+// are the plain spans for tok_encode_opts, so special-token text a user wrote stays text.
+char *chat_render_qwen3_spans(const chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking,
+                              tok_span **spans, int *n_spans);
+
 // End-of-sequence ids: generation_config.json "eos_token_id" (a number or a list) and tokenizer_config.json
 // "eos_token" (a string or {"content": ...}) found in model_dir, in that order, without repeats. Returns how many
 // (0 if neither file names one), or -1 + fd_error for a file that exists but is malformed.

@@ -36,6 +36,40 @@ static void free_tensors(st_tensor *t, int n) {
     free(t);
 }
 
+// By data position: begin, then end (an empty tensor sorts before a non-empty one starting at the same byte).
+static int cmp_tensor_span(const void *a, const void *b) {
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    const uint8_t *xa = x->data, *ya = y->data;
+    if (xa != ya) return xa < ya ? -1 : 1;
+    return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+// The format's own rule (its reference validator): the tensors tile the data section exactly, in some order, with
+// no overlap, gap or trailing byte. An overlap would let one tensor alias another's bytes.
+static int check_layout(const char *path, st_tensor *ts, int n, const uint8_t *data, size_t data_len) {
+    st_tensor **by = fd_malloc((size_t)(n ? n : 1) * sizeof *by);
+    for (int i = 0; i < n; i++) by[i] = &ts[i];
+    qsort(by, (size_t)n, sizeof *by, cmp_tensor_span);
+    size_t at = 0;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const size_t b = (size_t)((const uint8_t *)by[i]->data - data), e = b + by[i]->nbytes;
+        if (b < at)
+            rc = fd_error_set("%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' (which ends at %zu)", path,
+                              FD_SAFE(by[i]->name), b, e, FD_SAFE(by[i - 1]->name), at);
+        else if (b > at)
+            rc = fd_error_set("%s: tensor '%s': data_offsets [%zu, %zu] leave a gap of %zu bytes before it", path,
+                              FD_SAFE(by[i]->name), b, e, b - at);
+        at = e;
+    }
+    if (!rc && at != data_len)
+        rc = fd_error_set("%s: the data section has %zu bytes after the last tensor (the offsets must cover it "
+                          "exactly)",
+                          path, data_len - at);
+    free(by);
+    return rc;
+}
+
 static int cmp_tensor_name(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
@@ -164,6 +198,10 @@ int st_parse(const uint8_t *buf, size_t len, const char *path, st_tensor **tenso
     }
     json_decref(root);
     root = NULL;
+    if (check_layout(path, ts, cnt, data, data_len)) {
+        free_tensors(ts, cnt);
+        return -1;
+    }
     qsort(ts, (size_t)cnt, sizeof *ts, cmp_tensor_name);
     // The JSON parser already rejects equal keys; this guards the sorted-array invariant st_find relies on.
     for (int i = 1; i < cnt; i++) {
@@ -261,6 +299,48 @@ static int has_control_char(const char *s) {
     return 0;
 }
 
+// Does the relative name f have a ".." component (a way out of the model directory)?
+static int has_dotdot(const char *f) {
+    for (const char *p = f; *p;) {
+        const char *q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return 1;
+        p += n + (q != NULL);
+    }
+    return 0;
+}
+
+// The path of shard f, resolved, if it stays inside the model directory (real path rdir). A symbolic link that
+// leads out is refused unless FD_ALLOW_EXTERNAL_SHARDS=1 (a Hugging Face cache snapshot links every file to
+// ../../blobs). The resolved path is what gets opened, so the check and the open see the same file. NULL + fd_error.
+static char *shard_path(const char *dir, const char *rdir, const char *index_path, const char *f) {
+    if (has_dotdot(f)) {
+        fd_error_set("%s: shard '%s' has a '..' component (shards must be inside the model directory)", index_path,
+                     f);
+        return NULL;
+    }
+    char *p = fd_path_join(dir, f);
+    char *real = realpath(p, NULL);
+    if (!real) {
+        fd_error_set("%s: cannot open: %s", p, strerror(errno));
+        fd_error_prefix("%s lists shard '%s'", index_path, f);
+        free(p);
+        return NULL;
+    }
+    free(p);
+    const size_t n = strlen(rdir);
+    const int inside = !strncmp(real, rdir, n) && (real[n] == '/' || (n == 1 && rdir[0] == '/'));
+    const char *allow = getenv("FD_ALLOW_EXTERNAL_SHARDS");
+    if (!inside && !(allow && !strcmp(allow, "1"))) {
+        fd_error_set("%s: shard '%s' resolves to %s, outside the model directory %s (a symbolic link; set "
+                     "FD_ALLOW_EXTERNAL_SHARDS=1 to allow, e.g. for a Hugging Face cache snapshot)",
+                     index_path, f, real, rdir);
+        free(real);
+        return NULL;
+    }
+    return real;
+}
+
 // Opens the shards named by an index.json weight_map and checks the map against their headers.
 static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     // Read whole, then parse: json_load_file reads with getc, a measurable cost on an 80k-tensor index.
@@ -280,6 +360,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     int *shard_of = NULL; // weight_map entry -> shard index
     st_tensor *all = NULL;
     int n_all = 0;
+    char *rdir = NULL; // the model directory, resolved
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
         fd_error_set("%s: expected an object 'weight_map' mapping tensor names to shard files", index_path);
@@ -309,8 +390,14 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
         }
         shard_of[k++] = s;
     }
+    rdir = realpath(dir, NULL);
+    if (!rdir) {
+        fd_error_set("%s: cannot resolve: %s", dir, strerror(errno));
+        goto done;
+    }
     for (int s = 0; s < n_shards; s++) {
-        char *p = fd_path_join(dir, shards[s]);
+        char *p = shard_path(dir, rdir, index_path, shards[s]);
+        if (!p) goto done;
         st_tensor *ts;
         int n;
         int bad = open_one(set, p, &ts, &n);
@@ -357,6 +444,7 @@ static int open_sharded(const char *dir, const char *index_path, st_set *set) {
     all = NULL;
     rc = 0;
 done:
+    free(rdir);
     free_tensors(all, n_all);
     for (int s = 0; s < n_shards; s++) free(shards[s]);
     free(shards);

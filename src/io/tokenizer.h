@@ -39,7 +39,21 @@ int tok_is_special(const tok_tokenizer *t, int32_t id);
 const char *tok_token_bytes(const tok_tokenizer *t, int32_t id, size_t *len);
 
 // Appends the ids of text[0..len) to out. Returns 0, or -1 (invalid UTF-8; out unchanged) with fd_error set.
+// Special added tokens written in the text (e.g. "<|im_end|>") become their ids (HF's default); see tok_encode_opts.
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+
+// Control-token injection: text a user wrote must not become control tokens. A plain span [off, off + len) of the
+// input is encoded with special added tokens treated as ordinary text (HF's split_special_tokens); a special token
+// that would touch a plain span does not match. Non-special added tokens still match everywhere, as in HF.
+typedef struct {
+    size_t off, len;
+} tok_span;
+typedef struct {
+    int parse_special;     // 0: no special token matches anywhere (a /v1/completions prompt by default)
+    const tok_span *plain; // with parse_special: spans where none matches (a chat message's content); may be NULL
+    int n_plain;
+} tok_enc_opts;
+int tok_encode_opts(const tok_tokenizer *t, const char *text, size_t len, const tok_enc_opts *o, tok_ids *out);
 
 // Decodes ids to text (malloc'ed, NUL-terminated; *out_len excludes the NUL). Byte sequences that are not valid
 // UTF-8 become U+FFFD, as HF does. skip_special drops special added tokens. -1 on an unknown id.

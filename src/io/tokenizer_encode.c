@@ -28,6 +28,12 @@ typedef struct {
     pcre2_match_data *md;     // from the thread's re_tls
     pcre2_match_context *mctx;
     int failed; // a regex returned an error: the whole call fails rather than giving wrong ids
+    // special added tokens: matched only with parse_special, and never inside a plain span of the input text
+    const char *text;
+    size_t text_len;
+    int parse_special;
+    const tok_span *plain;
+    int n_plain;
     // word cache: piece bytes -> ids
     cache_ent *ce;
     uint32_t ccap, ccount;
@@ -379,8 +385,23 @@ static void pretok(enc_ctx *c, int level, const char *s, size_t n) {
 // ---- added tokens ----
 typedef void (*gap_fn)(enc_ctx *c, const char *s, size_t n);
 
+// May a special token match s[0..n)? Not when special parsing is off, nor when it touches a plain span (text a user
+// wrote: a chat message's content). Offsets are known only while s points into the caller's text; normalized text
+// (a copy) can hold a special token only when nothing is plain.
+static int special_ok(const enc_ctx *c, const char *s, size_t n) {
+    if (!c->parse_special) return 0;
+    if (c->n_plain == 0) return 1;
+    if (s < c->text || s + n > c->text + c->text_len) return 0;
+    const size_t a = (size_t)(s - c->text), b = a + n;
+    for (int i = 0; i < c->n_plain; i++)
+        if (a < c->plain[i].off + c->plain[i].len && c->plain[i].off < b) return 0;
+    return 1;
+}
+
 // HF's AddedVocabulary::find_matches: leftmost-longest, non-overlapping; single_word may veto a match; lstrip /
-// rstrip widen it over whitespace (never back into what an earlier match took).
+// rstrip widen it over whitespace (never back into what an earlier match took). A special token special_ok refuses
+// is not a candidate, so the text is encoded as if it were not in the vocabulary's added tokens (HF's
+// split_special_tokens).
 static void added_split(enc_ctx *c, const tok_added_set *set, const char *s, size_t n, gap_fn gap) {
     if (set->n == 0) {
         gap(c, s, n);
@@ -394,7 +415,8 @@ static void added_split(enc_ctx *c, const tok_added_set *set, const char *s, siz
             uint8_t b = (uint8_t)s[p];
             for (int j = set->first[b]; j < set->first[b + 1]; j++) {
                 const tok_added *a = set->tok[j];
-                if (a->len <= n - p && !memcmp(s + p, a->content, a->len)) {
+                if (a->len <= n - p && !memcmp(s + p, a->content, a->len) &&
+                    (!a->special || special_ok(c, s + p, a->len))) {
                     hit = a;
                     break;
                 }
@@ -544,6 +566,11 @@ size_t tok_utf8_invalid_at(const char *text, size_t len) {
 }
 
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+    const tok_enc_opts o = {.parse_special = 1};
+    return tok_encode_opts(t, text, len, &o, out);
+}
+
+int tok_encode_opts(const tok_tokenizer *t, const char *text, size_t len, const tok_enc_opts *o, tok_ids *out) {
     // The word cache keeps 32-bit offsets; no prompt comes near this.
     if (len >= ((size_t)1 << 31)) return fd_error_set("tokenize: input of %zu bytes is over the 2 GiB limit", len);
     size_t bad = tok_utf8_invalid_at(text, len);
@@ -556,6 +583,11 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *ou
     c->md = r->md;
     c->mctx = r->mctx;
     c->failed = 0;
+    c->text = text;
+    c->text_len = len;
+    c->parse_special = o->parse_special;
+    c->plain = o->plain;
+    c->n_plain = o->n_plain;
     uint32_t want = len / 8 < 64 ? 64 : len / 8 > (1u << 16) ? (1u << 16) : (uint32_t)(len / 8), cap = 64;
     while (cap < want) cap *= 2;
     if (cap != c->ccap) {

@@ -432,6 +432,31 @@ int cfg_parse(const char *json_text, const char *path, fd_config *cfg) {
     return rc;
 }
 
+// generation_config.json, when present, must be a JSON object whose eos_token_id (if any, and not null: HF writes
+// null for "none") is a token id or a list of them. Checked with config.json, which every command loads, so `info`,
+// `generate` and `serve` accept and refuse the same directories (serve reads the ids; it checks their range against
+// the tokenizer).
+static int check_generation_config(const char *dir) {
+    char *path = fd_path_join(dir, "generation_config.json");
+    int rc = 0;
+    if (fd_file_exists(path)) {
+        json_error_t e;
+        json_t *j = json_load_file(path, 0, &e);
+        const json_t *eos = json_object_get(j, "eos_token_id");
+        int bad_eos = 0;
+        for (size_t i = 0, k = json_is_array(eos) ? json_array_size(eos) : eos && !json_is_null(eos); i < k; i++) {
+            const json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            bad_eos |= !json_is_integer(v) || json_integer_value(v) < 0;
+        }
+        if (!j) rc = fd_error_set("%s: invalid JSON at line %d column %d: %s", path, e.line, e.column, e.text);
+        else if (!json_is_object(j)) rc = fd_error_set("%s: not a JSON object", path);
+        else if (bad_eos) rc = fd_error_set("%s: eos_token_id must be a token id or a list of token ids", path);
+        json_decref(j);
+    }
+    free(path);
+    return rc;
+}
+
 int cfg_load_dir(const char *dir, fd_config *cfg) {
     char *path = fd_path_join(dir, "config.json");
     size_t len;
@@ -446,5 +471,6 @@ int cfg_load_dir(const char *dir, fd_config *cfg) {
     }
     free(text);
     free(path);
+    if (!rc) rc = check_generation_config(dir);
     return rc;
 }

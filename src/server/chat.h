@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "io/chat_template.h"
+#include "io/tokenizer.h"
 #include "server/request.h"
 
 // ---- prompt ----
@@ -31,6 +32,14 @@ typedef struct {
 // Renders r's messages with t. 0, or -1 + e (400: the template refused the conversation).
 int srv_chat_build_prompt(const chat_template *t, const srv_req *r, srv_chat_prompt *p, srv_err *e);
 void srv_chat_prompt_free(srv_chat_prompt *p);
+// Control-token injection (issue 21): where special-token text written in the messages (content, reasoning,
+// tool arguments, any string a message carries) landed in p->text, as plain spans for tok_encode_opts, so it
+// stays text while the template's own control tokens stay control tokens. Found by rendering the template a
+// second time with the first byte of every such occurrence changed: the two renderings differ exactly there.
+// When they differ in length (the template branched on that text) the positions cannot be told and the request
+// is refused (400) rather than let through. *spans NULL and *n 0 when the messages hold no special-token text.
+int srv_chat_plain_spans(const chat_template *t, const tok_tokenizer *tok, const srv_req *r, const srv_chat_prompt *p,
+                         tok_span **spans, int *n, srv_err *e);
 
 // ---- output ----
 typedef struct {

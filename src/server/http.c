@@ -8,9 +8,11 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "io/chat_template.h"
+#include "server/conn.h"
 #include "server/http_api.h"
 
 typedef enum {
@@ -24,6 +26,7 @@ typedef struct {
     int too_big;
     size_t received; // body bytes so far
     double t0;
+    int http11; // an HTTP/1.1 request (interim 1xx responses allowed)
     srv_job *job;
     int status;
     int logged_error; // an error response was queued (for the log line)
@@ -131,6 +134,95 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { srv_job_unref(cls); }
 
+// A stream's 200 and SSE headers, once the scheduler admitted the job. Called without j->mu: libmicrohttpd calls
+// stream_read (which takes j->mu) with the response's own lock held, so queueing it under j->mu would invert them.
+static enum MHD_Result stream_start(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j,
+                                                                  stream_free);
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    cx->status = 200;
+    return ok;
+}
+
+// A job's connection on its first pass and on every resume: answers when there is an answer, else suspends until
+// the scheduler has one (under j->mu, so its wake-up cannot be lost). A stream's headers wait for admission, so a
+// refusal (KV pages, queue timeout, shutdown) is answered with its real status.
+static enum MHD_Result job_progress(conn_ctx *cx, struct MHD_Connection *c, srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (j->stream && !j->headers_sent && !j->err.status && j->admitted) {
+        j->headers_sent = 1; // from now on a failure is an SSE error event
+        j->refs++;           // the response holds one
+        pthread_mutex_unlock(&j->mu);
+        return stream_start(cx, c, j);
+    }
+    enum MHD_Result ok = MHD_YES;
+    if (j->stream && !j->headers_sent && j->err.status) {
+        ok = send_err(cx, c, &j->err);
+    } else if (!j->stream && j->done) {
+        ok = respond_job(cx, c, j);
+    } else {
+        j->suspended = 1;
+        MHD_suspend_connection(c);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ok;
+}
+
+// Bearer token of the request (Authorization: Bearer <token>), or NULL.
+static const char *bearer_token(struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return NULL;
+    h += 7;
+    while (*h == ' ') h++;
+    return *h ? h : NULL;
+}
+
+// Does the request carry key as its bearer token? Compared in constant time (the time says nothing about how much
+// of a guess was right). A NULL or empty key matches nothing.
+int srv_request_has_key(struct MHD_Connection *c, const char *key) {
+    const char *got = bearer_token(c);
+    if (!key || !key[0] || !got) return 0;
+    const size_t n = strlen(key), m = strlen(got);
+    unsigned diff = n != m;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    return diff == 0;
+}
+
+// Admin routes (POST /reset_prefix_cache): refused unless the server has an admin key (--admin-key or
+// FD_ADMIN_KEY) and the request carries it. 0, or -1 with *e (403 no key configured, 401 wrong or missing key).
+static int admin_check(const srv_server *S, struct MHD_Connection *c, srv_err *e) {
+    if (!S->cfg->admin_key || !S->cfg->admin_key[0])
+        return srv_err_set(e, 403, "permission_error", "admin_disabled", NULL,
+                           "admin routes are disabled: start the server with --admin-key (or FD_ADMIN_KEY)");
+    if (!srv_request_has_key(c, S->cfg->admin_key))
+        return srv_err_set(e, 401, "authentication_error", "invalid_api_key",
+                           NULL, "this route needs the admin key (Authorization: Bearer <key>)");
+    return 0;
+}
+
+// The prefix-cache tenant of a request: 0 (the shared cache) unless it names a cache_salt or the server salts by
+// API key (--cache-salt-api-key). Keyed with the boot nonce, so no one can pick a salt that collides with another
+// tenant's; never 0 when salted.
+static uint64_t cache_salt(const srv_server *S, const char *salt, const char *key) {
+    if (!salt && !key) return 0;
+    uint64_t h = S->boot_nonce ^ 0x6a09e667f3bcc909ULL;
+    const char *parts[2] = {salt ? salt : "", key ? key : ""};
+    for (int p = 0; p < 2; p++) {
+        for (const unsigned char *q = (const unsigned char *)parts[p];; q++) {
+            h = (h ^ (*q + 0x100u * (unsigned)p)) * 0x100000001b3ULL; // the NUL ends each part (no ambiguity)
+            h ^= h >> 29;
+            if (!*q) break;
+        }
+    }
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    return h ? h : 1;
+}
+
 static void random_id(srv_server *S, char *out, size_t n, const char *prefix) {
     uint64_t x = (uint64_t)atomic_fetch_add(&S->counter, 1) * 0x9e3779b97f4a7c15ULL ^ S->boot_nonce;
     x ^= x >> 31;
@@ -151,14 +243,25 @@ static int prompt_ids(srv_server *S, srv_req *r, tok_ids *ids, srv_chat_prompt *
         }
         return 0;
     }
+    // Control tokens come only from the chat template: special-token text a user wrote (message content, a
+    // completions prompt) is encoded as plain text unless --parse-special-tokens restores the old behaviour.
     char *text = r->prompt_text;
-    char *rendered = NULL;
+    tok_span *spans = NULL;
+    int n_spans = 0;
+    tok_enc_opts eo = {.parse_special = S->cfg->parse_special};
     if (r->kind == SRV_CHAT) { // the model's chat template (server/chat_prompt.c)
         if (srv_chat_build_prompt(S->tpl, r, chat, e)) return -1;
         text = chat->text;
+        // where special-token text from the messages landed in the rendering: plain spans
+        if (!S->cfg->parse_special && srv_chat_plain_spans(S->tpl, S->tok, r, chat, &spans, &n_spans, e)) {
+            free(chat->text);
+            chat->text = NULL;
+            return -1;
+        }
+        eo = (tok_enc_opts){.parse_special = 1, .plain = spans, .n_plain = n_spans};
     }
-    int rc = tok_encode(S->tok, text, strlen(text), ids);
-    free(rendered);
+    int rc = tok_encode_opts(S->tok, text, strlen(text), &eo, ids);
+    free(spans);
     if (chat->text) {
         free(chat->text);
         chat->text = NULL;
@@ -204,7 +307,8 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     if (!rc) rc = prompt_ids(S, &r, &ids, &chat, &e);
     int64_t max_tokens = r.max_tokens;
     if (!rc && (int64_t)ids.n >= cfg->ctx)
-        rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+        rc = srv_err_set(&e, 400, "invalid_request_error", "context_length_exceeded",
+                         kind == SRV_CHAT ? "messages" : "prompt",
                          "This model's maximum context length is %lld tokens. However, your prompt has %zu tokens.",
                          (long long)cfg->ctx, ids.n);
     if (!rc && max_tokens < 0) { // OpenAI: 16 for completions; chat: what the context leaves
@@ -270,6 +374,8 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
         FD_INFO("request %s: sampled on the host (logprobs / penalties / min_p / logit_bias), without speculation", j->id);
     j->chat = chat; // ownership moves to the job
     if (chat.tools) j->tools = json_incref(r.tools);
+    j->cache_salt = cache_salt(S, r.cache_salt, cfg->cache_salt_api_key ? bearer_token(c) : NULL);
+    j->http11 = cx->http11;
     srv_req_free(&r);
     j->t_arrival = cx->t0;
     j->created = (long)time(NULL);
@@ -283,27 +389,7 @@ static enum MHD_Result start_generation(srv_server *S, conn_ctx *cx, struct MHD_
     }
     j->cur = 0;
     if (sched_submit(S->sched, j, &e)) return send_err(cx, c, &e);
-    if (j->stream) {
-        srv_job_ref(j); // the response holds one
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j,
-                                                                      stream_free);
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ok = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        cx->status = 200;
-        return ok;
-    }
-    pthread_mutex_lock(&j->mu);
-    if (j->done) {
-        enum MHD_Result ok = respond_job(cx, c, j);
-        pthread_mutex_unlock(&j->mu);
-        return ok;
-    }
-    j->suspended = 1;
-    MHD_suspend_connection(c);
-    pthread_mutex_unlock(&j->mu);
-    return MHD_YES;
+    return job_progress(cx, c, j);
 }
 
 static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Connection *c) {
@@ -330,9 +416,12 @@ static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Conn
         free(m);
         return ok;
     }
-    case R_RESET:
-        sched_reset_prefix_cache(S->sched);
+    case R_RESET: {
+        srv_err e;
+        if (admin_check(S, c, &e)) return send_err(cx, c, &e);
+        sched_reset_prefix_cache(S->sched); // queued: answers at once, whatever the scheduler is running
         return send_json(cx, c, 200, json_pack("{s:s}", "status", "ok"));
+    }
     default:
         return fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
     }
@@ -363,12 +452,12 @@ static srv_route find_route(const char *url, const char *method, int *bad_method
 
 enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv_server *S = cls;
     conn_ctx *cx = *con_cls;
     if (!cx) { // first call: headers only
         cx = fd_calloc(1, sizeof *cx);
         cx->t0 = fd_time_s();
+        cx->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = cx;
         int bad_method;
         cx->route = find_route(url, method, &bad_method);
@@ -395,8 +484,9 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
     if (*upload_size) {
         // libmicrohttpd 0.9.75 accepts a response only before the body or after all of it, not in between. So an
         // oversized body sent without Content-Length is read and dropped, and the 413 goes out at its end; past 4x
-        // the limit, and for a body that trickles in slower than --body-timeout allows, the connection is cut
-        // (logged as 413 / 408), which is the only way to stop such a client.
+        // the limit, and for a body that trickles in slower than --recv-timeout allows, the connection is cut
+        // (logged as 413 / 408), which is the only way to stop such a client. (The watchdog in conn.c enforces the same
+        // deadline on connections that send nothing at all, or trickle their headers.)
         cx->received += *upload_size;
         if (cx->received > S->cfg->max_body) {
             srv_buf_free(&cx->body);
@@ -407,10 +497,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
             snprintf(cx->why, sizeof cx->why, "body over 4x --max-body: connection closed");
             return MHD_NO;
         }
-        if (fd_time_s() - cx->t0 > S->cfg->body_timeout) { // a slow (or slowloris) client
+        if (fd_time_s() - cx->t0 > S->cfg->recv_timeout) { // a slow (or slowloris) client
             *upload_size = 0;
             cx->status = 408;
-            snprintf(cx->why, sizeof cx->why, "request body slower than --body-timeout: connection closed");
+            snprintf(cx->why, sizeof cx->why, "request body slower than --recv-timeout: connection closed");
             return MHD_NO;
         }
         srv_buf_add(&cx->body, upload, *upload_size);
@@ -420,19 +510,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
     if (cx->too_big)
         return fail(cx, c, 413, "invalid_request_error", "request_too_large",
                     "the request body exceeds the server's limit");
-    if (cx->job) { // resumed: the scheduler finished (non-streaming)
-        srv_job *j = cx->job;
-        pthread_mutex_lock(&j->mu);
-        enum MHD_Result ok = MHD_YES;
-        if (j->done) {
-            ok = respond_job(cx, c, j);
-        } else {
-            j->suspended = 1;
-            MHD_suspend_connection(c);
-        }
-        pthread_mutex_unlock(&j->mu);
-        return ok;
+    if (cx->job) { // resumed: the scheduler admitted a stream, or has the answer
+        return job_progress(cx, c, cx->job);
     }
+    srv_conns_request_received(c); // the whole request is here: no receive deadline while it is answered
     if (cx->route == R_COMPLETIONS || cx->route == R_CHAT) return start_generation(S, cx, c);
     return simple_route(S, cx, c);
 }
@@ -440,8 +521,15 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *S = cls;
     conn_ctx *cx = *con_cls;
-    (void)c;
-    if (!cx) return;
+    if (!cx) {
+        srv_conns_request_done(c); // a kept-alive connection's next request has its own deadline
+        return;
+    }
+    if (!cx->status && !cx->job && srv_conns_was_cut(c)) { // the receive deadline cut it (conn.c): no response
+        cx->status = 408;
+        snprintf(cx->why, sizeof cx->why, "request not received within --recv-timeout: connection closed");
+    }
+    srv_conns_request_done(c);
     *con_cls = NULL;
     const double now = fd_time_s();
     int status = cx->status;

@@ -19,6 +19,10 @@ typedef struct {
     atomic_int stopping;
 } srv_server;
 
+// Does the request carry key as its bearer token (Authorization: Bearer <key>)? Constant-time; NULL/"" never match.
+// The admin routes use it with --admin-key; any other key (e.g. an API key) can be checked the same way.
+int srv_request_has_key(struct MHD_Connection *c, const char *key);
+
 enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls);
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);

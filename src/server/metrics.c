@@ -78,8 +78,33 @@ static void hist(srv_buf *b, const char *model, const char *name, const char *he
     put(b, "flashdelta:%s_count{model_name=\"%s\"} %lld\n", name, model, (long long)h->total);
 }
 
-char *srv_metrics_render(srv_metrics *m, const char *model) {
+// A label value in the Prometheus text format: backslash, double quote and line feed are escaped (\\ \" \n), so
+// no value (the model name comes from the command line or the directory) can end the label or the line.
+size_t srv_prom_escape(const char *v, char *out, size_t cap) {
+    size_t n = 0;
+    for (; v && *v && n + 3 < cap; v++) {
+        const char c = *v;
+        if (c == '\\' || c == '"' || c == '\n') {
+            out[n++] = '\\';
+            out[n++] = c == '\n' ? 'n' : c;
+        } else {
+            out[n++] = c;
+        }
+    }
+    if (v && *v) // cut: drop a partial UTF-8 character at the end (the exposition must stay valid UTF-8)
+        while (n > 0 && ((unsigned char)*v & 0xC0) == 0x80 && ((unsigned char)out[n - 1] & 0x80)) {
+            const int lead = ((unsigned char)out[n - 1] & 0xC0) == 0xC0;
+            n--;
+            if (lead) break;
+        }
+    out[n] = 0;
+    return n;
+}
+
+char *srv_metrics_render(srv_metrics *m, const char *model_raw) {
     srv_buf b = {0};
+    char model[256]; // every line is formatted through put()'s 512-byte buffer: the name is cut, not the line
+    srv_prom_escape(model_raw, model, sizeof model);
     pthread_mutex_lock(&m->mu);
     gauge(&b, model, "num_requests_running", "Requests holding a sequence slot (prefill or decode).", m->running);
     gauge(&b, model, "num_requests_waiting", "Requests queued for a slot.", m->waiting);
@@ -90,7 +115,7 @@ char *srv_metrics_render(srv_metrics *m, const char *model) {
             m->prefill_computed_tokens);
     counter(&b, model, "prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", m->pc_queries);
     counter(&b, model, "prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", m->pc_hits);
-    counter(&b, model, "prefix_cache_resets_total", "POST /reset_prefix_cache calls.", m->pc_resets);
+    counter(&b, model, "prefix_cache_resets_total", "Prefix cache resets done (POST /reset_prefix_cache; calls while one is pending count once each).", m->pc_resets);
     gauge(&b, model, "prefix_cache_usage_bytes", "Bytes of KV blocks and state snapshots held.", m->pc_bytes);
     gauge(&b, model, "prefix_cache_budget_bytes", "Prefix cache byte budget.", m->pc_budget);
     gauge(&b, model, "prefix_cache_blocks", "KV blocks held.", (double)m->pc_nodes);

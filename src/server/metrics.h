@@ -3,6 +3,7 @@
 #ifndef FD_SERVER_METRICS_H
 #define FD_SERVER_METRICS_H
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SRV_HIST_MAX 24
@@ -48,6 +49,9 @@ typedef struct {
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_destroy(srv_metrics *m);
 void srv_hist_observe(srv_hist *h, double v); // caller holds m->mu
+// Escapes a label value per the Prometheus text format into out (cap bytes, NUL-terminated; a value too long is cut
+// at a whole escape). Returns the length written.
+size_t srv_prom_escape(const char *v, char *out, size_t cap);
 // Prometheus text exposition (malloc'ed). model: the served model name (label).
 char *srv_metrics_render(srv_metrics *m, const char *model);
 #endif

@@ -371,6 +371,12 @@ static int parse_fields(json_t *root, srv_kind kind, srv_req *r, srv_err *err) {
             r->n = (int)x;
         } else if (!strcmp(key, "ignore_eos")) {
             if (!json_is_null(v) && want_bool(v, key, &r->ignore_eos, err)) return -1;
+        } else if (!strcmp(key, "cache_salt")) { // vLLM: requests share prefix-cache blocks only with equal salts
+            if (json_is_null(v)) continue;
+            if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 1024 ||
+                strlen(json_string_value(v)) != json_string_length(v))
+                return BAD(key, "'cache_salt' must be a non-empty string of at most 1024 bytes, without NUL");
+            r->cache_salt = fd_strdup(json_string_value(v));
         } else if (!strcmp(key, "user")) {
             if (!json_is_string(v) && !json_is_null(v)) return BAD(key, "'user' must be a string");
         } else if (!strcmp(key, "chat_template_kwargs") && kind == SRV_CHAT) {
@@ -488,6 +494,7 @@ void srv_req_free(srv_req *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->model);
+    free(r->cache_salt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }

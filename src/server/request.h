@@ -58,6 +58,7 @@ typedef struct {
     int n_bias;               // logit_bias entries
     int32_t *bias_ids;
     float *bias;
+    char *cache_salt; // vLLM extension: prefix-cache tenant (NULL: none)
 } srv_req;
 
 typedef struct {

@@ -19,6 +19,8 @@
 // is cached when the request ends: the next chat turn, which repeats this turn's prompt and answer, then hits it.
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,6 +46,7 @@ typedef struct {
     int n_gen;
     int32_t next; // sampled token to feed at the next decode step
     double t_last, t_peek;
+    int probed; // the half-close probe was sent (client_gone)
     fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator (tokens are sampled on the
                       // backend: engine_forward_sample / engine_decode_batch_sample; only the ids come back)
     fd_dflash spec;   // speculative decoding state (when the server has a drafter)
@@ -71,7 +74,7 @@ struct srv_sched {
     fd_kv_pool pool; // the slots' KV pages
     pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv, cv_reset;
+    pthread_cond_t cv;
     srv_job **queue; // FIFO ring of cfg->max_queue
     int q_head, q_len;
     int stopping, running_thread;
@@ -80,11 +83,17 @@ struct srv_sched {
 
 // ---- finishing ----
 
+// The prefix cache as this job's tenant sees it.
+static pc_cache *pc_for(srv_sched *s, const srv_job *j) {
+    pc_set_salt(s->pc, j->cache_salt);
+    return s->pc;
+}
+
 static void job_fail(srv_job *j, int status, const char *type, const char *code, const char *msg) {
     pthread_mutex_lock(&j->mu);
     if (!j->done) {
         srv_err_set(&j->err, status, type, code, NULL, "%s", msg);
-        if (j->stream) {
+        if (j->stream && j->headers_sent) { // else the HTTP side answers with the error's own status
             srv_sse_error(j);
             srv_sse_done(j);
         }
@@ -105,7 +114,8 @@ static void met_finish(srv_sched *s, int kind, const srv_job *j, double now) {
 
 static void slot_release(srv_sched *s, slot *sl) {
     if (s->pc && sl->roll) {
-        if (sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past && !pc_has_snapshot(s->pc, sl->seq, sl->roll_pos))
+        if (sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past &&
+            !pc_has_snapshot(pc_for(s, sl->job), sl->seq, sl->roll_pos))
             pc_insert(s->pc, &sl->e, NULL, sl->seq, sl->roll_pos, sl->roll);
         else
             s->be->free(s->be, sl->roll);
@@ -132,7 +142,7 @@ static void slot_fail(srv_sched *s, slot *sl, int status, const char *type, cons
 // A failed forward: a full KV pool is the server's capacity, not a fault (503, like an overloaded queue).
 static void slot_fail_forward(srv_sched *s, slot *sl) {
     const char *msg = fd_error_msg();
-    if (strstr(msg, "KV cache full"))
+    if (fd_error_code() == FD_ERR_KV_FULL)
         slot_fail(s, sl, 503, "server_overloaded", "kv_cache_full", msg, SRV_FIN_ERROR);
     else
         slot_fail(s, sl, 500, "server_error", NULL, msg, SRV_FIN_ERROR);
@@ -289,6 +299,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     sl->emitted = 0;
     sl->text.len = 0;
     sl->t_peek = 0;
+    sl->probed = 0;
     sl->admitted = s->admit_counter++;
     sampler_init(&sl->smp, (float)j->temperature, j->top_k, (float)j->top_p, j->seed + (uint64_t)choice);
     if (j->host) {
@@ -303,7 +314,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     if (s->dr) dflash_reset(&sl->spec);
     seq_push(sl, j->prompt, j->n_prompt);
     fd_dflash *spec = s->dr ? &sl->spec : NULL;
-    int64_t cached = s->pc ? pc_restore(s->pc, &sl->e, spec, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
+    int64_t cached = s->pc ? pc_restore(pc_for(s, j), &sl->e, spec, j->prompt, j->n_prompt, j->n_prompt - 1) : 0;
     // The prompt's KV pages up front: a prompt the pool cannot hold now is refused before any work (503).
     const int kv_ok = engine_reserve(&sl->e, j->n_prompt) == 0;
     pthread_mutex_lock(&j->mu);
@@ -319,7 +330,14 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     srv_hist_observe(&s->met->queue, now - j->t_arrival);
     pthread_mutex_unlock(&s->met->mu);
     sl->st = SLOT_PREFILL;
-    if (!kv_ok) slot_fail_forward(s, sl);
+    if (!kv_ok) {
+        slot_fail_forward(s, sl);
+        return;
+    }
+    pthread_mutex_lock(&j->mu); // a stream's headers (200) go out now, not before a refusal could come
+    j->admitted = 1;
+    srv_job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
 }
 
 // The KV tokens (whole pages) a job's prompt takes.
@@ -329,7 +347,12 @@ static int64_t kv_prompt_tokens(const srv_sched *s, const srv_job *j) {
 }
 
 // Is the client still there? Peeks at the socket while libmicrohttpd has the connection suspended (it does not watch
-// suspended connections): end-of-file or a reset means the client went away.
+// suspended connections): a reset or a socket error means the client went away. End-of-file alone does not: a client
+// may half-close (shutdown(SHUT_WR)) once its request is sent and still read the answer, as HTTP allows. To tell
+// that from a client that closed for good, the first end-of-file of an HTTP/1.1 request whose response has not
+// started is answered with an interim "HTTP/1.1 100 Continue" (every HTTP/1.1 client must skip 1xx responses): a
+// closed socket answers it with a reset, seen at the next peek; a half-closed client reads past it. (A stream whose
+// headers went out cannot take it: its closed client is noticed when the next event's write fails.)
 static int client_gone(slot *sl, double now) {
     srv_job *j = sl->job;
     if (atomic_load(&j->cancelled)) return 1;
@@ -341,7 +364,19 @@ static int client_gone(slot *sl, double now) {
     else if (j->suspended && j->fd >= 0) {
         char c;
         ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        gone = r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+        if (r == 0 && !sl->probed && j->http11 && !j->headers_sent) {
+            // j->mu is held and the connection suspended: libmicrohttpd writes nothing to it meanwhile
+            static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            sl->probed = 1;
+            gone = send(j->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+                   errno != EWOULDBLOCK;
+        } else if (r == 0) {
+            // after end-of-file recv keeps returning 0 even once a reset came; the reset shows in the TCP state
+            struct tcp_info ti;
+            socklen_t tl = sizeof ti;
+            gone = getsockopt(j->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE;
+        }
     }
     pthread_mutex_unlock(&j->mu);
     return gone;
@@ -498,7 +533,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
     s->met->prefill_computed_tokens += end - pos;
     s->met->prefill_chunks++;
     pthread_mutex_unlock(&s->met->mu);
-    if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(s->pc, j->prompt, end))
+    if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(pc_for(s, j), j->prompt, end))
         pc_insert(s->pc, &sl->e, s->dr ? &sl->spec : NULL, j->prompt, end, NULL);
     if (final) {
         sl->st = SLOT_DECODE;
@@ -611,15 +646,17 @@ static void *sched_main(void *arg) {
             break;
         }
         if (s->reset_asked != s->reset_done) {
-            // The cache belongs to this thread; the metrics are refreshed before the caller is released, so the
-            // /metrics it reads next already shows the empty cache.
+            // The cache belongs to this thread. Done before admission, so every request that arrived after the
+            // reset was asked for sees the empty cache.
             const int64_t asked = s->reset_asked;
             pthread_mutex_unlock(&s->mu);
             if (s->pc) pc_reset(s->pc);
             sync_route_metrics(s);
+            pthread_mutex_lock(&s->met->mu);
+            s->met->pc_resets += asked - s->reset_done; // counted when done, so a client can wait for it
+            pthread_mutex_unlock(&s->met->mu);
             pthread_mutex_lock(&s->mu);
             s->reset_done = asked;
-            pthread_cond_broadcast(&s->cv_reset);
         }
         // admit into free slots; drop requests that waited too long (their clients get 503)
         int n_adm = 0, n_exp = 0, free_slots = s->n_slots - n_active(s);
@@ -723,7 +760,6 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     s->queue = fd_calloc((size_t)cfg->max_queue, sizeof *s->queue);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    pthread_cond_init(&s->cv_reset, NULL);
     routes_print(&s->slots[0].e, stderr);
     sync_route_metrics(s); // /metrics lists every route from the start
     FD_CHECK(pthread_create(&s->th, NULL, sched_main, s) == 0);
@@ -759,14 +795,12 @@ int sched_submit(srv_sched *s, srv_job *j, srv_err *err) {
 }
 
 void sched_reset_prefix_cache(srv_sched *s) {
+    // Queued, never waited for: an HTTP worker must not sit out a long engine step (any number of calls while one
+    // is pending collapse into one reset).
     pthread_mutex_lock(&s->mu);
-    const int64_t want = ++s->reset_asked;
+    ++s->reset_asked;
     pthread_cond_signal(&s->cv);
-    while (!s->stopping && s->reset_done < want) pthread_cond_wait(&s->cv_reset, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    pthread_mutex_lock(&s->met->mu);
-    s->met->pc_resets++;
-    pthread_mutex_unlock(&s->met->mu);
 }
 
 void sched_stop(srv_sched *s) {
@@ -774,7 +808,6 @@ void sched_stop(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
-    pthread_cond_broadcast(&s->cv_reset);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
     s->running_thread = 0;
@@ -811,6 +844,5 @@ void sched_free(srv_sched *s) {
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    pthread_cond_destroy(&s->cv_reset);
     free(s);
 }

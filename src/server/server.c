@@ -12,6 +12,7 @@
 
 #include "base/threads.h"
 #include "engine/kv_pool.h"
+#include "server/conn.h"
 #include "server/http.h"
 
 void srv_config_defaults(srv_config *c) {
@@ -28,7 +29,11 @@ void srv_config_defaults(srv_config *c) {
     c->queue_timeout = 60;
     c->request_timeout = 600;
     c->conn_timeout = 30;
-    c->body_timeout = 30;
+    c->recv_timeout = 30;
+    c->max_conns = 1000;
+    c->max_conns_per_ip = 64;
+    const char *k = getenv("FD_ADMIN_KEY"); // the environment keeps the key out of `ps`
+    c->admin_key = k && k[0] ? k : NULL;
     c->max_body = 4u << 20;
     c->default_max_tokens = 16;
     c->prefix_cache = 1;
@@ -170,6 +175,7 @@ int srv_main(const srv_config *cfg) {
                    (uint64_t)(fd_time_s() * 1e9);
     srv_metrics_init(&S.met);
     int rc = 0;
+    srv_conns *conns = NULL;
     S.sched = sched_create(cfg, &model, be, S.tok, has_draft ? &dr : NULL, eos, n_eos, &S.met);
     if (!S.sched) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -185,12 +191,17 @@ int srv_main(const srv_config *cfg) {
         rc = 2;
         goto out;
     }
+    conns = srv_conns_create(cfg->recv_timeout);
+    // Slow clients: at most --max-conns-per-ip connections from one address and --max-conns in all, each cut if
+    // idle for --conn-timeout or if its request has not arrived whole within --recv-timeout (conn.c).
     S.daemon = MHD_start_daemon(
         MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
         srv_on_request, &S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_conns_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, conns,
+        MHD_OPTION_END);
     if (!S.daemon) {
         fprintf(stderr, "flashdelta: error: cannot listen on %s:%d\n", cfg->host, cfg->port);
         rc = 1;
@@ -221,6 +232,7 @@ out:
         usleep(200 * 1000); // let resumed connections write their last bytes
         MHD_stop_daemon(S.daemon);
     }
+    srv_conns_free(conns); // after the daemon: no connection is left to notify
     sched_free(S.sched);
     if (has_draft) drafter_free(&dr);
     srv_metrics_destroy(&S.met);

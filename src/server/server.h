@@ -26,7 +26,12 @@ typedef struct {
     double queue_timeout;    // seconds a request may wait for a slot before 503
     double request_timeout;  // seconds from arrival to the end of generation before 504
     double conn_timeout;     // idle seconds before libmicrohttpd drops a connection (slow clients)
-    double body_timeout;     // seconds to receive a whole request body before 408
+    double recv_timeout;     // seconds to receive a whole request (headers and body) before the connection is cut
+    int max_conns;           // open connections in all (libmicrohttpd refuses more)
+    int max_conns_per_ip;    // open connections from one client address
+    const char *admin_key;   // bearer token of the admin routes (/reset_prefix_cache); NULL = those routes refused
+    int cache_salt_api_key;  // salt every request's prefix-cache use with its bearer token (tenant isolation)
+    int parse_special;       // special-token text in message content / prompts becomes control tokens (unsafe)
     size_t max_body;         // request body limit (413 above)
     int default_max_tokens;  // completions without max_tokens (OpenAI: 16); chat: the rest of the context
     int prefix_cache;        // 0 = off

@@ -68,6 +68,8 @@ typedef struct srv_job {
     fd_host_params hp; // its bias arrays are owned by the job
     srv_chat_prompt chat; // chat: how to read the output (reasoning, tool calls, a forced call opening); no text
     json_t *tools;        // chat: the request's tools (their schemas type tool-call arguments), or NULL
+    uint64_t cache_salt; // prefix-cache tenant: 0 = shared; from cache_salt and (--cache-salt-api-key) the API key
+    int http11;          // the request was HTTP/1.1: an interim "100 Continue" may be sent (the half-close probe)
 
     // ---- shared, under mu ----
     pthread_mutex_t mu;
@@ -81,6 +83,8 @@ typedef struct srv_job {
     srv_choice ch[SRV_MAX_N];
     int cur; // streams: the choice whose chunks are being written (under mu)
     int done;
+    int admitted;     // the scheduler gave it a slot and its prompt's KV pages (a stream's 200 waits for this)
+    int headers_sent; // a stream's 200 went out: a later failure can only be an SSE error event
     srv_finish finish;
     srv_err err; // err.status != 0: the request failed
     int n_completion, n_cached; // n_completion: all choices' tokens
@@ -103,7 +107,8 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
                         fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
 // Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
 int sched_submit(srv_sched *s, srv_job *j, srv_err *err);
-// Drops the prefix cache (runs on the scheduler thread; returns when done).
+// Asks the scheduler thread to drop the prefix cache and returns at once (the reset runs before the next admission,
+// so a request sent after this returns never hits the old cache).
 void sched_reset_prefix_cache(srv_sched *s);
 // Ends every job (503) and stops the thread.
 void sched_stop(srv_sched *s);

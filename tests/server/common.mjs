@@ -71,9 +71,14 @@ export async function metrics() {
   return m;
 }
 
+// An admin route (the server runs with --admin-key $FD_ADMIN_KEY); the reset is queued, so wait until it is done.
 export async function resetPrefixCache() {
-  const r = await fetch(`${URL_BASE}/reset_prefix_cache`, { method: "POST" });
+  const before = (await metrics()).prefix_cache_resets_total;
+  const r = await fetch(`${URL_BASE}/reset_prefix_cache`,
+                        { method: "POST", headers: { Authorization: `Bearer ${process.env.FD_ADMIN_KEY}` } });
   check(r.status === 200, `reset_prefix_cache status ${r.status}`);
+  for (let i = 0; i < 200 && (await metrics()).prefix_cache_resets_total <= before; i++)
+    await new Promise((res) => setTimeout(res, 25));
 }
 
 // Collects a streamed completion or chat answer: text, finish_reason, usage, chunk count.
