@@ -102,7 +102,7 @@ static int bind_fp8(fd_binder *b, fd_weight *w, const char *name, const st_tenso
 int bind_linear(fd_binder *b, fd_weight *w, const char *name, int ndim, const int64_t *dims) {
     const st_tensor *t = b->synthetic ? NULL : st_find(b->st, name);
     if (t && t->dtype == FD_F8E4M3) {
-        // bind_tensor's checks with the fp8 dtype allowed: look the tensor up as dense first for the shape message
+        // bind_tensor's shape check, with the e4m3 dtype allowed
         int64_t cols = 1;
         for (int i = 1; i < ndim; i++) cols *= dims[i];
         int ok = t->ndim == ndim;
