@@ -610,12 +610,20 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     eo.pool = &s->pool;
     eo.max_batch = cfg->prefill_chunk;
     eo.gdn_prefill = cfg->gdn_prefill;
-    // Routes from the environment (FD_ROUTE_<NAME>): the backend's before any cache exists, the engines' after.
-    int route_err = routes_backend_preset(be, NULL, 0);
+    // Routes from the environment (FD_ROUTE_<NAME>), then --route: the backend's before any cache exists, the
+    // engines' after.
+    int route_err = routes_backend_preset(be, cfg->route_specs, cfg->n_routes);
     if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg), 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (route_err || engine_init(&sl->e, m, be, &eo) || routes_from_env(&sl->e) || routes_check(&sl->e) ||
+        int set_err = 0;
+        if (!route_err && !engine_init(&sl->e, m, be, &eo)) {
+            set_err = routes_from_env(&sl->e);
+            for (int r = 0; !set_err && r < cfg->n_routes; r++) set_err = routes_set(&sl->e, cfg->route_specs[r]);
+        } else {
+            set_err = 1;
+        }
+        if (set_err || routes_check(&sl->e) ||
             (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
             for (int k = 0; k <= i; k++) {
                 if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);

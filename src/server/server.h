@@ -34,6 +34,9 @@ typedef struct {
     fd_gdn_route gdn_prefill;
     const char *draft_dir;   // DFlash drafter (speculative decoding); NULL = none
     int block_size;          // DFlash block (0 = the drafter's)
+    const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment
+    int n_routes;
+    const char *trace;       // --trace FILE: every op timed, Chrome-trace JSON written at shutdown
 } srv_config;
 
 void srv_config_defaults(srv_config *c);
