@@ -276,14 +276,16 @@ TEST(cli_log_lines_never_share_a_line) {
     free(cmd);
 }
 
-// ---- serve: --route, --trace, the default context, a busy port ----
+// ---- serve: --route, --trace, the default context, a long prefill logged, a busy port ----
 
 TEST(cli_serve_route_trace_busy_port) {
     int rc;
     char *cmd = fd_sprintf(
         "d=$(mktemp -d); %s serve tests/data/fixtures/qwen35_dense_tied --tokenizer tests/data/server/tokenizer.json "
-        "--port 0 --port-file $d/port --route kv=e4m3 --trace $d/t.json --max-num-seqs 2 >$d/log 2>&1 & p=$!; "
+        "--port 0 --port-file $d/port --route kv=e4m3 --trace $d/t.json --max-num-seqs 2 -b 16 >$d/log 2>&1 & p=$!; "
         "for i in $(seq 300); do [ -s $d/port ] && break; sleep 0.1; done; "
+        "curl -s -o /dev/null -d \"{\\\"model\\\": \\\"qwen35_dense_tied\\\", \\\"max_tokens\\\": 1, \\\"prompt\\\": "
+        "\\\"$(printf 'hello world %%.0s' $(seq 150))\\\"}\" http://127.0.0.1:$(cat $d/port)/v1/completions; "
         "%s serve tests/data/fixtures/qwen35_dense_tied --tokenizer tests/data/server/tokenizer.json --port $(cat "
         "$d/port) >$d/log2 2>&1; echo \"second=$?\"; kill -TERM $p; wait $p; echo \"first=$?\"; cat $d/log; "
         "echo ----; cat $d/log2; test -s $d/t.json && echo TRACE_WRITTEN; rm -rf $d",
@@ -292,7 +294,8 @@ TEST(cli_serve_route_trace_busy_port) {
     rc = test_run(cmd, &out);
     ASSERT(out && rc == 0);
     EXPECT(strstr(out, "first=0") && strstr(out, "kv=e4m3") && strstr(out, "TRACE_WRITTEN") &&
-               strstr(out, "context 4096 tokens per sequence: the model's max_position_embeddings 4096"),
+               strstr(out, "context 4096 tokens per sequence: the model's max_position_embeddings 4096") &&
+               strstr(out, " tokens in ") && strstr(out, "flashdelta: prefill "),
            "%s", out);
     const char *sep = strstr(out, "----\n");
     const size_t at = sep ? (size_t)(sep - out) + 5 : strlen(out);

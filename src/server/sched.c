@@ -49,6 +49,8 @@ typedef struct {
     int64_t admitted; // admission order (oldest prefill first)
     void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
     int64_t roll_pos;
+    double t_prefill, t_prefill_log; // prefill start and last progress line (long prompts, see log_prefill)
+    int64_t prefill_from;            // n_past when the prefill started (after the prefix cache)
 } slot;
 
 struct srv_sched {
@@ -288,7 +290,25 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     srv_hist_observe(&s->met->queue, now - j->t_arrival);
     pthread_mutex_unlock(&s->met->mu);
     sl->st = SLOT_PREFILL;
+    sl->t_prefill = sl->t_prefill_log = now;
+    sl->prefill_from = sl->e.n_past;
     if (!kv_ok) slot_fail_forward(s, sl);
+}
+
+// A prompt of more than 8 prefill budgets logs its progress every 5 s and at its end, so a long prefill is visible
+// in the log (short ones, nearly all, say nothing).
+static void log_prefill(srv_sched *s, slot *sl, int64_t end, int final) {
+    const int64_t todo = sl->job->n_prompt - sl->prefill_from;
+    const double now = fd_time_s();
+    if (todo <= 8 * (int64_t)s->cfg->prefill_chunk || (!final && now - sl->t_prefill_log < 5)) return;
+    sl->t_prefill_log = now;
+    const int64_t done = end - sl->prefill_from;
+    const double dt = now - sl->t_prefill, rate = dt > 0 ? (double)done / dt : 0;
+    if (final)
+        FD_INFO("prefill %s: %lld tokens in %.2f s (%.0f tok/s)", sl->job->id, (long long)done, dt, rate);
+    else
+        FD_INFO("prefill %s: %lld / %lld tokens, %.0f tok/s, ETA %.1f s", sl->job->id, (long long)done,
+                (long long)todo, rate, rate > 0 ? (double)(todo - done) / rate : 0.0);
 }
 
 // The KV tokens (whole pages) a job's prompt takes.
@@ -418,6 +438,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
     s->met->prefill_computed_tokens += end - pos;
     s->met->prefill_chunks++;
     pthread_mutex_unlock(&s->met->mu);
+    log_prefill(s, sl, end, final);
     if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(s->pc, j->prompt, end))
         pc_insert(s->pc, &sl->e, s->dr ? &sl->spec : NULL, j->prompt, end, NULL);
     if (final) {
