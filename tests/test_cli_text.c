@@ -200,6 +200,26 @@ TEST(cli_chat_pty) {
     free(args);
 }
 
+// The prefix cache: after /reset the same question restores the system prompt's prefix from the cache (every
+// turn leaves a state snapshot at the last block boundary of its prompt).
+TEST(cli_chat_prefix_cache_after_reset) {
+    const pty_step steps[] = {
+        {">>> ", "hello\n", 0}, {">>> ", "/reset\n", 0}, {"(conversation cleared)", NULL, 0},
+        {">>> ", "hello\n", 0}, {">>> ", "/stats\n", 0}, {"last answer:", NULL, 0},
+        {">>> ", "/quit\n", 0},
+    };
+    char *out = NULL, *args = fd_sprintf("chat %s -n 4 --system 'You write short, correct Python functions with "
+                                         "docstrings and type hints, and nothing else.'",
+                                         k_tiny);
+    int rc = pty_run(args, steps, (int)(sizeof steps / sizeof steps[0]), &out);
+    EXPECT(rc == 0, "chat exited %d:\n%s", rc, out);
+    char *st = strstr(out, "last answer:");
+    char *c = st ? strstr(st, "reused (") : NULL;
+    EXPECT(c && atoi(c + 8) >= 16, "the second 'hello' restored nothing from the cache:\n%s", st ? st : out);
+    free(out);
+    free(args);
+}
+
 // Ctrl-C ends the answer being generated, not the program (--ignore-eos: the answer runs until interrupted).
 TEST(cli_chat_ctrl_c_stops_answer) {
     const pty_step steps[] = {

@@ -1,9 +1,10 @@
 // `flashdelta chat MODEL_DIR [--draft DIR]`: a terminal chat. Each turn renders the whole conversation with the
 // model's chat template (io/chat_template.c, Qwen3 ChatML), and the engine keeps the conversation's KV and GDN
 // state between turns: only the tokens after the longest prefix it already holds are prefilled (/stats shows how
-// many were reused). A rendering that departs from what the engine holds (a re-tokenized answer, a round that
-// ran past the end of the answer) falls back to a fresh prefill. Ctrl-C ends the answer being generated, not the
-// program; Ctrl-D or /quit ends it.
+// many were reused). When the rendering departs from what the engine holds (a re-tokenized answer, a DFlash round
+// that ran past the end of the answer, /reset) the prefix cache (engine/prefix_cache.h) restores the longest
+// prefix it has a state snapshot for: every turn leaves one at the last block boundary of its prompt. Ctrl-C ends
+// the answer being generated, not the program; Ctrl-D or /quit ends it.
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/gen.h"
+#include "engine/prefix_cache.h"
 #include "io/chat_template.h"
 
 static const char *chat_why_not(opt_id id) {
@@ -100,21 +102,22 @@ static char *read_message(int tty, int *interrupted) {
 }
 
 typedef struct {
-    int64_t answers, tokens, prefilled, reused, rounds, emitted;
+    int64_t answers, tokens, prefilled, reused, cached, rounds, emitted;
     double decode_s, prefill_s;
     gen_result last;
-    int64_t last_prefilled, last_reused, last_rounds, last_emitted;
+    int64_t last_prefilled, last_reused, last_cached, last_rounds, last_emitted;
 } chat_stats;
 
 static void print_stats(const chat_stats *st, int spec) {
     const gen_result *r = &st->last;
-    printf("last answer: %d tokens, %.1f tok/s; prompt: %lld tokens prefilled, %lld reused from the conversation "
-           "(%.3f s)\n",
+    printf("last answer: %d tokens, %.1f tok/s; prompt: %lld tokens prefilled, %lld reused (%lld of them from the "
+           "prefix cache; %.3f s)\n",
            r->n_out, r->decode_s > 0 ? r->n_out / r->decode_s : 0.0, (long long)st->last_prefilled,
-           (long long)st->last_reused, r->prefill_s);
-    printf("session: %lld answers, %lld tokens, %.1f tok/s; %lld prompt tokens prefilled, %lld reused\n",
+           (long long)st->last_reused, (long long)st->last_cached, r->prefill_s);
+    printf("session: %lld answers, %lld tokens, %.1f tok/s; %lld prompt tokens prefilled, %lld reused (%lld from the "
+           "prefix cache)\n",
            (long long)st->answers, (long long)st->tokens, st->decode_s > 0 ? st->tokens / st->decode_s : 0.0,
-           (long long)st->prefilled, (long long)st->reused);
+           (long long)st->prefilled, (long long)st->reused, (long long)st->cached);
     if (spec)
         printf("DFlash: last answer %.2f emitted tokens/round (%lld rounds); session %.2f (%lld rounds)\n",
                st->last_rounds ? (double)st->last_emitted / (double)st->last_rounds : 0.0, (long long)st->last_rounds,
@@ -129,6 +132,37 @@ static void note_fed(tok_ids *held, const int32_t *out, const gen_result *r) {
     for (int i = 0; i + 1 < produced; i++) tok_ids_push(held, out[i]);
 }
 
+// Brings the engine to hold a prefix of ids and returns its length (-1 on error): what it already holds when that
+// is a prefix of ids, else (after a reset) the longest prefix the cache restores (*cached); *reused counts either.
+// Then it prefills up to the last block boundary before the end and caches a state snapshot there for later turns.
+static int64_t prepare_prefix(session *s, pc_cache *pc, tok_ids *held, const tok_ids *ids, int chunk, int64_t *reused,
+                              int64_t *cached) {
+    fd_dflash *spec = s->has_draft ? &s->spec : NULL;
+    int64_t same = 0;
+    const int64_t n = (int64_t)ids->n;
+    if ((int64_t)held->n == s->eng.n_past)
+        while (same < (int64_t)held->n && same < n && held->ids[same] == ids->ids[same]) same++;
+    if (same == n) same--; // a prompt adds at least one token
+    *cached = 0;
+    if (same < (int64_t)held->n || s->eng.n_past == 0) { // holds something else past `same`, or nothing: the cache
+        engine_reset(&s->eng);
+        if (spec) dflash_reset(spec);
+        held->n = 0;
+        same = *cached = pc_restore(pc, &s->eng, spec, ids->ids, n, n - 1);
+    }
+    *reused = same;
+    const int64_t B = pc_block(pc), b = (n - 1) / B * B;
+    if (b > same && !pc_has_snapshot(pc, ids->ids, b)) {
+        int32_t anchor; // unused: the answer starts after the rest of the prompt
+        if (spec ? dflash_prefill(spec, ids->ids + same, b - same, chunk, NULL, &anchor)
+                 : engine_prefill(&s->eng, ids->ids + same, b - same, chunk, NULL, 0))
+            return -1;
+        pc_insert(pc, &s->eng, spec, ids->ids, b, NULL);
+        same = b;
+    }
+    return same;
+}
+
 static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const int32_t *eos, int n_eos) {
     const int tty = isatty(STDIN_FILENO);
     convo c = {0};
@@ -141,6 +175,8 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
     int32_t *out = fd_malloc(sizeof(int32_t) * (size_t)(o->n_new + 1));
     cli_progress pr;
     progress_attach(&pr, &s->eng, "prefill");
+    pc_cache *pc = pc_create(&s->eng, 16, (size_t)512 << 20);
+    if (s->has_draft) pc_attach_drafter(pc, &s->spec);
     int rc = 0;
     for (;;) {
         int intr;
@@ -188,16 +224,9 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
             continue;
         }
         free(text);
-        // The longest prefix the engine already holds; a prompt must add at least one token.
-        size_t same = 0;
-        if ((int64_t)held.n == s->eng.n_past)
-            while (same < held.n && same < ids.n && held.ids[same] == ids.ids[same]) same++;
-        if (same == ids.n) same--;
-        if (same < held.n) { // the engine holds something else past `same`: start over
-            engine_reset(&s->eng);
-            if (s->has_draft) dflash_reset(&s->spec);
-            held.n = same = 0;
-        }
+        progress_start(&pr, "prefill");
+        int64_t cached, reused;
+        const int64_t same = prepare_prefix(s, pc, &held, &ids, o->prefill_chunk, &reused, &cached);
         const int64_t room = s->eng.opt.capacity - (int64_t)ids.n;
         int n_new = o->n_new < room ? o->n_new : (int)(room > 0 ? room : 0);
         if (n_new < 1) {
@@ -213,8 +242,9 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
         gen_result r;
         const int64_t rounds0 = s->spec.st.rounds, emitted0 = s->spec.st.emitted;
         g_stop = 0;
-        progress_start(&pr, "prefill");
-        int grc = gen_run(s, ids.ids + same, (int64_t)(ids.n - same), o->prefill_chunk, n_new, &smp, &k, out, &r);
+        int grc = same < 0
+                      ? -1
+                      : gen_run(s, ids.ids + same, (int64_t)(ids.n - same), o->prefill_chunk, n_new, &smp, &k, out, &r);
         text_out_finish(&txt);
         const int stopped = g_stop;
         g_stop = 0;
@@ -238,8 +268,9 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
         if (tok_decode(tok, out, (size_t)r.n_out, 1, &answer, &alen)) answer = fd_strdup("");
         convo_add(&c, "assistant", answer);
         st.last = r;
-        st.last_prefilled = (int64_t)(ids.n - same);
-        st.last_reused = (int64_t)same;
+        st.last_prefilled = (int64_t)ids.n - reused;
+        st.last_reused = reused;
+        st.last_cached = cached;
         st.last_rounds = s->spec.st.rounds - rounds0;
         st.last_emitted = s->spec.st.emitted - emitted0;
         st.answers++;
@@ -247,7 +278,8 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
         st.decode_s += r.decode_s;
         st.prefill_s += r.prefill_s;
         st.prefilled += st.last_prefilled;
-        st.reused += same;
+        st.reused += reused;
+        st.cached += cached;
         st.rounds += st.last_rounds;
         st.emitted += st.last_emitted;
         tok_ids_free(&ids);
@@ -256,6 +288,7 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
     free(c.msgs);
     free(c.owned);
     tok_ids_free(&held);
+    pc_free(pc);
     free(out);
     return rc;
 }
