@@ -42,6 +42,8 @@ endif
 SETTINGS := CC=$(CC) CUDA=$(CUDA) CFLAGS=$(CFLAGS) NVCC=$(if $(filter 1,$(CUDA)),$(NVCC) $(NVFLAGS)) \
             LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
 SETTINGS_FILE := $(BUILD)/settings
+# (the settings rule below must not become the default goal)
+.DEFAULT_GOAL := all
 ifneq ($(strip $(shell cat $(SETTINGS_FILE) 2>/dev/null)),$(strip $(SETTINGS)))
 $(SETTINGS_FILE): FORCE
 endif

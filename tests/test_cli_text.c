@@ -358,6 +358,14 @@ TEST(cli_build_records_settings) {
     EXPECT(rc == 0, "make -q changed the recorded settings");
     free(out);
     free(cmd);
+    // a plain `make` still builds the binary (the settings rule once became the default goal)
+    cmd = fd_sprintf("%s BUILD=%s %s -n", env, dir, same);
+    out = sh(cmd, &rc);
+    char *want = fd_sprintf("-o %s/flashdelta", dir);
+    EXPECT(rc == 0 && out && strstr(out, want), "make's default goal does not build flashdelta:\n%s", out ? out : "");
+    free(want);
+    free(out);
+    free(cmd);
     cmd = fd_sprintf("rm -rf %s", dir);
     test_run(cmd, NULL);
     free(cmd);
