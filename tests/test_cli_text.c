@@ -319,7 +319,9 @@ TEST(cli_serve_route_trace_busy_port) {
            "%s", out);
     const char *sep = strstr(out, "----\n");
     const size_t at = sep ? (size_t)(sep - out) + 5 : strlen(out);
-    EXPECT(strstr(out, "second=1") && sep && strstr(out + at, "Address already in use"), "%s", out);
+    EXPECT(strstr(out, "second=1") && sep && strstr(out + at, "Address already in use") &&
+               strstr(out + at, "flashdelta: http: ") && !strstr(out, "is not the first option"),
+           "%s", out);
     for (size_t l = at; out[l]; l += strcspn(out + l, "\n") + (out[l + strcspn(out + l, "\n")] != 0))
         if (out[l] != '\n' && strncmp(out + l, "TRACE", 5))
             EXPECT(!strncmp(out + l, "flashdelta: ", 12), "unprefixed log line: %.80s", out + l);

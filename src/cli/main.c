@@ -24,8 +24,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: flashdelta COMMAND [ARGS]   (flashdelta COMMAND --help lists its options; --version)\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
-        fprintf(f, "  %-13s %s %s\n                %s\n", k_cmds[i].spec->name, k_cmds[i].spec->name,
-                k_cmds[i].spec->args, k_cmds[i].spec->summary);
+        fprintf(f, "  %s %s\n      %s\n", k_cmds[i].spec->name, k_cmds[i].spec->args, k_cmds[i].spec->summary);
 }
 
 #ifndef FD_SOURCE_DIR

@@ -75,7 +75,8 @@ static int collect_eos(const char *model_dir, const tok_tokenizer *t, int32_t *e
     return n;
 }
 
-// libmicrohttpd's own messages, as one prefixed line each like every other line of the log.
+// libmicrohttpd's own messages, as one prefixed line each like every other line of the log (the logger must be
+// the daemon's first option, or MHD prints some messages itself).
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char buf[512];
@@ -187,10 +188,10 @@ int srv_main(const srv_config *cfg) {
     }
     S.daemon = MHD_start_daemon(
         MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-        srv_on_request, &S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        srv_on_request, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_END);
     if (!S.daemon) {
         fprintf(stderr, "flashdelta: error: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, listen_error(&addr));
         rc = 1;
