@@ -238,6 +238,7 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
         }
         text_out txt;
         text_out_init(&txt, tok);
+        txt.terminal = isatty(STDOUT_FILENO);
         gen_sink k = {eos, n_eos, &g_stop, text_out_token, &txt};
         gen_result r;
         const int64_t rounds0 = s->spec.st.rounds, emitted0 = s->spec.st.emitted;

@@ -66,11 +66,19 @@ int gen_run(session *s, const int32_t *ids, int64_t n, int chunk, int n_new, fd_
 void text_out_init(text_out *t, const tok_tokenizer *tok) {
     t->ts = tok_stream_new(tok, 1);
     t->wrote_newline_last = 1;
+    t->terminal = 0;
 }
 
 static void put(text_out *t, const char *p, size_t len) {
     if (!p || !len) return;
-    fwrite(p, 1, len, stdout);
+    if (t->terminal) {
+        for (size_t i = 0; i < len; i++) {
+            const unsigned char c = (unsigned char)p[i];
+            if ((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t') putchar(c);
+        }
+    } else {
+        fwrite(p, 1, len, stdout);
+    }
     fflush(stdout);
     t->wrote_newline_last = p[len - 1] == '\n';
 }

@@ -32,6 +32,7 @@ int gen_run(session *s, const int32_t *ids, int64_t n, int chunk, int n_new, fd_
 typedef struct {
     tok_stream *ts;
     int wrote_newline_last; // the text so far ends with '\n' (or nothing was written)
+    int terminal;           // drop control bytes but '\n' and '\t': model text must not drive the terminal
 } text_out;
 void text_out_init(text_out *t, const tok_tokenizer *tok);
 int text_out_token(void *ud, int32_t id);
