@@ -36,28 +36,46 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas $(CUDART) -lstdc++
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 
+# The build records its settings in $(BUILD)/settings: when CC, the flags or CUDA on/off differ from the last
+# build's, every object is rebuilt (a CUDA=0 build followed by a plain `make test` on a machine with nvcc would
+# otherwise link the new .cu objects to a CLI compiled without FD_HAVE_CUDA). `make -n` / `-q` only report it.
+SETTINGS := CC=$(CC) CUDA=$(CUDA) CFLAGS=$(CFLAGS) NVCC=$(if $(filter 1,$(CUDA)),$(NVCC) $(NVFLAGS)) \
+            LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
+SETTINGS_FILE := $(BUILD)/settings
+# (the settings rule below must not become the default goal)
+.DEFAULT_GOAL := all
+ifneq ($(strip $(shell cat $(SETTINGS_FILE) 2>/dev/null)),$(strip $(SETTINGS)))
+$(SETTINGS_FILE): FORCE
+endif
+$(SETTINGS_FILE):
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(subst ','\'',$(SETTINGS))' > $@
+	@echo "build settings: $(CC), CUDA=$(CUDA) ($@)"
+FORCE:
+
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-cuda asan fuzz clean tokenizer-data
+.PHONY: all test test-cuda asan fuzz clean tokenizer-data FORCE
 all: $(BUILD)/flashdelta
 
 $(BUILD)/libflashdelta.a: $(CORE_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/flashdelta: $(CLI_OBJ) $(BUILD)/libflashdelta.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/flashdelta: $(CLI_OBJ) $(BUILD)/libflashdelta.a $(SETTINGS_FILE)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o %.a,$^) $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/fd_tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libflashdelta.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/fd_tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libflashdelta.a $(SETTINGS_FILE)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o %.a,$^) $(LDFLAGS) $(LDLIBS) -lutil
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(SETTINGS_FILE)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(SETTINGS_FILE)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
@@ -68,8 +86,8 @@ test: $(BUILD)/flashdelta $(BUILD)/fd_tests
 # The GPU op tests (CUDA builds only, needs a GPU): every backend.h op, CPU reference vs CUDA, on random inputs.
 CUDA_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests_cuda/*.c)))
 $(BUILD)/fd_cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/tests/test_main.o $(BUILD)/tests/fixture.o $(BUILD)/tests/spec_rig.o \
-                        $(BUILD)/libflashdelta.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+                        $(BUILD)/libflashdelta.a $(SETTINGS_FILE)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o %.a,$^) $(LDFLAGS) $(LDLIBS)
 ifeq ($(CUDA),1)
 test-cuda: $(BUILD)/fd_cuda_tests
 	$(BUILD)/fd_cuda_tests $(TESTS)

@@ -92,7 +92,7 @@ TEST(cli_info_and_run) {
 // `COMMAND --help` prints that command's usage and the common options on stdout and exits 0 (it used to be taken
 // for an option missing its value).
 TEST(cli_command_help) {
-    const char *cmds[] = {"run", "info", "logits", "generate", "bench", "draft-logits", "serve", "tokenize"};
+    const char *cmds[] = {"run", "info", "logits", "generate", "bench", "draft-logits", "serve", "tokenize", "chat"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *cmd = fd_sprintf("%s %s --help 2>&1", test_bin(), cmds[i]), *out = NULL;
         EXPECT(test_run(cmd, &out) == 0, "%s --help failed: %s", cmds[i], out ? out : "");

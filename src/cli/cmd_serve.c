@@ -1,151 +1,215 @@
-// `flashdelta serve --model DIR [options]`: the OpenAI-compatible server (src/server, docs/server.md).
-#include <errno.h>
+// `flashdelta serve [MODEL_DIR | --model DIR] [options]`: the OpenAI-compatible server (src/server,
+// docs/server.md). The vLLM / llama.cpp names of the same settings work too (--served-model-name, --max-num-seqs /
+// -np, --max-model-len / -c, -m). Without --ctx the context is the model's max_position_embeddings, capped by the
+// KV budget.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "model/config.h"
 #include "server/server.h"
 
-static int usage(FILE *f) {
-    fprintf(f,
-            "usage: flashdelta serve --model DIR [options]\n"
-            "  --tokenizer PATH        tokenizer.json (or a directory holding it); default: the model directory\n"
-            "  --model-name NAME       id served by /v1/models and expected in requests (default: directory name)\n"
-            "  --api-key KEY           clients must send 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
-            "                          /detokenize (default: $FLASHDELTA_API_KEY; none: no authentication)\n"
-            "  --chat-template FILE    Jinja chat template (or a JSON file with \"chat_template\"); default: the\n"
-            "                          model's chat_template.jinja / tokenizer_config.json, else Qwen3's\n"
-            "  --host ADDR             IPv4 address to bind (default 127.0.0.1)\n"
-            "  --port N                TCP port (default 8000; 0 = any free port, see --port-file)\n"
-            "  --port-file PATH        write the bound port there once listening\n"
-            "  --backend cpu|cuda      (default cpu)   --threads N  CPU backend threads\n"
-            "  --slots N               concurrent sequences (default 4)\n"
-            "  --ctx N                 tokens per sequence, prompt + completion (default 4096)\n"
-            "  --kv-tokens N           paged KV cache shared by the slots, tokens (default 262144; at most slots x ctx\n"
-            "                          are used); a prompt waits for its pages, a generation finding none gets 503\n"
-            "  --prefill-chunk K       token budget of one scheduler step (default 512)\n"
-            "  --max-queue N           waiting requests before 429 (default 64)\n"
-            "  --queue-timeout S       seconds waiting for a slot (or KV pages) before 503 (default 60)\n"
-            "  --request-timeout S     seconds per request before 504 (default 600)\n"
-            "  --conn-timeout S        idle connection timeout (default 30)\n"
-            "  --recv-timeout S        deadline to receive a whole request, headers and body, from the connection's\n"
-            "                          start or its previous response; then it is cut (default 30; --body-timeout)\n"
-            "  --max-conns N           open connections in all (default 1000)\n"
-            "  --max-conns-per-ip N    open connections from one client address (default 64)\n"
-            "  --admin-key KEY         bearer token for admin routes (POST /reset_prefix_cache; refused without it);\n"
-            "                          default: $FD_ADMIN_KEY\n"
-            "  --cache-salt-api-key    share prefix-cache blocks only between requests with the same bearer token\n"
-            "  --parse-special-tokens  special-token text in message content and prompts becomes control tokens\n"
-            "                          (default: plain text; only the chat template inserts control tokens)\n"
-            "  --max-body BYTES        request body limit before 413 (default 4194304)\n"
-            "  --http-threads N        HTTP thread pool (default 4)\n"
-            "  --no-prefix-cache       disable the prefix cache\n"
-            "  --prefix-block N        prefix cache block, tokens (default 16)\n"
-            "  --prefix-checkpoint N   GDN state snapshot every N prompt tokens (default 256)\n"
-            "  --prefix-cache-mb N     prefix cache budget in MiB (default 1024)\n"
-            "  --gdn-prefill chunked|serial\n"
-            "  --draft DIR             DFlash drafter: speculative decoding\n"
-            "  --block-size B          DFlash block (default: the drafter's)\n");
-    return f == stdout ? 0 : 2;
+static const char *serve_why_not(opt_id id) {
+    switch (id) {
+    case O_IDS:
+    case O_PROMPT:
+        return "prompts arrive as requests (docs/server.md)";
+    case O_N_NEW:
+        return "requests give max_tokens";
+    case O_TEMPERATURE:
+    case O_TOP_K:
+    case O_TOP_P:
+    case O_SEED:
+        return "requests give their own sampling parameters";
+    default:
+        return NULL;
+    }
+}
+static const opt_id k_serve_opts[] = {O_MODEL,
+                                      O_TOKENIZER,
+                                      O_MODEL_NAME,
+                                      O_HOST,
+                                      O_PORT,
+                                      O_PORT_FILE,
+                                      O_SLOTS,
+                                      O_MAX_QUEUE,
+                                      O_QUEUE_TIMEOUT,
+                                      O_REQUEST_TIMEOUT,
+                                      O_CONN_TIMEOUT,
+                                      O_BODY_TIMEOUT,
+                                      O_MAX_CONNS,
+                                      O_MAX_CONNS_PER_IP,
+                                      O_API_KEY,
+                                      O_CHAT_TEMPLATE,
+                                      O_ADMIN_KEY,
+                                      O_CACHE_SALT_API_KEY,
+                                      O_PARSE_SPECIAL,
+                                      O_MAX_BODY,
+                                      O_HTTP_THREADS,
+                                      O_NO_PREFIX_CACHE,
+                                      O_PREFIX_BLOCK,
+                                      O_PREFIX_CHECKPOINT,
+                                      O_PREFIX_CACHE_MB,
+                                      O_DRAFT,
+                                      O_BLOCK_SIZE,
+                                      CLI_ENGINE_OPTS,
+                                      O_TRACE,
+                                      O_COUNT};
+const cmd_spec cmd_serve_spec = {"serve", "(MODEL_DIR | --model DIR)",
+                                 "OpenAI-compatible HTTP server (docs/server.md); --ctx defaults to the model's "
+                                 "maximum, capped by --kv-tokens",
+                                 k_serve_opts, serve_why_not};
+
+typedef struct {
+    srv_config c;
+    int ctx_given;
+} serve_args;
+
+static int num(const char *name, const char *v, double lo, double hi, double *out) {
+    if (!opt_num(v, lo, hi, out)) return 0;
+    return cli_error("%s: '%s' is not a number in [%g, %g]", name, v, lo, hi);
 }
 
-static int num(const char *opt, const char *v, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "flashdelta: error: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
-        return -1;
+static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
+    serve_args *a = ctx;
+    srv_config *c = &a->c;
+    double x;
+#define NUM(lo, hi, field)                                                                                             \
+    if (num(name, v, lo, hi, &x)) return 2;                                                                            \
+    c->field = x;                                                                                                      \
+    return 0
+    switch (id) {
+    case O_MODEL:
+        if (c->model_dir) return cli_error("give the model directory once (%s %s)", name, v);
+        c->model_dir = v;
+        return 0;
+    case O_TOKENIZER:
+        c->tokenizer = v;
+        return 0;
+    case O_MODEL_NAME:
+        c->model_name = v;
+        return 0;
+    case O_HOST:
+        c->host = v;
+        return 0;
+    case O_PORT_FILE:
+        c->port_file = v;
+        return 0;
+    case O_DRAFT:
+        c->draft_dir = v;
+        return 0;
+    case O_TRACE:
+        c->trace = v;
+        return 0;
+    case O_API_KEY:
+        c->api_key = v;
+        return 0;
+    case O_CHAT_TEMPLATE:
+        c->chat_template = v;
+        return 0;
+    case O_ADMIN_KEY:
+        c->admin_key = v[0] ? v : NULL;
+        return 0;
+    case O_CACHE_SALT_API_KEY:
+        c->cache_salt_api_key = 1;
+        return 0;
+    case O_PARSE_SPECIAL:
+        c->parse_special = 1;
+        return 0;
+    case O_QUANTIZE:
+        if (strcmp(v, "fp8")) return cli_error("%s: '%s' is not fp8 (the one format quantized at load)", name, v);
+        c->quantize_fp8 = 1;
+        return 0;
+    case O_NO_PREFIX_CACHE:
+        c->prefix_cache = 0;
+        return 0;
+    case O_BACKEND:
+        if (strcmp(v, "cpu") && strcmp(v, "cuda")) return cli_error("%s: '%s' is not cpu or cuda", name, v);
+        c->backend = v;
+        return 0;
+    case O_ROUTE:
+    case O_GDN_PREFILL:
+        if (c->n_routes == 8) return cli_error("at most 8 --route options");
+        if (id == O_GDN_PREFILL && strcmp(v, "chunked") && strcmp(v, "serial"))
+            return cli_error("--gdn-prefill: '%s' is not a route value (chunked | serial)", v);
+        if (id == O_GDN_PREFILL) c->gdn_prefill = strcmp(v, "serial") ? FD_GDN_CHUNKED : FD_GDN_SERIAL;
+        c->route_specs[c->n_routes++] =
+            id == O_ROUTE ? v : (!strcmp(v, "chunked") ? "gdn_prefill=chunked" : "gdn_prefill=serial");
+        return 0;
+    case O_PORT:
+        NUM(0, 65535, port);
+    case O_THREADS:
+        NUM(0, 256, threads);
+    case O_HTTP_THREADS:
+        NUM(1, 256, http_threads);
+    case O_SLOTS:
+        NUM(1, 256, slots);
+    case O_CTX:
+        a->ctx_given = 1;
+        NUM(2, 1 << 24, ctx);
+    case O_KV_TOKENS:
+        NUM(1, 1 << 30, kv_tokens);
+    case O_PREFILL_CHUNK:
+        NUM(1, 1 << 20, prefill_chunk);
+    case O_MAX_QUEUE:
+        NUM(1, 1 << 20, max_queue);
+    case O_QUEUE_TIMEOUT:
+        NUM(0.001, 1e6, queue_timeout);
+    case O_REQUEST_TIMEOUT:
+        NUM(0.001, 1e6, request_timeout);
+    case O_CONN_TIMEOUT:
+        NUM(1, 1e6, conn_timeout);
+    case O_BODY_TIMEOUT:
+        NUM(0.001, 1e6, recv_timeout);
+    case O_MAX_CONNS:
+        NUM(1, 1 << 20, max_conns);
+    case O_MAX_CONNS_PER_IP:
+        NUM(1, 1 << 20, max_conns_per_ip);
+    case O_MAX_BODY:
+        NUM(1, 1 << 30, max_body);
+    case O_PREFIX_BLOCK:
+        NUM(1, 1 << 16, pc_block);
+    case O_BLOCK_SIZE:
+        NUM(2, 64, block_size);
+    case O_PREFIX_CHECKPOINT:
+        NUM(1, 1 << 24, pc_checkpoint);
+    case O_PREFIX_CACHE_MB:
+        if (num(name, v, 0, 1 << 24, &x)) return 2;
+        c->pc_budget = (size_t)(x * 1048576.0);
+        return 0;
+    default:
+        return cli_error("%s: not a serve option", name);
     }
-    *out = x;
-    return 0;
+#undef NUM
 }
 
 int cmd_serve(int argc, char **argv) {
-    srv_config c;
-    srv_config_defaults(&c);
-    c.api_key = getenv("FLASHDELTA_API_KEY"); // --api-key overrides
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
-        if (!strcmp(a, "--no-prefix-cache")) {
-            c.prefix_cache = 0;
-            continue;
-        }
-        if (!strcmp(a, "--cache-salt-api-key")) {
-            c.cache_salt_api_key = 1;
-            continue;
-        }
-        if (!strcmp(a, "--parse-special-tokens")) {
-            c.parse_special = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "flashdelta: error: serve: %s needs a value (see flashdelta serve --help)\n", a);
-            return 2;
-        }
-        i++;
-#define NUM(name, lo, hi, field)                                                                                       \
-    else if (!strcmp(a, name)) {                                                                                       \
-        if (num(a, v, lo, hi, &x)) return 2;                                                                           \
-        c.field = x;                                                                                                   \
+    serve_args a;
+    memset(&a, 0, sizeof a);
+    srv_config_defaults(&a.c);
+    a.c.api_key = getenv("FLASHDELTA_API_KEY"); // --api-key overrides
+    const char *pos = NULL;
+    int rc = opts_parse(&cmd_serve_spec, argc, argv, apply_serve, &a, &pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    srv_config *c = &a.c;
+    if (pos && c->model_dir) return cli_error("give the model directory once ('%s' and '%s')", c->model_dir, pos);
+    if (pos) c->model_dir = pos;
+    if (!c->model_dir) return cli_error("serve needs MODEL_DIR (or --model DIR)");
+    fd_config mc;
+    if (cfg_load_dir(c->model_dir, &mc)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
     }
-        if (!strcmp(a, "--model")) c.model_dir = v;
-        else if (!strcmp(a, "--tokenizer")) c.tokenizer = v;
-        else if (!strcmp(a, "--model-name")) c.model_name = v;
-        else if (!strcmp(a, "--chat-template")) c.chat_template = v;
-        else if (!strcmp(a, "--api-key")) c.api_key = v;
-        else if (!strcmp(a, "--host")) c.host = v;
-        else if (!strcmp(a, "--port-file")) c.port_file = v;
-        else if (!strcmp(a, "--draft")) c.draft_dir = v;
-        else if (!strcmp(a, "--admin-key")) c.admin_key = v[0] ? v : NULL;
-        else if (!strcmp(a, "--backend")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
-                fprintf(stderr, "flashdelta: error: --backend: '%s' is not cpu or cuda\n", v);
-                return 2;
-            }
-            c.backend = v;
-        } else if (!strcmp(a, "--gdn-prefill")) {
-            if (strcmp(v, "chunked") && strcmp(v, "serial")) {
-                fprintf(stderr, "flashdelta: error: --gdn-prefill: '%s' is not chunked or serial\n", v);
-                return 2;
-            }
-            c.gdn_prefill = strcmp(v, "serial") ? FD_GDN_CHUNKED : FD_GDN_SERIAL;
-        }
-        NUM("--port", 0, 65535, port)
-        NUM("--threads", 0, 256, threads)
-        NUM("--http-threads", 1, 256, http_threads)
-        NUM("--slots", 1, 256, slots)
-        NUM("--ctx", 2, 1 << 24, ctx)
-        NUM("--kv-tokens", 1, 1 << 30, kv_tokens)
-        NUM("--prefill-chunk", 1, 1 << 20, prefill_chunk)
-        NUM("--max-queue", 1, 1 << 20, max_queue)
-        NUM("--queue-timeout", 0.001, 1e6, queue_timeout)
-        NUM("--request-timeout", 0.001, 1e6, request_timeout)
-        NUM("--conn-timeout", 1, 1e6, conn_timeout)
-        NUM("--recv-timeout", 0.001, 1e6, recv_timeout)
-        NUM("--body-timeout", 0.001, 1e6, recv_timeout)
-        NUM("--max-conns", 1, 1 << 20, max_conns)
-        NUM("--max-conns-per-ip", 1, 1 << 20, max_conns_per_ip)
-        NUM("--max-body", 1, 1 << 30, max_body)
-        NUM("--prefix-block", 1, 1 << 16, pc_block)
-        NUM("--block-size", 2, 64, block_size)
-        NUM("--prefix-checkpoint", 1, 1 << 24, pc_checkpoint)
-        else if (!strcmp(a, "--prefix-cache-mb")) {
-            if (num(a, v, 0, 1 << 24, &x)) return 2;
-            c.pc_budget = (size_t)(x * 1048576.0);
-        } else {
-            fprintf(stderr, "flashdelta: error: serve: unknown option '%s' (see flashdelta serve --help)\n", a);
-            return 2;
-        }
-#undef NUM
+    if (a.ctx_given && c->ctx > mc.max_position_embeddings)
+        FD_WARN("--ctx %lld exceeds the model's max_position_embeddings %d: positions past it were never trained",
+                (long long)c->ctx, mc.max_position_embeddings);
+    if (!a.ctx_given) { // the model's own maximum, capped by the KV budget
+        c->ctx = mc.max_position_embeddings < c->kv_tokens ? mc.max_position_embeddings : c->kv_tokens;
+        FD_INFO("context %lld tokens per sequence: the model's max_position_embeddings %d%s", (long long)c->ctx,
+                mc.max_position_embeddings,
+                c->ctx < mc.max_position_embeddings ? ", capped by the KV budget (--kv-tokens; or give --ctx)" : "");
     }
-    if (!c.model_dir) {
-        fprintf(stderr, "flashdelta: error: serve needs --model DIR\n");
-        return 2;
-    }
-    if (c.prefill_chunk > c.ctx) c.prefill_chunk = (int)c.ctx;
-    return srv_main(&c);
+    if (c->prefill_chunk > c->ctx) c->prefill_chunk = (int)c->ctx;
+    return srv_main(c);
 }

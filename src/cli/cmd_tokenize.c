@@ -11,32 +11,12 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "cli/session.h"
 #include "io/tokenizer.h"
-
-static char *read_stream(FILE *f, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *p = fd_malloc(cap);
-    size_t r;
-    while ((r = fread(p + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (cap - len - 1 == 0) p = fd_realloc(p, cap *= 2);
-    }
-    p[len] = 0;
-    *n = len;
-    return p;
-}
-
-// Wrong arguments: usage on stderr, exit 2. --help: the same on stdout, exit 0.
-static int usage_to(FILE *f, int rc) {
-    fprintf(f, "usage: flashdelta tokenize TOKENIZER [--decode [--skip-special]] [--bench FILE [--repeat N]]\n"
-               "  TOKENIZER: tokenizer.json or a directory holding it; text (or ids with --decode) on stdin\n");
-    return rc;
-}
-static int usage(void) { return usage_to(stderr, 2); }
 
 static int run_decode(tok_tokenizer *t, int skip_special) {
     size_t n;
-    char *in = read_stream(stdin, &n);
+    char *in = cli_read_stream(stdin, &n);
     int32_t *ids = fd_malloc((n / 2 + 1) * sizeof(int32_t));
     size_t k = 0;
     char *p = in;
@@ -96,20 +76,46 @@ static int run_bench(tok_tokenizer *t, const char *file, int repeat) {
     return 0;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *path = NULL, *bench = NULL;
-    int decode = 0, skip_special = 0, repeat = 5;
-    for (int i = 1; i < argc; i++) { // argv[0] is "tokenize"
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage_to(stdout, 0);
-        else if (!strcmp(argv[i], "--decode")) decode = 1;
-        else if (!strcmp(argv[i], "--skip-special")) skip_special = 1;
-        else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench = argv[++i];
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-        else if (argv[i][0] == '-' && argv[i][1]) return usage();
-        else if (!path) path = argv[i];
-        else return usage();
+static const opt_id k_tokenize_opts[] = {O_DECODE, O_SKIP_SPECIAL, O_BENCH_FILE, O_REPEAT, O_COUNT};
+const cmd_spec cmd_tokenize_spec = {"tokenize", "TOKENIZER",
+                                    "text on stdin -> ids (or ids -> text with --decode); TOKENIZER: tokenizer.json "
+                                    "or a directory holding it",
+                                    k_tokenize_opts, NULL};
+
+typedef struct {
+    const char *bench;
+    int decode, skip_special;
+    long long repeat;
+} tok_args;
+
+static int apply_tokenize(void *ctx, opt_id id, const char *name, const char *v) {
+    tok_args *a = ctx;
+    switch (id) {
+    case O_DECODE:
+        a->decode = 1;
+        return 0;
+    case O_SKIP_SPECIAL:
+        a->skip_special = 1;
+        return 0;
+    case O_BENCH_FILE:
+        a->bench = v;
+        return 0;
+    case O_REPEAT:
+        if (opt_int(v, 1, 1000000, &a->repeat)) return cli_error("%s: '%s' is not a count in 1..1000000", name, v);
+        return 0;
+    default:
+        return cli_error("%s: not a tokenize option", name);
     }
-    if (!path || repeat < 1) return usage();
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    tok_args a = {NULL, 0, 0, 5};
+    const char *path = NULL;
+    int prc = opts_parse(&cmd_tokenize_spec, argc, argv, apply_tokenize, &a, &path);
+    if (prc) return prc == 1 ? 0 : prc;
+    if (!path) return cli_error("tokenize needs TOKENIZER (a tokenizer.json or a directory holding one)");
+    const char *bench = a.bench;
+    const int decode = a.decode, skip_special = a.skip_special, repeat = (int)a.repeat;
     double t0 = fd_time_s();
     tok_tokenizer *t = tok_load(path);
     if (!t) {
@@ -118,14 +124,17 @@ int cmd_tokenize(int argc, char **argv) {
     }
     FD_DEBUG("tokenizer loaded in %.3f s", fd_time_s() - t0);
     int rc;
-    if (bench) rc = run_bench(t, bench, repeat);
-    else if (decode) rc = run_decode(t, skip_special);
+    if (bench)
+        rc = run_bench(t, bench, repeat);
+    else if (decode)
+        rc = run_decode(t, skip_special);
     else {
         size_t n;
-        char *text = read_stream(stdin, &n);
+        char *text = cli_read_stream(stdin, &n);
         tok_ids ids = {0};
         rc = tok_encode(t, text, n, &ids);
-        if (rc) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        if (rc)
+            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         else {
             for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
             printf("\n");

@@ -123,6 +123,7 @@ void engine_reset(fd_engine *e) {
                      (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float));
         }
     e->n_past = 0;
+    e->prompt_total = 0;
     kv_pages_release(&e->pages, e->pool);
 }
 
@@ -330,6 +331,16 @@ typedef struct {
     const double *uniforms;
 } logits_sink;
 
+// The prompt announced by engine_prompt_begin advanced: tell on_progress (ends the announcement when complete).
+static void report_progress(fd_engine *e) {
+    const int64_t done = e->n_past - e->prompt_base;
+    if (e->on_progress) {
+        if (e->be->sync) e->be->sync(e->be);
+        e->on_progress(e->progress_ud, done < e->prompt_total ? done : e->prompt_total, e->prompt_total);
+    }
+    if (done >= e->prompt_total || done < 0) e->prompt_total = 0;
+}
+
 // The forward over n rows of e's scratch (segments as in gdn_mixer), outputs to the sink.
 static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs, int n_segs,
                          const logits_sink *sink, int first) {
@@ -360,6 +371,7 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
         segs[k].seq->n_past += segs[k].n;
         segs[k].seq->tokens_computed += segs[k].n;
     }
+    if (n_segs == 1 && e->prompt_total > 0) report_progress(e);
     if (!want) return;
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
         const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
@@ -482,7 +494,10 @@ int engine_prompt_begin(fd_engine *e, int64_t n, int *chunk) {
     if (e->n_past + n > e->opt.capacity)
         return fd_error_set("prompt of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)(e->n_past + n), (long long)e->opt.capacity);
-    return engine_reserve(e, e->n_past + n);
+    FD_TRY(engine_reserve(e, e->n_past + n));
+    e->prompt_base = e->n_past;
+    e->prompt_total = n;
+    return 0;
 }
 
 int engine_prefill(fd_engine *e, const int32_t *ids, int64_t n, int chunk, float *logits, int all_logits) {

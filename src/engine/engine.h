@@ -78,6 +78,12 @@ typedef struct {
     int graphs_capable; // the backend records graphs and the model has no MoE layer (MoE routing syncs the host)
     struct fd_engine_graphs *graphs; // engine_graphs.c; NULL until the first eligible forward
     fd_graph_stats graph_stats;
+    // Progress of a long prompt (the CLI's terminal progress line): when on_progress is set, every forward of the
+    // prompt that engine_prompt_begin announced reports tokens done of total, after a backend sync so the time a
+    // caller measures is compute, not launch. NULL (the default) costs nothing.
+    void (*on_progress)(void *ud, int64_t done, int64_t total);
+    void *progress_ud;
+    int64_t prompt_base, prompt_total; // n_past when the prompt began; its length (0: no prompt under way)
 } fd_engine;
 
 void engine_default_opts(fd_engine_opts *o);

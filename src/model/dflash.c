@@ -168,7 +168,7 @@ static int drafter_open(const char *dir, char *path, const fd_model *target, fd_
     }
     json_decref(root);
     free(path);
-    if (!rc) rc = check_fits(d, target, dir);
+    if (!rc && target) rc = check_fits(d, target, dir);
     if (!rc && !d->binder.synthetic) rc = st_open_dir(dir, &d->st);
     d->binder.st = &d->st;
     if (!rc && bind_all(d)) rc = fd_error_prefix("%s", dir);

@@ -36,7 +36,7 @@ typedef struct {
 } fd_drafter;
 
 // Loads DIR (config.json + safetensors) and checks it fits `target` (hidden size, vocabulary, tap layers,
-// mask id). Returns 0 or -1 with fd_error set.
+// mask id). target NULL: no fit check (`flashdelta info` on a drafter). Returns 0 or -1 with fd_error set.
 int drafter_load(const char *dir, const fd_model *target, fd_drafter *d);
 // A drafter of the geometry in config file `config_path` with random bf16 weights.
 int drafter_random(const char *config_path, const fd_model *target, uint64_t seed, fd_drafter *d);

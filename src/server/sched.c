@@ -57,6 +57,8 @@ typedef struct {
     float *scratch;
     fd_host_state hs; // host sampling: penalty counts
     int choice;       // which of the job's choices this sequence is (n > 1)
+    double t_prefill, t_prefill_log; // prefill start and last progress line (long prompts, see log_prefill)
+    int64_t prefill_from;            // n_past when the prefill started (after the prefix cache)
 } slot;
 
 struct srv_sched {
@@ -330,6 +332,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     srv_hist_observe(&s->met->queue, now - j->t_arrival);
     pthread_mutex_unlock(&s->met->mu);
     sl->st = SLOT_PREFILL;
+    sl->t_prefill = sl->t_prefill_log = now;
+    sl->prefill_from = sl->e.n_past;
     if (!kv_ok) {
         slot_fail_forward(s, sl);
         return;
@@ -338,6 +342,22 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j, int choice) {
     j->admitted = 1;
     srv_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
+}
+
+// A prompt of more than 8 prefill budgets logs its progress every 5 s and at its end, so a long prefill is visible
+// in the log (short ones, nearly all, say nothing).
+static void log_prefill(srv_sched *s, slot *sl, int64_t end, int final) {
+    const int64_t todo = sl->job->n_prompt - sl->prefill_from;
+    const double now = fd_time_s();
+    if (todo <= 8 * (int64_t)s->cfg->prefill_chunk || (!final && now - sl->t_prefill_log < 5)) return;
+    sl->t_prefill_log = now;
+    const int64_t done = end - sl->prefill_from;
+    const double dt = now - sl->t_prefill, rate = dt > 0 ? (double)done / dt : 0;
+    if (final)
+        FD_INFO("prefill %s: %lld tokens in %.2f s (%.0f tok/s)", sl->job->id, (long long)done, dt, rate);
+    else
+        FD_INFO("prefill %s: %lld / %lld tokens, %.0f tok/s, ETA %.1f s", sl->job->id, (long long)done,
+                (long long)todo, rate, rate > 0 ? (double)(todo - done) / rate : 0.0);
 }
 
 // The KV tokens (whole pages) a job's prompt takes.
@@ -533,6 +553,7 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
     s->met->prefill_computed_tokens += end - pos;
     s->met->prefill_chunks++;
     pthread_mutex_unlock(&s->met->mu);
+    log_prefill(s, sl, end, final);
     if (s->pc && end > 0 && (end % ck == 0 || end == last_b) && !pc_has_snapshot(pc_for(s, j), j->prompt, end))
         pc_insert(s->pc, &sl->e, s->dr ? &sl->spec : NULL, j->prompt, end, NULL);
     if (final) {
@@ -734,12 +755,20 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     eo.pool = &s->pool;
     eo.max_batch = cfg->prefill_chunk;
     eo.gdn_prefill = cfg->gdn_prefill;
-    // Routes from the environment (FD_ROUTE_<NAME>): the backend's before any cache exists, the engines' after.
-    int route_err = routes_backend_preset(be, NULL, 0);
+    // Routes from the environment (FD_ROUTE_<NAME>), then --route: the backend's before any cache exists, the
+    // engines' after.
+    int route_err = routes_backend_preset(be, cfg->route_specs, cfg->n_routes);
     if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg), 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (route_err || engine_init(&sl->e, m, be, &eo) || routes_from_env(&sl->e) || routes_check(&sl->e) ||
+        int set_err = 0;
+        if (!route_err && !engine_init(&sl->e, m, be, &eo)) {
+            set_err = routes_from_env(&sl->e);
+            for (int r = 0; !set_err && r < cfg->n_routes; r++) set_err = routes_set(&sl->e, cfg->route_specs[r]);
+        } else {
+            set_err = 1;
+        }
+        if (set_err || routes_check(&sl->e) ||
             (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
             for (int k = 0; k <= i; k++) {
                 if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);

@@ -2,8 +2,11 @@
 // then stop in the order that lets every open request end cleanly (new connections refused, jobs ended with 503,
 // suspended connections resumed, daemon stopped) and free everything (the tests run it under LSan).
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "base/threads.h"
 #include "engine/kv_pool.h"
 #include "server/conn.h"
+#include "engine/trace.h"
 #include "server/http.h"
 
 void srv_config_defaults(srv_config *c) {
@@ -93,6 +97,29 @@ static chat_template *load_template(const srv_config *cfg) {
     return t;
 }
 
+// libmicrohttpd's own messages, as one prefixed line each like every other line of the log (the logger must be
+// the daemon's first option, or MHD prints some messages itself).
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
+    fprintf(stderr, "flashdelta: http: %s\n", buf);
+}
+
+// Why the daemon could not start: bind the address ourselves (as libmicrohttpd does, SO_REUSEADDR) for the errno.
+static const char *listen_error(const struct sockaddr_in *addr) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (fd < 0) return strerror(errno);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const char *why = bind(fd, (const struct sockaddr *)addr, sizeof *addr) || listen(fd, 1)
+                          ? strerror(errno)
+                          : "libmicrohttpd could not start (see its message above)";
+    close(fd);
+    return why;
+}
+
 int srv_main(const srv_config *cfg) {
     if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2 ||
         cfg->kv_tokens < 1) {
@@ -112,7 +139,8 @@ int srv_main(const srv_config *cfg) {
     memset(&S, 0, sizeof S);
     S.cfg = cfg;
     fd_model model;
-    if (model_load(cfg->model_dir, &model)) {
+    fd_load_opts lo = {.quantize_fp8 = cfg->quantize_fp8};
+    if (model_load_with(cfg->model_dir, &lo, &model)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 1;
     }
@@ -154,6 +182,7 @@ int srv_main(const srv_config *cfg) {
         model_free(&model);
         return 1;
     }
+    if (cfg->trace) be = trace_wrap(be); // every op timed; the trace is written at shutdown
     model_upload(&model, be);
     fd_drafter dr;
     const int has_draft = cfg->draft_dir != NULL;
@@ -196,14 +225,14 @@ int srv_main(const srv_config *cfg) {
     // idle for --conn-timeout or if its request has not arrived whole within --recv-timeout (conn.c).
     S.daemon = MHD_start_daemon(
         MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-        srv_on_request, &S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)cfg->max_conns_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, conns,
-        MHD_OPTION_END);
+        srv_on_request, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_conns_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION,
+        srv_conns_notify, conns, MHD_OPTION_END);
     if (!S.daemon) {
-        fprintf(stderr, "flashdelta: error: cannot listen on %s:%d\n", cfg->host, cfg->port);
+        fprintf(stderr, "flashdelta: error: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, listen_error(&addr));
         rc = 1;
         goto out;
     }
@@ -236,6 +265,11 @@ out:
     sched_free(S.sched);
     if (has_draft) drafter_free(&dr);
     srv_metrics_destroy(&S.met);
+    if (cfg->trace) {
+        trace_print_summary(be, stderr);
+        if (trace_write(be, cfg->trace)) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        else FD_INFO("trace written to %s", cfg->trace);
+    }
     be->destroy(be);
     fd_threads_shutdown();
     chat_template_free(S.tpl);

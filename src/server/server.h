@@ -32,6 +32,7 @@ typedef struct {
     const char *admin_key;   // bearer token of the admin routes (/reset_prefix_cache); NULL = those routes refused
     int cache_salt_api_key;  // salt every request's prefix-cache use with its bearer token (tenant isolation)
     int parse_special;       // special-token text in message content / prompts becomes control tokens (unsafe)
+    int quantize_fp8;        // --quantize fp8: linear weights to FP8 block-scaled at load
     size_t max_body;         // request body limit (413 above)
     int default_max_tokens;  // completions without max_tokens (OpenAI: 16); chat: the rest of the context
     int prefix_cache;        // 0 = off
@@ -41,6 +42,9 @@ typedef struct {
     fd_gdn_route gdn_prefill;
     const char *draft_dir;   // DFlash drafter (speculative decoding); NULL = none
     int block_size;          // DFlash block (0 = the drafter's)
+    const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment
+    int n_routes;
+    const char *trace;       // --trace FILE: every op timed, Chrome-trace JSON written at shutdown
 } srv_config;
 
 void srv_config_defaults(srv_config *c);
