@@ -221,6 +221,8 @@ int int4_make(const char *fixture, const int4_spec *s, const char *dir) {
         float *W = fd_malloc(sizeof(float) * (size_t)(w.rows * w.cols));
         fd_weight_f32(&w, 0, w.rows * w.cols, W);
         quant_module(s, module, t->name, W, w.rows, w.cols, &q, &d, &seed);
+        if (s->also_dense && !strcmp(s->also_dense, module))
+            add(&q, t->name, fd_dtype_name(t->dtype), t->ndim, t->shape, t->data, t->nbytes);
         free(W);
         count++;
     }
@@ -272,6 +274,25 @@ int int4_patch_header(const char *dir, const char *from, const char *to) {
     }
     if (rc) fd_error_set("int4_patch_header: '%s' not found in %s", from, p);
     free(st);
+    free(p);
+    return rc;
+}
+
+int int4_patch_i32(const char *dir, const char *name, int64_t index, int32_t value) {
+    char *p = fd_sprintf("%s/int4/model.safetensors", dir);
+    st_set st;
+    int rc = st_open_file(p, &st);
+    long off = -1;
+    if (!rc) {
+        const st_tensor *t = st_find(&st, name);
+        if (t && t->dtype == FD_I32 && (size_t)(index + 1) * 4 <= t->nbytes)
+            off = (long)((const char *)t->data - (const char *)st.files[0].map) + (long)index * 4;
+        st_close(&st);
+    }
+    FILE *f = off >= 0 ? fopen(p, "r+b") : NULL;
+    rc = f && !fseek(f, off, SEEK_SET) && fwrite(&value, 4, 1, f) == 1 ? 0 : -1;
+    if (f) fclose(f);
+    if (rc) fd_error_set("int4_patch_i32: %s[%lld] not patched in %s", name, (long long)index, p);
     free(p);
     return rc;
 }

@@ -19,6 +19,7 @@ typedef struct {
     // which modules (tensor name without .weight) are quantized; NULL: every projection
     int (*quantize)(const char *module);
     uint64_t seed;
+    const char *also_dense; // this module's dense X.weight is written next to its int4 tensors (a bad input)
 } int4_spec;
 
 // Writes DIR/int4 and DIR/deq from tests/data/fixtures/FIXTURE (experts one by one). Returns the number of
@@ -28,4 +29,6 @@ int int4_make(const char *fixture, const int4_spec *s, const char *dir);
 void int4_rm(const char *dir);
 // In DIR/int4/model.safetensors' header: the first `from` replaced by `to` (same length). 0 or -1.
 int int4_patch_header(const char *dir, const char *from, const char *to);
+// Overwrites 4 bytes at element `index` of int32 tensor `name` in DIR/int4/model.safetensors. 0 or -1.
+int int4_patch_i32(const char *dir, const char *name, int64_t index, int32_t value);
 #endif

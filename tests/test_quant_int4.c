@@ -202,7 +202,8 @@ TEST(quant_int4_packing_round_trip) {
         ASSERT(model_load(dd, &md) == 0, "case %zu: %s", ci, fd_error_msg());
         EXPECT(mq.cfg.quant.method == (c->s.awq ? FD_QUANT_AWQ : FD_QUANT_GPTQ));
         int n_int4 = 0;
-        for (int i = 0; i < mq.cfg.num_layers; i++) check_layer(c, &mq.layers[i], &md.layers[i], i, mq.cfg.num_experts, &n_int4);
+        for (int i = 0; i < mq.cfg.num_layers; i++)
+            check_layer(c, &mq.layers[i], &md.layers[i], i, mq.cfg.num_experts, &n_int4);
         EXPECT(n_int4 == nq, "case %zu: %d int4 weights bound, %d packed", ci, n_int4, nq);
         const fd_layer *L0 = &mq.layers[0];
         const fd_weight *gdn_in = L0->in_qkv.data ? &L0->in_qkv : &L0->in_qkvz;

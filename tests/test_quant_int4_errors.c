@@ -47,6 +47,10 @@ static const bad_case k_bad[] = {
     {0, "{\"quant_method\":\"gptq\",\"bits\":4}", NULL, NULL, "gptq: missing 'group_size'"},
     {0, GPTQ_QC ",\"checkpoint_format\":\"marlin\"}", NULL, NULL, "checkpoint_format 'marlin' is not supported"},
     {0, GPTQ_QC ",\"lm_head\":true}", NULL, NULL, "quantized lm_head"},
+    {0, GPTQ_QC ",\"pack_dtype\":\"int16\"}", NULL, NULL, "pack_dtype must be \"int32\""},
+    {0, GPTQ_QC ",\"is_marlin_format\":true}", NULL, NULL, "is_marlin_format true is not supported"},
+    {0, "{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":32,\"format\":\"bitblas\"}", NULL, NULL,
+     "checkpoint_format 'bitblas' is not supported"},
     {0, GPTQ_QC ",\"dynamic\":{\"-:(\":{}}}", NULL, NULL, "dynamic rule '-:(' is not a valid regex"},
     {0, GPTQ_QC ",\"dynamic\":{\"+:.*down_proj\":{\"bits\":8}}}", NULL, NULL,
      "dynamic rule '+:.*down_proj': bits 8 is not supported"},
@@ -72,10 +76,12 @@ static const bad_case k_bad[] = {
      "missing tensor 'model.layers.0.mlp.gate_proj.qweight' (quantization_config (gptq) quantizes module"},
     {0, GPTQ_QC "}", GATE "qzeros\":{\"dtype\":\"I32\"", GATE "qzeros\":{\"dtype\":\"F32\"",
      "'model.layers.0.mlp.gate_proj.qzeros' has dtype F32, expected I32"},
-    {0, GPTQ_QC "}", GATE "scales\":{\"dtype\":\"F16\",\"shape\":[2,128]", GATE "scales\":{\"dtype\":\"F16\",\"shape\":[128,2]",
+    {0, GPTQ_QC "}", GATE "scales\":{\"dtype\":\"F16\",\"shape\":[2,128]",
+     GATE "scales\":{\"dtype\":\"F16\",\"shape\":[128,2]",
      "'model.layers.0.mlp.gate_proj.scales' has the wrong shape (expected [2, 128]); the file has [128, 2]"},
     // the AWQ shape [K, N/8] under a GPTQ config: GPTQ wants [K/8, N]
-    {0, GPTQ_QC "}", GATE "qweight\":{\"dtype\":\"I32\",\"shape\":[8,128]", GATE "qweight\":{\"dtype\":\"I32\",\"shape\":[64,16]",
+    {0, GPTQ_QC "}", GATE "qweight\":{\"dtype\":\"I32\",\"shape\":[8,128]",
+     GATE "qweight\":{\"dtype\":\"I32\",\"shape\":[64,16]",
      "'model.layers.0.mlp.gate_proj.qweight' has the wrong shape (expected [8, 128])"},
     {0, GPTQ_QC "}", GATE "g_idx\":{\"dtype\":\"I32\"", GATE "g_idx\":{\"dtype\":\"F32\"",
      "'model.layers.0.mlp.gate_proj.g_idx' has dtype F32, expected I32"},
@@ -107,6 +113,56 @@ TEST(quant_int4_bad_inputs_refused) {
     }
 }
 
+// Bad data rather than bad metadata: a g_idx value outside the groups, and a module stored both dense and int4.
+TEST(quant_int4_bad_g_idx_and_duplicate_module) {
+    int4_spec s = {.group = 32, .sym = 1, .seed = 7, .qc_json = GPTQ_QC "}"};
+    char t[] = "/tmp/fd_int4dXXXXXX";
+    ASSERT(mkdtemp(t));
+    ASSERT(int4_make("qwen35_dense_tied", &s, t) > 0, "%s", fd_error_msg());
+    ASSERT(int4_patch_i32(t, "model.layers.0.mlp.down_proj.g_idx", 127, 4) == 0, "%s", fd_error_msg());
+    char *d = fd_sprintf("%s/int4", t);
+    fd_model m;
+    int rc = model_load(d, &m);
+    if (rc == 0) model_free(&m);
+    EXPECT(rc != 0 && strstr(fd_error_msg(), "'model.layers.0.mlp.down_proj.g_idx': g_idx[127] = 4 is outside the 4 "
+                                             "groups"),
+           "%s", fd_error_msg());
+    int4_rm(t);
+    free(d);
+    strcpy(t, "/tmp/fd_int4dXXXXXX");
+    ASSERT(mkdtemp(t));
+    d = fd_sprintf("%s/int4", t);
+    s.also_dense = "model.layers.1.linear_attn.out_proj";
+    ASSERT(int4_make("qwen35_dense_tied", &s, t) > 0, "%s", fd_error_msg());
+    rc = model_load(d, &m);
+    if (rc == 0) model_free(&m);
+    EXPECT(rc != 0 && strstr(fd_error_msg(), "module 'model.layers.1.linear_attn.out_proj' has both "
+                                             "'model.layers.1.linear_attn.out_proj.weight' and "
+                                             "'model.layers.1.linear_attn.out_proj.qweight'"),
+           "%s", fd_error_msg());
+    free(d);
+    int4_rm(t);
+}
+
+// The CUDA backend refuses int4 at upload with the message users need (a CPU build cannot run it: read the
+// source, as test_cuda_sources.c does for other CUDA invariants).
+TEST(quant_int4_cuda_refuses_at_upload) {
+    size_t len;
+    char *src = fd_read_file(FD_SOURCE_DIR "/src/cuda/cuda_backend.cu", &len);
+    ASSERT(src, "%s", fd_error_msg());
+    const char *up = strstr(src, "static void cu_upload_weight(");
+    ASSERT(up);
+    // the message is one literal split over two source lines
+    const char *refuse = strstr(up, "if (fd_wfmt_is_int4(w->fmt))"),
+               *msg = strstr(up, "int4 weights are not supported on the cuda backend yet (use --backend cpu, or "
+                                 "an \"\n"),
+               *msg2 = msg ? strstr(msg, "\"FP8 checkpoint)") : NULL;
+    const char *first_copy = strstr(up, "cudaMalloc(&dst");
+    EXPECT(refuse && msg && msg2 && first_copy && refuse < first_copy && msg2 < first_copy,
+           "cu_upload_weight must refuse int4 before it copies anything");
+    free(src);
+}
+
 // The same checkpoints load when the config and the tensors agree: the unedited ones, a positive dynamic rule,
 // a `-:` rule for modules the file keeps dense, and a g_idx under desc_act false (honoured, as HF reads it).
 TEST(quant_int4_good_configs_load) {
@@ -128,4 +184,21 @@ TEST(quant_int4_good_configs_load) {
         free(d);
         int4_rm(t);
     }
+}
+
+// The CLI on an int4 checkpoint: `info` names the format, `generate` on the CPU backend runs it; a CUDA build
+// asked for `--backend cuda` would refuse at upload (quant_int4_cuda_refuses_at_upload).
+TEST(quant_int4_cli_info_and_generate) {
+    int4_spec s = {.awq = 1, .group = 32, .seed = 8, .qc_json = AWQ_QC "}"};
+    char t[] = "/tmp/fd_int4cXXXXXX";
+    ASSERT(mkdtemp(t));
+    ASSERT(int4_make("qwen35_dense_tied", &s, t) > 0, "%s", fd_error_msg());
+    char *cmd = fd_sprintf("%s info %s/int4 2>&1", test_bin(), t), *out = NULL;
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "weights: AWQ gemm int4, groups of 32"), "%s",
+           out ? out : "(no output)");
+    free(cmd), free(out), out = NULL;
+    cmd = fd_sprintf("%s generate %s/int4 --ids 1,2,3 -n 4 2>/dev/null", test_bin(), t);
+    EXPECT(test_run(cmd, &out) == 0 && out && out[0], "generate on the cpu backend");
+    free(cmd), free(out);
+    int4_rm(t);
 }

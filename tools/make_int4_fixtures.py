@@ -27,6 +27,7 @@ unpacked again here by a second, independent routine and compared with the dequa
 "unpack_check").
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -146,7 +147,7 @@ def unpack(method, t, N, K):
 def build(spec, seed, method):
     cfg_cls, cls = mf.classes(spec["family"])
     torch.manual_seed(seed)
-    cfg = cfg_cls(**json.loads(json.dumps(spec["cfg"])))
+    cfg = cfg_cls(**copy.deepcopy(spec["cfg"]))
     model = mf.construct(cls, cfg)
     mf.set_eager(model)
     mf.init_params(model, seed, 3.2 / math.sqrt(spec["cfg"]["hidden_size"]))
@@ -184,7 +185,8 @@ def quant_config(method):
     if method == "gptq":
         return {"quant_method": "gptq", "bits": 4, "group_size": GPTQ_GROUP, "sym": True, "desc_act": False,
                 "checkpoint_format": "gptq", "lm_head": False, "dynamic": GPTQ_DYNAMIC,
-                "quantizer": ["flashdelta tools/make_int4_fixtures.py (round to nearest)"]}
+                "pack_dtype": "int32",
+                "meta": {"quantizer": ["flashdelta tools/make_int4_fixtures.py (round to nearest)"]}}
     return {"quant_method": "awq", "version": "gemm", "bits": 4, "group_size": AWQ_GROUP, "zero_point": True,
             "modules_to_not_convert": AWQ_NOT_CONVERT}
 

@@ -131,7 +131,16 @@ static int parse_gptq(const json_t *qc, const char *path, fd_quant_config *q) {
     int lm_head = 0;
     FD_TRY(opt_bool(qc, path, "lm_head", &lm_head));
     if (lm_head) return qerr(path, "gptq: a quantized lm_head (\"lm_head\": true) is not supported");
+    // GPTQModel writes checkpoint_format (older files: format); packing words other than int32 and the old
+    // is_marlin_format flag are layouts of their own.
+    const json_t *pd = json_object_get(qc, "pack_dtype");
+    if (pd && !json_is_null(pd) && !(json_is_string(pd) && !strcmp(json_string_value(pd), "int32")))
+        return qerr(path, "gptq: pack_dtype must be \"int32\" (the published packing)");
+    int marlin = 0;
+    FD_TRY(opt_bool(qc, path, "is_marlin_format", &marlin));
+    if (marlin) return qerr(path, "gptq: is_marlin_format true is not supported (the plain gptq layout is)");
     const json_t *cf = json_object_get(qc, "checkpoint_format");
+    if (!cf || json_is_null(cf)) cf = json_object_get(qc, "format");
     const char *fmt = json_is_string(cf) ? json_string_value(cf) : "gptq";
     if (cf && !json_is_null(cf) && !json_is_string(cf)) return qerr(path, "gptq: 'checkpoint_format' must be a string");
     if (!strcmp(fmt, "gptq"))
