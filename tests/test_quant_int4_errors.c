@@ -170,9 +170,18 @@ TEST(quant_int4_good_configs_load) {
         GPTQ_QC "}",
         GPTQ_QC ",\"dynamic\":{\"+:.*mlp.*\":{\"bits\":4,\"group_size\":32},\"-:.*lm_head.*\":{}}}",
         GPTQ_QC ",\"checkpoint_format\":\"gptq_v2\",\"desc_act\":true}",
+        // what tools/make_int4_fixtures.py writes (and GPTQModel's extra keys)
+        "{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":32,\"sym\":true,\"desc_act\":false,"
+        "\"checkpoint_format\":\"gptq\",\"lm_head\":false,\"dynamic\":{\"-:.*visual.*\":{},\"-:.*mtp.*\":{}},"
+        "\"pack_dtype\":\"int32\",\"meta\":{\"quantizer\":[\"x\"]},\"damp_percent\":0.01,\"true_sequential\":true}",
     };
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        int4_spec s = {.group = 32, .sym = 1, .seed = 6, .qc_json = ok[i]};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0] + 1; i++) {
+        int4_spec s = {.group = 32, .sym = 1, .seed = 6, .qc_json = i < sizeof ok / sizeof ok[0] ? ok[i] : NULL};
+        if (!s.qc_json) { // the AWQ config of tools/make_int4_fixtures.py
+            s.awq = 1;
+            s.qc_json = AWQ_QC ",\"modules_to_not_convert\":[\"in_proj_a\",\"in_proj_b\",\"shared_expert_gate\","
+                               "\"visual\",\"mtp\"]}";
+        }
         char t[] = "/tmp/fd_int4gXXXXXX";
         ASSERT(mkdtemp(t));
         ASSERT(int4_make("qwen35_dense_tied", &s, t) > 0, "%s", fd_error_msg());
