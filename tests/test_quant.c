@@ -85,8 +85,8 @@ TEST(quant_fp8_bad_inputs_refused) {
         const char *from, *to, *want;
     } cases[] = {
         {e_no_qc, NULL, NULL, "no FP8 quantization_config"},
-        {e_gptq, NULL, NULL, "'gptq' (int4) is not supported yet"},
-        {e_awq, NULL, NULL, "'awq' (int4) is not supported yet"},
+        {e_gptq, NULL, NULL, "gptq: missing 'group_size'"},
+        {e_awq, NULL, NULL, "awq: missing 'group_size'"},
         {e_bnb, NULL, NULL, "'bitsandbytes' is not supported"},
         {e_e5m2, NULL, NULL, "fmt must be \"e4m3\""},
         {e_static, NULL, NULL, "activation_scheme must be \"dynamic\""},

@@ -12,6 +12,8 @@ const char *fd_wfmt_name(fd_wfmt f) {
     switch (f) {
     case FD_WFMT_DENSE: return "dense";
     case FD_WFMT_FP8_BLOCK: return "fp8-block";
+    case FD_WFMT_GPTQ_INT4: return "gptq-int4";
+    case FD_WFMT_AWQ_INT4: return "awq-int4";
     default: return "?";
     }
 }
@@ -40,7 +42,43 @@ float fd_weight_block_scale(const fd_weight *w, int64_t r, int64_t c) {
     return scalar_at(w->scale, w->scale_dtype, (r / w->block_rows) * w->scale_cols + c / w->block_cols);
 }
 
+// Nibble position of column n % 8 inside an AWQ word: the inverse of AutoAWQ's pack order {0, 2, 4, 6, 1, 3, 5, 7}
+// (nibble i holds column order[i], so column j sits in nibble inv[j]).
+static const int k_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+static inline int nib(uint32_t word, int pos) { return (int)(word >> (4 * pos)) & 15; }
+
+// Elements (n, k0..k0+count) of one row of an int4 weight. The scale and zero change only at group boundaries, but
+// g_idx may send neighbouring k to different groups (desc_act), so each k looks its group up: the tiny fixtures
+// are what the CPU reference runs, and this is exact whatever the order.
+static void int4_row(const fd_weight *w, int64_t n, int64_t k0, int64_t count, float *out) {
+    const uint32_t *qw = w->data, *qz = w->qzeros;
+    const int64_t N = w->rows, N8 = N / 8;
+    if (w->fmt == FD_WFMT_GPTQ_INT4) {
+        const int zpos = (int)(n % 8);
+        for (int64_t j = 0; j < count; j++) {
+            const int64_t k = k0 + j;
+            const int64_t g = w->g_idx ? w->g_idx[k] : k / w->group_size;
+            const int q = nib(qw[(k / 8) * N + n], (int)(k % 8));
+            const int z = nib(qz[g * N8 + n / 8], zpos) + w->zero_add;
+            out[j] = scalar_at(w->scale, w->scale_dtype, g * N + n) * (float)(q - z);
+        }
+        return;
+    }
+    const int pos = k_awq_nibble[n % 8];
+    for (int64_t j = 0; j < count; j++) {
+        const int64_t k = k0 + j, g = k / w->group_size;
+        const int q = nib(qw[k * N8 + n / 8], pos), z = nib(qz[g * N8 + n / 8], pos);
+        out[j] = (float)(q - z) * scalar_at(w->scale, w->scale_dtype, g * N + n);
+    }
+}
+
 float fd_weight_elem(const fd_weight *w, int64_t i) {
+    if (fd_wfmt_is_int4(w->fmt)) {
+        float v;
+        int4_row(w, i / w->cols, i % w->cols, 1, &v);
+        return v;
+    }
     if (w->fmt == FD_WFMT_FP8_BLOCK) {
         const int64_t r = i / w->cols, c = i % w->cols;
         return e4m3(((const uint8_t *)w->data)[i]) * fd_weight_block_scale(w, r, c);
@@ -50,6 +88,15 @@ float fd_weight_elem(const fd_weight *w, int64_t i) {
 }
 
 void fd_weight_f32(const fd_weight *w, int64_t off, int64_t count, float *out) {
+    if (fd_wfmt_is_int4(w->fmt)) {
+        for (int64_t i = 0; i < count;) { // row by row: a row is one output column of qweight
+            const int64_t r = (off + i) / w->cols, c = (off + i) % w->cols;
+            const int64_t run = w->cols - c < count - i ? w->cols - c : count - i;
+            int4_row(w, r, c, run, out + i);
+            i += run;
+        }
+        return;
+    }
     if (w->fmt == FD_WFMT_FP8_BLOCK) {
         const uint8_t *q = (const uint8_t *)w->data;
         for (int64_t i = 0; i < count;) {
@@ -84,11 +131,19 @@ size_t fd_weight_bytes(const fd_weight *w) {
     const int64_t n = w->rows * w->cols;
     size_t b = (size_t)n * fd_dtype_size(w->dtype);
     if (w->fmt == FD_WFMT_FP8_BLOCK) b += (size_t)(fd_weight_scale_rows(w) * w->scale_cols) * fd_dtype_size(w->scale_dtype);
+    if (fd_wfmt_is_int4(w->fmt)) { // nibbles, packed zeros, scales and g_idx
+        b = (size_t)n / 2 + (size_t)(w->n_groups * w->rows) / 2 +
+            (size_t)(w->n_groups * w->rows) * fd_dtype_size(w->scale_dtype) + (w->g_idx ? (size_t)w->cols * 4 : 0);
+    }
     return b;
 }
 
 int fd_weight_view_rows(const fd_weight *w, int64_t row0, int64_t rows, fd_weight *out) {
     *out = *w;
+    if (fd_wfmt_is_int4(w->fmt))
+        return fd_error_set("tensor '%s': row slices of %s weights are not supported (int4 checkpoints store "
+                            "experts one by one)",
+                            w->name ? w->name : "?", fd_wfmt_name(w->fmt));
     out->data = (const char *)w->data + (size_t)(row0 * w->cols) * fd_dtype_size(w->dtype);
     out->rows = rows;
     if (w->fmt == FD_WFMT_FP8_BLOCK) {

@@ -167,6 +167,16 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
         cu_upload_fp8(be, w);
         return;
     }
+    // int4 (GPTQ / AWQ) has no CUDA kernels yet: refuse at upload, before any op could read the packed words as
+    // something else. upload_weight has no error return, so this ends the run with a user error (exit status 2,
+    // no core dump: the input is unsupported, nothing is broken).
+    if (fd_wfmt_is_int4(w->fmt)) {
+        fprintf(stderr,
+                "flashdelta: error: %s int4 weights are not supported on the cuda backend yet (use --backend cpu, or an "
+                "FP8 checkpoint); first: %s\n",
+                w->fmt == FD_WFMT_GPTQ_INT4 ? "GPTQ" : "AWQ", w->name ? w->name : "?");
+        exit(2);
+    }
     FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %s unsupported", w->name ? w->name : "?", fd_wfmt_name(w->fmt));
     FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
              w->name ? w->name : "?", fd_dtype_name(w->dtype));

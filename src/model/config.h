@@ -10,14 +10,27 @@ typedef enum { FD_LAYER_GDN = 0, FD_LAYER_ATTN = 1 } fd_layer_kind;
 #define FD_MAX_LAYERS 512
 
 // config.json's quantization_config (HF): how the checkpoint's linear weights are stored.
-typedef enum { FD_QUANT_NONE = 0, FD_QUANT_FP8 = 1 } fd_quant_method;
+typedef enum { FD_QUANT_NONE = 0, FD_QUANT_FP8 = 1, FD_QUANT_GPTQ = 2, FD_QUANT_AWQ = 3 } fd_quant_method;
 #define FD_QUANT_SKIP_BYTES 65536
+#define FD_QUANT_DYN_BYTES 16384
+#define FD_QUANT_MAX_DYN 256
 typedef struct {
     fd_quant_method method;
-    int block_rows, block_cols; // weight_block_size
-    // modules_to_not_convert, NUL-separated (n_skip names): modules the checkpoint keeps unquantized
+    int block_rows, block_cols; // weight_block_size (fp8)
+    // modules_to_not_convert, NUL-separated (n_skip names): modules the checkpoint keeps unquantized. FP8: whole
+    // names or dot-aligned parts; AWQ: substrings of the module name (as vLLM matches them).
     char skip[FD_QUANT_SKIP_BYTES];
     int n_skip;
+    // int4 (gptq / awq): bits (4), group_size (-1 in the file: one group over K, stored here as 0), GPTQ's
+    // checkpoint_format as the zero offset (1: "gptq" v1 stores z - 1; 0: "gptq_v2"), desc_act, sym.
+    int bits, group_size, zero_add, desc_act, sym;
+    // GPTQModel's `dynamic` map, in file order: regexes (re.match: anchored at the start) NUL-separated;
+    // dyn_neg[i] for "-:" (module not quantized), else a positive rule whose group size (0: the global one) the
+    // module takes. The first matching rule decides, as in GPTQModel and vLLM.
+    char dyn[FD_QUANT_DYN_BYTES];
+    int n_dyn;
+    unsigned char dyn_neg[FD_QUANT_MAX_DYN];
+    int dyn_group[FD_QUANT_MAX_DYN];
 } fd_quant_config;
 
 typedef struct {
@@ -69,4 +82,8 @@ const char *cfg_arch_name(fd_arch a);
 // the whole module name or a dot-aligned part of it ("mlp.gate" matches "model.layers.0.mlp.gate", never
 // "model.layers.0.mlp.gate_proj").
 int cfg_quant_skips(const fd_quant_config *q, const char *name);
+// int4 (gptq / awq): whether `module` (a tensor name without .qweight / .weight) is quantized by the config:
+// 1 with *group_size set (0: one group over K), 0 when the config keeps it unquantized (a `-:` dynamic rule, or
+// modules_to_not_convert), -1 with fd_error set for a dynamic regex that does not compile.
+int cfg_quant_int4_module(const fd_quant_config *q, const char *module, int *group_size);
 #endif

@@ -298,6 +298,14 @@ void model_print_info(const fd_model *m, FILE *f) {
         fprintf(f, "weights: FP8 e4m3, %d x %d block scales (%s)\n", m->binder.quantize_fp8 ? 128 : c->quant.block_rows,
                 m->binder.quantize_fp8 ? 128 : c->quant.block_cols,
                 m->binder.quantize_fp8 ? "quantized at load" : "as published");
+    if (c->quant.method == FD_QUANT_GPTQ || c->quant.method == FD_QUANT_AWQ) {
+        char g[32];
+        snprintf(g, sizeof g, c->quant.group_size ? "groups of %d" : "one group per row", c->quant.group_size);
+        fprintf(f, "weights: %s int4, %s%s (as published; cpu backend only)\n",
+                c->quant.method == FD_QUANT_GPTQ ? "GPTQ" : "AWQ gemm", g,
+                c->quant.method == FD_QUANT_GPTQ ? (c->quant.zero_add ? ", checkpoint_format gptq (v1)" : ", gptq_v2")
+                                                 : "");
+    }
     int counts[FD_DTYPE_COUNT] = {0};
     for (int i = 0; i < m->st.n_tensors; i++) counts[m->st.tensors[i].dtype]++;
     fprintf(f, "parameters: %lld (%.3f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
