@@ -383,3 +383,39 @@ TEST(cli_build_records_settings) {
     test_run(cmd, NULL);
     free(cmd);
 }
+
+// chat renders with the model's own template when the directory has one (chat_template.jinja here; a template
+// whose raise_exception names itself proves which one ran), as serve does.
+TEST(cli_chat_uses_the_models_template) {
+    char tmpl[] = "/tmp/fd_chattplXXXXXX";
+    ASSERT(mkdtemp(tmpl), "mkdtemp");
+    char *abs = realpath(k_tiny, NULL);
+    ASSERT(abs, "realpath %s", k_tiny);
+    const char *files[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *src = fd_sprintf("%s/%s", abs, files[i]), *dst = fd_sprintf("%s/%s", tmpl, files[i]);
+        EXPECT(symlink(src, dst) == 0, "symlink %s", dst);
+        free(src);
+        free(dst);
+    }
+    char *jp = fd_sprintf("%s/chat_template.jinja", tmpl);
+    FILE *f = fopen(jp, "w");
+    ASSERT(f, "%s", jp);
+    fputs("{{ raise_exception('the model template ran') }}", f);
+    fclose(f);
+    const pty_step steps[] = {{">>> ", "hello\n", 0}, {"the model template ran", NULL, 0}, {">>> ", "/quit\n", 0}};
+    char *out = NULL, *args = fd_sprintf("chat %s -n 4", tmpl);
+    int rc = pty_run(args, steps, (int)(sizeof steps / sizeof steps[0]), &out);
+    EXPECT(rc == 0 && out && strstr(out, "the model template ran"), "chat exited %d:\n%s", rc, out ? out : "");
+    free(out);
+    free(args);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *dst = fd_sprintf("%s/%s", tmpl, files[i]);
+        unlink(dst);
+        free(dst);
+    }
+    unlink(jp);
+    free(jp);
+    rmdir(tmpl);
+    free(abs);
+}

@@ -73,7 +73,14 @@ static void logits_vs_hf(const char *gemm_act, double tol, double worst_tol) {
             }
             printf("    %-20s %-7s gemm_act=%-6s logits rel-L2 %.2e (worst position %.2e), argmax equal at %d/%d\n",
                    k_all_fixture_names[f], r ? "serial" : "chunked", gemm_act, err, worst, argmax_same, fx.n_ids);
-            EXPECT(err <= tol && worst <= worst_tol, "%s gemm_act=%s: logits rel-L2 %.3g, worst row %.3g",
+            // The FP8 fixtures' k = 384 GEMMs (down_proj, the qwen3_next dense layer) run with bf16 activations
+            // and a bf16-rounded dequantized weight under gemm_act=auto (k > 256), as published geometries do:
+            // their single positions get the bf16 bound (H200, session 6: worst position 1.3e-2 / 2.1e-2 / 2.5e-3,
+            // whole-prompt rel-L2 <= 4.6e-3), the whole prompt keeps the tight one.
+            const double wt = !strncmp(k_all_fixture_names[f], "fp8_", 4) && worst_tol < TOL_MODEL_BF16_ACT
+                                  ? TOL_MODEL_BF16_ACT
+                                  : worst_tol;
+            EXPECT(err <= tol && worst <= wt, "%s gemm_act=%s: logits rel-L2 %.3g, worst row %.3g",
                    k_all_fixture_names[f], gemm_act, err, worst);
             free(lg);
             close_model(&L);

@@ -6,9 +6,9 @@ Run on a machine with torch and transformers 5.17 (CPU is enough):
     PYTHONUNBUFFERED=1 python3 tools/make_quant_fixtures.py --out /tmp/qfx
 
 For each architecture it builds a small random model (make_fixtures.py's init rules; hidden 128 and widths up to
-256, all multiples of 128 as in the published geometries, where HF's loader requires it, so weights span one or
-two 128 x 128 blocks per side; every k <= 256, so the GPU's default gemm_act=auto runs them ~fp32-exact and the
-GPU check is tight; odd shapes and partial blocks are the op tests' job), rounds it to bf16 and writes the checkpoint as published:
+384, all multiples of 128 as in the published geometries, where HF's loader requires it, so weights span one to
+three 128 x 128 blocks per side; the k = 384 GEMMs run bf16 under the GPU's default gemm_act=auto, see
+tests_cuda/test_cuda_models.c; odd shapes and partial blocks are the op tests' job), rounds it to bf16 and writes the checkpoint as published:
 each projection `X.weight` as float8_e4m3fn [N, K] plus `X.weight_scale_inv` [ceil(N/128), ceil(K/128)] (f32, or
 bf16 for one fixture: both are published), experts per expert as Qwen3-Next-80B-A3B-FP8 stores them, the rest
 bf16, and config.json's `quantization_config` (quant_method fp8, fmt e4m3,
@@ -43,7 +43,7 @@ KEEP_BF16 = {"lm_head", "embed_tokens", "in_proj_a", "in_proj_b", "in_proj_ba", 
 
 SPECS = [
     dict(name="fp8_qwen35_dense", family="qwen3_5", seed=7100, n_prompt=96, cfg=dict(
-        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+        vocab_size=VOCAB, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
         layer_types=[LIN, LIN, LIN, FULL], num_attention_heads=2, num_key_value_heads=1, head_dim=64,
         linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=64, linear_value_head_dim=64,
         linear_conv_kernel_dim=4, tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=4096,
@@ -53,7 +53,7 @@ SPECS = [
         num_attention_heads=2, num_key_value_heads=1, head_dim=64, linear_num_key_heads=1,
         linear_num_value_heads=2, linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4,
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=256,
-        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], intermediate_size=256,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], intermediate_size=384,
         tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=4096, rope_parameters=mf.rope(1e4))),
     dict(name="fp8_qwen35_moe", family="qwen3_5_moe", seed=7300, n_prompt=96, bf16_scales=True, cfg=dict(
         vocab_size=VOCAB, hidden_size=128, num_hidden_layers=4, layer_types=[LIN, FULL, LIN, FULL],

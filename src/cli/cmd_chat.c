@@ -1,6 +1,6 @@
 // `flashdelta chat MODEL_DIR [--draft DIR]`: a terminal chat. Each turn renders the whole conversation with the
-// model's chat template (io/chat_template.c, Qwen3 ChatML), and the engine keeps the conversation's KV and GDN
-// state between turns: only the tokens after the longest prefix it already holds are prefilled (/stats shows how
+// model's chat template (its chat_template.jinja / tokenizer_config.json, else the built-in Qwen3 one, as serve
+// does), and the engine keeps the conversation's KV and GDN state between turns: only the tokens after the longest prefix it already holds are prefilled (/stats shows how
 // many were reused). When the rendering departs from what the engine holds (a re-tokenized answer, a DFlash round
 // that ran past the end of the answer, /reset) the prefix cache (engine/prefix_cache.h) restores the longest
 // prefix it has a state snapshot for: every turn leaves one at the last block boundary of its prompt. Ctrl-C ends
@@ -163,8 +163,40 @@ static int64_t prepare_prefix(session *s, pc_cache *pc, tok_ids *held, const tok
     return same;
 }
 
+// The conversation as the template sees it: [{"role", "content"}, ...].
+static json_t *convo_json(const convo *c) {
+    json_t *a = json_array();
+    for (int i = 0; i < c->n; i++)
+        json_array_append_new(a, json_pack("{s:s, s:s}", "role", c->msgs[i].role, "content",
+                                           c->msgs[i].content ? c->msgs[i].content : ""));
+    return a;
+}
+
+// The model's own chat template (chat_template.jinja or tokenizer_config.json in the model directory, then in the
+// --tokenizer directory), else the built-in Qwen3 one, as `serve` picks it.
+static chat_template *load_template(const cli_opts *o) {
+    int found = 0;
+    chat_template *t = chat_template_load(o->model_dir, NULL, &found);
+    if (!found && o->tokenizer) {
+        char *dir = fd_strdup(o->tokenizer);
+        char *slash = strrchr(dir, '/');
+        if (strstr(dir, ".json") && slash) *slash = 0;
+        t = chat_template_load(dir, NULL, &found);
+        free(dir);
+    }
+    if (!t && found) return NULL;
+    if (!t) t = chat_template_builtin();
+    if (t) FD_INFO("chat template: %s", chat_template_origin(t));
+    return t;
+}
+
 static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const int32_t *eos, int n_eos) {
     const int tty = isatty(STDIN_FILENO);
+    chat_template *tpl = load_template(o);
+    if (!tpl) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
     convo c = {0};
     if (o->system) convo_add(&c, "system", fd_strdup(o->system));
     const int keep = c.n;
@@ -214,7 +246,9 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
             continue;
         }
         convo_add(&c, "user", msg);
-        char *text = chat_render_qwen3(c.msgs, c.n, 1, CHAT_THINKING_DEFAULT);
+        json_t *mj = convo_json(&c);
+        char *text = chat_template_apply(tpl, mj, NULL, NULL, NULL, 1);
+        json_decref(mj);
         tok_ids ids = {0};
         if (!text || tok_encode(tok, text, strlen(text), &ids)) {
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -290,6 +324,7 @@ static int chat_loop(session *s, const cli_opts *o, tok_tokenizer *tok, const in
     free(c.owned);
     tok_ids_free(&held);
     pc_free(pc);
+    chat_template_free(tpl);
     free(out);
     return rc;
 }
