@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/sample_math.h" // fd_sample_params
 #include "base/weight.h" // fd_weight: a bound weight and its format
 
 
@@ -40,13 +41,7 @@ static inline fd_kv_view fd_kv_flat(void *base, int64_t capacity) {
 }
 #define FD_KV_FLAT(base, capacity) (&(fd_kv_view){(void *)(base), NULL, 0, (capacity), (capacity)})
 
-// Sampling parameters of one logits row (sample_rows): temperature 0 = greedy argmax; top_k 0 = off; top_p >= 1 =
-// off. The host's sampler (engine/sampling.h) holds the same three and its seeded generator.
-typedef struct {
-    float temperature;
-    int top_k;
-    float top_p;
-} fd_sample_params;
+// fd_sample_params (one logits row's sampling parameters): base/sample_math.h.
 
 // A named execution route: an op with more than one implementation. The choice is explicit (default, flag
 // `--route NAME=VALUE`, env FD_ROUTE_<NAME>), printed at start, and every call is counted under the value that

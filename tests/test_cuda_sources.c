@@ -61,3 +61,31 @@ TEST(cuda_sources_kernels_launch_through_cu_launch_and_wait) {
     EXPECT(files >= 10 && kernels >= 30, "found only %d files / %d kernels under %s", files, kernels, dir_path);
     EXPECT(early_files >= 1, "no file launches with cu_launch_early: the rule above checked nothing");
 }
+
+// Layering (docs/architecture.md): the backends sit below the engine, so no backend source includes an engine,
+// model, server or cli header (the CPU backend's sampling uses base/sample_math.h, as the engine's sampler does).
+TEST(backend_sources_include_nothing_above_them) {
+    static const char *const dirs[] = {FD_SOURCE_DIR "/src/cpu", FD_SOURCE_DIR "/src/cuda"};
+    static const char *const above[] = {"#include \"engine/", "#include \"model/", "#include \"server/",
+                                        "#include \"cli/"};
+    int files = 0;
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+        DIR *dir = opendir(dirs[d]);
+        ASSERT(dir, "cannot open %s", dirs[d]);
+        struct dirent *de;
+        while ((de = readdir(dir))) {
+            if (de->d_name[0] == '.') continue;
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dirs[d], de->d_name);
+            char *src = fd_read_file(path, NULL);
+            ASSERT(src, "%s", fd_error_msg());
+            files++;
+            for (size_t a = 0; a < sizeof above / sizeof above[0]; a++)
+                EXPECT(!strstr(src, above[a]), "%s includes a header from above the backend (%s...)", de->d_name,
+                       above[a]);
+            free(src);
+        }
+        closedir(dir);
+    }
+    EXPECT(files > 20, "only %d backend files found", files);
+}

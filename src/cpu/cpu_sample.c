@@ -1,9 +1,9 @@
-// CPU sample_rows: the host sampler's own code path (engine/sampling.c), so the ids are bitwise those of
+// CPU sample_rows: the host sampler's own steps (base/sample_math.c), so the ids are bitwise those of
 // sampler_sample for the same uniforms.
 #include <stdlib.h>
 
 #include "cpu/cpu.h"
-#include "engine/sampling.h"
+#include "base/sample_math.h"
 
 static void cpu_sample_rows(fd_backend *be, int32_t *out_host, const float *logits, int rows, int V,
                             const fd_sample_params *params, const double *uniforms) {

@@ -4,7 +4,7 @@
 #define FD_SAMPLING_H
 #include <stdint.h>
 
-#include "backend.h" // fd_sample_params
+#include "base/sample_math.h" // fd_sample_params, sample_probs, sample_draw_u, sample_row
 
 typedef struct fd_sampler_s {
     float temperature; // 0 = greedy
@@ -24,13 +24,8 @@ double sampler_uniform(fd_sampler *s);
 // Convenience: probs + draw (or argmax when greedy). scratch holds V floats.
 int32_t sampler_sample(fd_sampler *s, const float *logits, int V, float *scratch);
 
-// The same steps without a generator, for the backends' sample_rows op (the host draws the uniform):
-// the sampler's parameters; the distribution of params (out-of-range values mean "off" as in sampler_init);
-// the inverse-CDF draw of probs at uniform u; and probs + draw (argmax for greedy params, u unused).
+// The sampler's parameters, for the backends' sample_rows op (the host draws the uniform):
 // sample_row(sampler_params(s), logits, V, sampler_uniform(s), scratch) == sampler_sample(s, logits, V, scratch)
 // for non-greedy s, bitwise (sampler_sample draws exactly that one uniform).
 fd_sample_params sampler_params(const fd_sampler *s);
-void sample_probs(const fd_sample_params *p, const float *logits, int V, float *probs);
-int32_t sample_draw_u(const float *probs, int V, double u);
-int32_t sample_row(const fd_sample_params *p, const float *logits, int V, double u, float *scratch);
 #endif
