@@ -717,11 +717,22 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&s->met->mu);
             srv_job_unref(tmp[i]);
         }
-        for (int i = 0, k = 0; i < n_adm; i++)
-            for (int c = 0; c < adm[i]->n; c++) {
+        for (int i = 0, k = 0; i < n_adm; i++) {
+            // A choice refused at start (KV pages) fails the job and drops its slot's reference, which may be the
+            // last: hold one across the loop, and start no further choice of a failed job.
+            srv_job *j = adm[i];
+            const int n_choices = j->n;
+            srv_job_ref(j);
+            for (int c = 0; c < n_choices; c++) {
+                pthread_mutex_lock(&j->mu);
+                const int failed = j->done; // failed (a choice cannot have finished yet)
+                pthread_mutex_unlock(&j->mu);
+                if (failed) break;
                 while (s->slots[k].st != SLOT_FREE) k++;
-                slot_start(s, &s->slots[k], adm[i], c);
+                slot_start(s, &s->slots[k], j, c);
             }
+            srv_job_unref(j);
+        }
         step(s);
     }
     free(tmp);
