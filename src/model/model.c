@@ -10,24 +10,26 @@
 #include <string.h>
 
 
-// Binds `name` with the expected shape (ndim dims given as varargs).
-static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
+// Binds `name` with the expected shape (ndim dims given as varargs); linear: a linear layer's weight, which may
+// also be FP8 block-scaled as published, or quantized at load (bind.h).
+static int bind_v(fd_model *m, fd_weight *w, const char *name, int linear, int ndim, va_list ap) {
     int64_t want[ST_MAX_DIMS];
-    va_list ap;
-    va_start(ap, ndim);
-    for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
-    va_end(ap);
-    return bind_tensor(&m->binder, w, name, ndim, want);
+    for (int i = 0; i < ndim && i < ST_MAX_DIMS; i++) want[i] = va_arg(ap, int64_t);
+    return linear ? bind_linear(&m->binder, w, name, ndim, want) : bind_tensor(&m->binder, w, name, ndim, want);
 }
-
-// The same for a linear layer's weight: dense, FP8 block-scaled as published, or quantized at load (bind.h).
-static int bind_lin(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
-    int64_t want[ST_MAX_DIMS];
+static int bind(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
     va_list ap;
     va_start(ap, ndim);
-    for (int i = 0; i < ndim; i++) want[i] = va_arg(ap, int64_t);
+    const int rc = bind_v(m, w, name, 0, ndim, ap);
     va_end(ap);
-    return bind_linear(&m->binder, w, name, ndim, want);
+    return rc;
+}
+static int bind_lin(fd_model *m, fd_weight *w, const char *name, int ndim, ...) {
+    va_list ap;
+    va_start(ap, ndim);
+    const int rc = bind_v(m, w, name, 1, ndim, ap);
+    va_end(ap);
+    return rc;
 }
 
 // A view of `rows` rows starting at row `row0` of a bound fused expert tensor, as a 2-D [rows, cols] weight.
