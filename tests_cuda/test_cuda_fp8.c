@@ -1,4 +1,4 @@
-// FP8 block-scaled weights on the GPU (route gemm_fp8, src/cuda/gemv_fp8.cu) on fresh random inputs, NaN-poisoned
+// FP8 block-scaled weights on the GPU (route gemm_fp8: the GEMV of src/cuda/gemv.cu, src/cuda/gemv_fp8.cu) on fresh random inputs, NaN-poisoned
 // outputs, against the CPU reference (fp32 dot products on fp8 x scale, base/weight.c):
 //   - the FP8 GEMV for n in {1, 2, 7, 8, 9, 16} under gemm_act bf16 and bf16x2, on shapes with m not a multiple
 //     of 32, partial scale blocks in both directions, fewer chunks than warps and many per warp (unequal counts);
@@ -148,6 +148,114 @@ TEST(cuda_fp8_gemv_batch_invariant) {
     }
     free(x), free(all);
     freew(&w);
+}
+
+// Every finite e4m3 code through the GEMV (its bit-level e4m3 -> bf16 conversion): row r of W holds code r
+// everywhere (the NaN codes 0x7f / 0xff hold 0), block scales 1, x = e_j; out[r] must be exactly the code's value
+// as base.c's fd_e4m3_to_f32 decodes it (the same decoder the CPU reference and the FP8 fixtures' HF checks use),
+// for the normal, subnormal, zero and negative codes alike.
+TEST(cuda_fp8_gemv_every_e4m3_code) {
+    const int m = 256, k = 128;
+    float *zero = fd_malloc((size_t)m * k * 4);
+    memset(zero, 0, (size_t)m * k * 4);
+    fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = zero};
+    tw w;
+    memset(&w, 0, sizeof w);
+    fd_weight_quantize_fp8(&src, 128, 128, &w.q, &w.s, &w.c);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++) w.q[(size_t)r * k + i] = (r & 0x7f) == 0x7f ? 0 : (uint8_t)r;
+    for (int i = 0; i < 2; i++) w.s[i] = 1.f;
+    w.g = w.c;
+    gpu()->upload_weight(gpu(), &w.g);
+    for (int j = 0; j < k; j += 37) {
+        float *x = fd_malloc((size_t)k * 4);
+        memset(x, 0, (size_t)k * 4);
+        x[j] = 1.f;
+        float *got = gpu_mm(x, &w.g, 1);
+        int bad = 0;
+        for (int r = 0; r < m; r++) {
+            const float want = (r & 0x7f) == 0x7f ? 0.f : fd_e4m3_to_f32((uint8_t)r);
+            if (got[r] != want && bad++ < 4) EXPECT(0, "code 0x%02x at k %d: GPU %g, want %g", r, j, got[r], want);
+        }
+        free(x), free(got);
+    }
+    free(zero);
+    freew(&w);
+}
+
+// matmul_multi of FP8 weights (the fused GDN qkv|z|b|a, attention q|k|v, FFN gate|up of an FP8 checkpoint): one
+// gemv launch, every output bitwise the separate matmul's, each weight counted as gemm_fp8=gemv, and a group
+// mixing FP8 and bf16 weights runs one call per weight with the same results.
+static void gpu_multi(float *outs[], const float *x, const fd_weight *const Ws[], int count, int n) {
+    const size_t nx = (size_t)n * Ws[0]->cols;
+    void *dx = gpu()->alloc(gpu(), nx * 4 + 64), *dout[4];
+    gpu()->to_device(gpu(), dx, x, nx * 4);
+    for (int i = 0; i < count; i++) {
+        const size_t no = (size_t)n * Ws[i]->rows;
+        dout[i] = gpu()->alloc(gpu(), no * 4 + 64);
+        outs[i] = fd_malloc(no * 4 + 4);
+        for (size_t e = 0; e < no; e++) outs[i][e] = NAN;
+        gpu()->to_device(gpu(), dout[i], outs[i], no * 4);
+    }
+    gpu()->matmul_multi(gpu(), dout, Ws, count, dx, n);
+    for (int i = 0; i < count; i++) {
+        gpu()->to_host(gpu(), outs[i], dout[i], (size_t)n * Ws[i]->rows * 4);
+        gpu()->free(gpu(), dout[i]);
+    }
+    gpu()->free(gpu(), dx);
+}
+
+TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
+    static const struct {
+        int count, k, m[4];
+    } groups[] = {{4, 1280, {520, 300, 64, 64}}, {3, 2048, {700, 128, 128}}, {2, 5120, {17408, 17408}}};
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+        const int count = groups[gi].count, k = groups[gi].k;
+        tw w[4];
+        const fd_weight *Wg[4];
+        for (int i = 0; i < count; i++) w[i] = mkw(groups[gi].m[i], k, 128, 128, 0), Wg[i] = &w[i].g;
+        for (int act = 0; act < 2; act++) {
+            ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
+            for (int n = 1; n <= 16; n += 7) { // 1, 8, 15
+                float *x = rnd((size_t)n * k, -1.f, 1.f), *fused[4];
+                const int64_t l0 = fd_cuda_gemv_launches(gpu()), c0 = route_calls("gemm_fp8", 0);
+                gpu_multi(fused, x, Wg, count, n);
+                EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "group %zu n %d: %lld gemv launches, expected 1", gi, n,
+                       (long long)(fd_cuda_gemv_launches(gpu()) - l0));
+                EXPECT(route_calls("gemm_fp8", 0) == c0 + count, "group %zu n %d: not counted per weight", gi, n);
+                for (int i = 0; i < count; i++) {
+                    float *sep = gpu_mm(x, Wg[i], n);
+                    EXPECT(!memcmp(fused[i], sep, (size_t)n * groups[gi].m[i] * 4),
+                           "group %zu n %d act %d: weight %d fused differs from its separate matmul", gi, n, act, i);
+                    free(sep), free(fused[i]);
+                }
+                free(x);
+            }
+        }
+        for (int i = 0; i < count; i++) freew(&w[i]);
+    }
+    // a group with one bf16 weight among FP8 ones: one call each, same results as separate calls
+    tw a = mkw(256, 1024, 128, 128, 0);
+    float *bf = rnd((size_t)192 * 1024, -0.1f, 0.1f);
+    uint16_t *bf16 = fd_malloc((size_t)192 * 1024 * 2);
+    for (size_t i = 0; i < (size_t)192 * 1024; i++) bf16[i] = fd_f32_to_bf16(bf[i]);
+    fd_weight b = {.name = "Wb", .fmt = FD_WFMT_DENSE, .dtype = FD_BF16, .rows = 192, .cols = 1024, .data = bf16};
+    gpu()->upload_weight(gpu(), &b);
+    const fd_weight *mix[2] = {&a.g, &b};
+    float *x = rnd((size_t)4 * 1024, -1.f, 1.f), *outs[2];
+    const int64_t l0 = fd_cuda_gemv_launches(gpu());
+    gpu_multi(outs, x, mix, 2, 4);
+    EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 2, "mixed group: %lld gemv launches, expected 2",
+           (long long)(fd_cuda_gemv_launches(gpu()) - l0));
+    for (int i = 0; i < 2; i++) {
+        float *sep = gpu_mm(x, mix[i], 4);
+        EXPECT(!memcmp(outs[i], sep, (size_t)4 * mix[i]->rows * 4), "mixed group: weight %d differs", i);
+        free(sep), free(outs[i]);
+    }
+    gpu()->release_weight(gpu(), &b);
+    free(x), free(bf), free(bf16);
+    freew(&a);
+    ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
 
 TEST(cuda_fp8_dequant_route) {

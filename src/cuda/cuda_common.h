@@ -307,20 +307,19 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
 // 1 when the tensor-core GEMV can run this call: bf16 W on the device, 1 <= n <= CU_GEMV_MAX_N, k % 8 == 0,
 // W and x 16-byte aligned. Otherwise the caller takes cuBLASLt.
 int cu_gemv_supported(const void *x, const fd_weight *W, int n);
-// out[n, m] f32 = x[n, k] f32 . W[m, k]^T (bf16), activations rounded per route gemm_act; row results are bitwise
-// independent of n.
+// 1 when the GEMV can run an FP8 block-scaled W: on the device, 1 <= n <= 16, k a multiple of 16, block_cols of
+// 64, block_rows of 32, W and x 16-byte aligned.
+int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n);
+// out[n, m] f32 = x[n, k] f32 . W[m, k]^T (bf16, or FP8 block-scaled), activations rounded per route gemm_act;
+// row results are bitwise independent of n.
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
-// 1 when cu_gemv_multi can run these `count` weights in one launch: each one cu_gemv_supported, all the same k,
-// count <= CU_GEMV_MAX_SEGS.
+// 1 when cu_gemv_multi can run these `count` weights in one launch: each one GEMV-eligible, all of one format
+// (bf16 or FP8), all the same k, count <= CU_GEMV_MAX_SEGS.
 int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
 // outs[i][n, Ws[i]->rows] = x . Ws[i]^T for every i, in one launch; each result is bitwise cu_gemv's.
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n);
 
 // ---- gemv_fp8.cu ----
-// 1 when the FP8 GEMV can run this call: FP8 block-scaled W on the device, 1 <= n <= 16, k and block_cols
-// multiples of 64, block_rows a multiple of 32, W and x 16-byte aligned.
-int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n);
-void cu_gemv_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
 // dst [rows, cols] = the dequantized weight (fp8 x block scale): f32 (exact) or rounded to bf16.
 void cu_fp8_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32);
 

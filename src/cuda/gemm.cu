@@ -106,7 +106,7 @@ static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W,
     if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
 
-// FP8 block-scaled weights (route gemm_fp8, gemv_fp8.cu): the FP8 GEMV for small n, else the weight dequantized
+// FP8 block-scaled weights (route gemm_fp8): the GEMV of gemv.cu for small n, else the weight dequantized
 // (bf16, or f32 under a bf16x2 gemm_act) in scratch slot W (its own: an op calling matmul keeps its buffers in the others, e.g. moe.cu) and the
 // bf16 path (which counts gemm_act and gemm_small itself).
 static void gemm_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
@@ -119,7 +119,7 @@ static void gemm_fp8(fd_backend *be, float *out, const float *x, const fd_weight
         const int split = cu_gemm_split(c->gemm_act, W->cols);
         c->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
         c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
-        cu_gemv_fp8(be, out, x, W, n);
+        cu_gemv(be, out, x, W, n);
         if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
         return;
     }
@@ -186,12 +186,17 @@ void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int
 void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n) {
     cu_impl *c = cu_of(be);
     if (n <= 0 || count <= 0) return;
-    if (count > 1 && c->gemm_small == CU_GEMM_SMALL_GEMV && cu_gemv_multi_supported(x, Ws, count, n)) {
+    // bf16 groups under gemm_small=gemv, FP8 groups under gemm_fp8=gemv (cu_gemv_multi_supported: one format)
+    const int fp8 = Ws[0]->fmt == FD_WFMT_FP8_BLOCK;
+    const int route_ok = fp8 ? c->gemm_fp8 == CU_GEMM_FP8_GEMV : c->gemm_small == CU_GEMM_SMALL_GEMV;
+    if (count > 1 && route_ok && cu_gemv_multi_supported(x, Ws, count, n)) {
         const int split = cu_gemm_split(c->gemm_act, Ws[0]->cols); // one k for the whole group
         c->routes[CU_ROUTE_GEMM_ACT].calls[split] += count;
         c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += (int64_t)n * count;
-        c->routes[CU_ROUTE_GEMM_SMALL].calls[CU_GEMM_SMALL_GEMV] += count;
-        c->routes[CU_ROUTE_GEMM_SMALL].tokens[CU_GEMM_SMALL_GEMV] += (int64_t)n * count;
+        const int route = fp8 ? CU_ROUTE_GEMM_FP8 : CU_ROUTE_GEMM_SMALL;
+        const int value = fp8 ? (int)CU_GEMM_FP8_GEMV : (int)CU_GEMM_SMALL_GEMV;
+        c->routes[route].calls[value] += count;
+        c->routes[route].tokens[value] += (int64_t)n * count;
         cu_gemv_multi(be, (float *const *)outs, Ws, count, (const float *)x, n);
         if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
         return;

@@ -1,6 +1,15 @@
-// Small-n GEMM on the tensor cores (route gemm_small = gemv): out[n, m] f32 = x[n, k] f32 . W[m, k]^T bf16 for
-// n <= 16 rows (decode, DFlash verify, drafter blocks, batched decode). Weight-read bound: 2 bytes per weight and
-// at most 16 FMAs per weight, so the kernel is built to keep HBM busy, not the tensor cores.
+// Small-n GEMM on the tensor cores (route gemm_small = gemv for bf16 weights, gemm_fp8 = gemv for FP8
+// block-scaled ones): out[n, m] f32 = x[n, k] f32 . W[m, k]^T for n <= 16 rows (decode, DFlash verify, drafter
+// blocks, batched decode). Weight-read bound: 2 bytes (bf16) or 1 byte (e4m3) per weight and at most 16 FMAs per
+// weight, so the kernel is built to keep HBM busy, not the tensor cores.
+//
+// One kernel for both formats (template FMT): a lane loads the same 16 bytes per (row, step half) either way, so
+// the bytes in flight, the grid, the k slicing and the fused segments are the same; an e4m3 step covers twice the
+// k (128: 16 weights per 16 bytes), its weights become bf16 in registers (exact: e4m3 -> f16 -> f32 -> bf16) and
+// feed twice as many MMAs, and each 64-wide half of a step is summed in a fresh accumulator and added times its
+// block scale (block_cols % 64 == 0, block_rows % 32 == 0: a 32-row tile and a half step lie in one scale block).
+// The first FP8 kernel (whole k per 32-row block, no split-k, no fusion; session 6) streamed ~1.9 TB/s; this one
+// inherits the bf16 kernel's schedule.
 //
 // mma.sync m16n8k16 with the W rows as A (16 rows per tile) and the token rows as B (8 per group, zero-padded).
 // The k order inside one dot product is free as long as A and B use the same permutation, so instead of the
@@ -44,23 +53,31 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_common.h"
 
-#define GV_WARPS         8
-#define GV_THREADS       (GV_WARPS * 32)
-#define GV_KSTEP         64                    // k per warp step: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8)
-#define GV_BLOCK_KSTEP   (GV_KSTEP * GV_WARPS) // 512: k covered by one step of all warps
-#define GV_ROWS          32                    // W rows per block: two 16-row MMA tiles
-#define GV_SLICE_QUANTUM (2 * GV_BLOCK_KSTEP)  // k slices are multiples of this (1024)
+#define GV_WARPS   8
+#define GV_THREADS (GV_WARPS * 32)
+#define GV_ROWS    32 // W rows per block: two 16-row MMA tiles
+// Weight formats of the kernel (template FMT).
+#define GV_BF16 0
+#define GV_FP8  1
+// k per warp step: bf16, lane t reads [8t, 8t+8) and [32+8t, 32+8t+8); e4m3, [16t, 16t+16) and [64+16t, ...).
+#define GV_KSTEP(FMT)          (64 << (FMT))
+#define GV_BLOCK_KSTEP(FMT)    (GV_KSTEP(FMT) * GV_WARPS) // k covered by one step of all warps (512 / 1024)
+#define GV_SLICE_QUANTUM(FMT)  (2 * GV_BLOCK_KSTEP(FMT))  // k slices are multiples of this (1024 / 2048)
+#define GV_XWORDS(FMT)         (4 << (FMT))               // bf16 pairs of x per lane, token and step half
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
 // tile fastest. partial/counters: its own regions of the shared split-k buffers (S > 1 only).
+// FP8 only: scale [ceil(m / br), scols] f32, one per br x bc block.
 typedef struct {
-    const __nv_bfloat16 *W;
+    const uint8_t *W;
+    const float *scale;
     float *out;
     float *partial;
     int *counters;
     int m, kslice, S, tiles, block0;
+    int br, bc, scols;
 } gv_seg;
 typedef struct {
     gv_seg seg[GV_MAX_SEGS];
@@ -77,7 +94,7 @@ static __device__ __forceinline__ void gv_mma(float c[4], uint32_t a0, uint32_t 
 
 // Weights are read once per call: keep them out of L1 (x and the partial sums live there) and ask L2 for the
 // whole 256-byte window, which the neighbouring lanes and warps of the block read next.
-static __device__ __forceinline__ uint4 gv_ld_stream(const __nv_bfloat16 *p) {
+static __device__ __forceinline__ uint4 gv_ld_stream(const uint8_t *p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -97,32 +114,44 @@ static __device__ __forceinline__ void gv_split(float a, float b, uint32_t *hi, 
     if (split) *lo = gv_pack(a - __low2float(h), b - __high2float(h));
 }
 
-// x of one warp step (k from kstep: lane t reads [8t, 8t+8) and [32+8t, 32+8t+8) of its token rows g, 8+g) as
-// bf16 pairs for the MMA B operand; zeros past the slice end and for token rows >= n.
-template <int NG, int SPLIT>
-static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint32_t (&bl)[2][NG][4],
+// x of one warp step (k from kstep: lane t reads the k its weights hold, [8t, 8t+8) and [32+8t, 32+8t+8) for
+// bf16, [16t, 16t+16) and [64+16t, 64+16t+16) for e4m3, of its token rows g, 8+g) as bf16 pairs for the MMA B
+// operand, paired as the weights are (consecutive k for bf16, k and k + 2 for e4m3); zeros past the slice end and
+// for token rows >= n.
+// One half h of it (gv_load_xh), or both.
+template <int NG, int SPLIT, int FMT>
+static __device__ __forceinline__ void gv_load_xh(uint32_t (&bh)[NG][GV_XWORDS(FMT)], uint32_t (&bl)[NG][GV_XWORDS(FMT)],
+                                                  const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
+                                                  int kend, int t, int h) {
+    constexpr int XW = GV_XWORDS(FMT); // 2 floats per word, XW / 2 float4 per lane
+    const int kk = kstep + (GV_KSTEP(FMT) / 2) * h + 2 * XW * t;
+    const bool kin = kk < kend;
+#pragma unroll
+    for (int j = 0; j < NG; j++) {
+#pragma unroll
+        for (int q = 0; q < XW / 2; q++) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            // Coherent loads (ld.global.ca), never __ldg: under route pdl=gemv x is written by the kernel before
+            // this one while this grid is already running, and a non-coherent load (.nc promises the data is
+            // read-only for the kernel's lifetime) may be scheduled above the griddepcontrol.wait.
+            if (kin && xok[j]) v = __ldca((const float4 *)(xrow[j] + kk) + q);
+            if (FMT == GV_FP8) { // the even / odd k pairs of gv_e4m3x4_bf16x2
+                gv_split(v.x, v.z, &bh[j][2 * q], &bl[j][2 * q], SPLIT);
+                gv_split(v.y, v.w, &bh[j][2 * q + 1], &bl[j][2 * q + 1], SPLIT);
+            } else {
+                gv_split(v.x, v.y, &bh[j][2 * q], &bl[j][2 * q], SPLIT);
+                gv_split(v.z, v.w, &bh[j][2 * q + 1], &bl[j][2 * q + 1], SPLIT);
+            }
+        }
+    }
+}
+template <int NG, int SPLIT, int FMT>
+static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][GV_XWORDS(FMT)],
+                                                 uint32_t (&bl)[2][NG][GV_XWORDS(FMT)],
                                                  const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
                                                  int kend, int t) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int kk = kstep + 32 * h + 8 * t;
-        const bool kin = kk < kend;
-#pragma unroll
-        for (int j = 0; j < NG; j++) {
-            float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
-            if (kin && xok[j]) {
-                // Coherent loads (ld.global.ca), never __ldg: under route pdl=gemv x is written by the kernel
-                // before this one while this grid is already running, and a non-coherent load (.nc promises the
-                // data is read-only for the kernel's lifetime) may be scheduled above the griddepcontrol.wait.
-                x0 = __ldca((const float4 *)(xrow[j] + kk));
-                x1 = __ldca((const float4 *)(xrow[j] + kk + 4));
-            }
-            gv_split(x0.x, x0.y, &bh[h][j][0], &bl[h][j][0], SPLIT);
-            gv_split(x0.z, x0.w, &bh[h][j][1], &bl[h][j][1], SPLIT);
-            gv_split(x1.x, x1.y, &bh[h][j][2], &bl[h][j][2], SPLIT);
-            gv_split(x1.z, x1.w, &bh[h][j][3], &bl[h][j][3], SPLIT);
-        }
-    }
+    for (int h = 0; h < 2; h++) gv_load_xh<NG, SPLIT, FMT>(bh[h], bl[h], xrow, xok, kstep, kend, t, h);
 }
 
 // What a block needs before its k loop, for item bid (= the block id of the one-block-per-item grid): its
@@ -130,23 +159,26 @@ static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][4], uint3
 // (tile, slice) and k range, the lane's weight row base (rows row_base + g + 8i, i = 2r + hf, from one
 // pointer: fewer registers than one per row) and its x rows.
 // Only what the k loop needs is selected here; the output pointers after it (gv_finish: fewer live registers).
-template <int R, int NG>
+template <int R, int NG, int FMT>
 static __device__ __forceinline__ void
 gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si_out, int *tile_out, int *s_out,
-               int *kbeg_out, int *kend_out, const __nv_bfloat16 **wlane_out, int64_t *wstep_out, bool (&wok)[R][2],
-               const float *(&xrow)[NG], bool (&xok)[NG]) {
+               int *kbeg_out, int *kend_out, const uint8_t **wlane_out, int64_t *wstep_out, const float **srow_out,
+               int *bc_out, bool (&wok)[R][2], const float *(&xrow)[NG], bool (&xok)[NG]) {
     const int g = (threadIdx.x & 31) >> 2;
     int si = 0;
 #pragma unroll
     for (int i = 1; i < GV_MAX_SEGS; i++)
         if (i < job.count && bid >= job.seg[i].block0) si = i;
-    const __nv_bfloat16 *W = job.seg[0].W;
+    const uint8_t *W = job.seg[0].W;
+    const float *scale = job.seg[0].scale;
     int m = job.seg[0].m, kslice = job.seg[0].kslice, tiles = job.seg[0].tiles, block0 = 0;
+    int br = job.seg[0].br, bc = job.seg[0].bc, scols = job.seg[0].scols;
 #pragma unroll
     for (int i = 1; i < GV_MAX_SEGS; i++) {
         if (i == si) {
             W = job.seg[i].W, m = job.seg[i].m, kslice = job.seg[i].kslice, tiles = job.seg[i].tiles;
             block0 = job.seg[i].block0;
+            if (FMT == GV_FP8) scale = job.seg[i].scale, br = job.seg[i].br, bc = job.seg[i].bc, scols = job.seg[i].scols;
         }
     }
     const int tile = (bid - block0) % tiles, s = (bid - block0) / tiles;
@@ -154,8 +186,10 @@ gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si
     *si_out = si, *tile_out = tile, *s_out = s;
     *kbeg_out = s * kslice, *kend_out = min(k, s * kslice + kslice);
 
-    *wlane_out = W + (int64_t)(row_base + g) * k;
-    *wstep_out = (int64_t)8 * k;
+    constexpr int ES = FMT == GV_FP8 ? 1 : 2; // bytes per weight
+    *wlane_out = W + (int64_t)(row_base + g) * k * ES;
+    *wstep_out = (int64_t)8 * k * ES;
+    if (FMT == GV_FP8) *srow_out = scale + (int64_t)(row_base / br) * scols, *bc_out = bc;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -168,22 +202,41 @@ gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si
     }
 }
 
-// One warp step of weights for a lane: rows g, g+8 of each 16-row MMA tile at k = kstep + 8t and kstep + 32 + 8t
-// (16 bytes each); zeros past the slice end and for rows >= m, which are not loaded.
-template <int R>
-static __device__ __forceinline__ void gv_load_w(uint4 (&wv)[R][2][2], const __nv_bfloat16 *wlane, int64_t wstep,
+// One warp step of weights for a lane: rows g, g+8 of each 16-row MMA tile, 16 bytes each at k = kstep + 8t and
+// kstep + 32 + 8t (bf16) or kstep + 16t and kstep + 64 + 16t (e4m3); zeros past the slice end and for rows >= m,
+// which are not loaded.
+template <int R, int FMT>
+static __device__ __forceinline__ void gv_load_w(uint4 (&wv)[R][2][2], const uint8_t *wlane, int64_t wstep,
                                                  const bool (&wok)[R][2], int kstep, int kend, int t) {
+    constexpr int ES = FMT == GV_FP8 ? 1 : 2, PER16 = 16 / ES; // weights per 16 bytes
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int kk = kstep + 32 * h + 8 * t;
-        const bool kin = kk < kend; // k % 8 == 0 and slices are multiples of 8: a group is all in or out
+        const int kk = kstep + (GV_KSTEP(FMT) / 2) * h + PER16 * t;
+        // k % PER16 == 0 and slices are multiples of PER16: a 16-byte group is all in or out
+        const bool kin = kk < kend;
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
-                wv[r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wlane + (2 * r + hf) * wstep + kk) : zero4;
+                wv[r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wlane + (2 * r + hf) * wstep + (int64_t)kk * ES) : zero4;
     }
+}
+
+// Four e4m3 bytes w = [b3 b2 b1 b0] -> bf16x2 {b0, b2} (even) and {b1, b3} (odd), exactly, on the integer and FMA
+// pipes: the conversion instructions (e4m3x2 -> f16x2, f32x2 -> bf16x2) run at a fraction of their rate on the
+// H200 and held the first FP8 kernels near 2-2.5 TB/s (session 7, docs/perf-notes.md). Each byte's sign goes to
+// bit 15 of its half and its 7 exponent-mantissa bits to bits 10..4: the bf16 with exponent field e and mantissa
+// mmm0000 is 2^(e - 127) x 1.mmm (or, e = 0, the subnormal 2^-126 x 0.mmm), i.e. the e4m3 value (bias 7) times
+// 2^-120, and one bf16x2 multiply by 2^120 restores it (exact: a power of two, no overflow below 448; bf16
+// multiplies keep subnormals on sm_90). The e4m3 NaN codes (0x7f, 0xff) would come out as +-480: checkpoints hold
+// none (e4m3fn's largest finite value is 448, and quantizers saturate).
+static __device__ __forceinline__ void gv_e4m3x4_bf16x2(uint32_t w, uint32_t *even, uint32_t *odd) {
+    const __nv_bfloat162 two120 = __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80));
+    uint32_t e = ((w & 0x00800080u) << 8) | ((w << 4) & 0x07f007f0u);
+    uint32_t o = (w & 0x80008000u) | ((w >> 4) & 0x07f007f0u);
+    __nv_bfloat162 be = __hmul2(*(__nv_bfloat162 *)&e, two120), bo = __hmul2(*(__nv_bfloat162 *)&o, two120);
+    *even = *(uint32_t *)&be, *odd = *(uint32_t *)&bo;
 }
 
 // The MMAs of one warp step, in the one order every schedule uses (the order of the sum is the result).
@@ -204,6 +257,47 @@ static __device__ __forceinline__ void gv_step_mma(float (&acc)[R][NG][4], const
                 if (SPLIT) gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xl[2], xl[3]);
             }
         }
+}
+
+// The same for an e4m3 step, which loads its x itself, half by half (an e4m3 step holds twice the x of a bf16 one:
+// both halves at once would not fit the registers): each 64-wide half is summed in a fresh accumulator and added
+// times its block scale (scale: the tile's row of block scales; k of the half / bc its column). Word i of a lane's
+// 16 bytes is k 16t + 4i + {0, 1, 2, 3}: MMA i of the half takes the even bytes {0, 2} as PTX's logical k {2t, 2t+1}
+// and the odd ones {1, 3} as {2t+8, 2t+9}, for both operands (gv_load_xh puts x's k 16t + 4i + {0, 2} in word 2i,
+// {1, 3} in 2i + 1).
+template <int R, int NG, int SPLIT>
+static __device__ __forceinline__ void gv_step_mma_fp8(float (&acc)[R][NG][4], const uint4 (&wv)[R][2][2],
+                                                       const float *const (&xrow)[NG], const bool (&xok)[NG],
+                                                       const float *scale, int bc, int kstep, int kend, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        uint32_t bh[NG][8], bl[NG][8];
+        gv_load_xh<NG, SPLIT, GV_FP8>(bh, bl, xrow, xok, kstep, kend, t, h);
+        const float sc = __ldg(scale + (kstep + 64 * h) / bc); // weights: constant during the forward
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint32_t lo[4] = {wv[r][0][h].x, wv[r][0][h].y, wv[r][0][h].z, wv[r][0][h].w}; // row g
+            const uint32_t hi[4] = {wv[r][1][h].x, wv[r][1][h].y, wv[r][1][h].z, wv[r][1][h].w}; // row g + 8
+            float part[NG][4];
+#pragma unroll
+            for (int j = 0; j < NG; j++) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) { // converted right before their MMAs: 4 live registers, not 16
+                uint32_t a0, a1, a2, a3;
+                gv_e4m3x4_bf16x2(lo[i], &a0, &a2);
+                gv_e4m3x4_bf16x2(hi[i], &a1, &a3);
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    gv_mma(part[j], a0, a1, a2, a3, bh[j][2 * i], bh[j][2 * i + 1]);
+                    if (SPLIT) gv_mma(part[j], a0, a1, a2, a3, bl[j][2 * i], bl[j][2 * i + 1]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NG; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[r][j][e] += part[j][e] * sc;
+        }
+    }
 }
 
 // The end of a block, shared by every load schedule: the 8 warp sums of the block's (tile, slice) are added in
@@ -277,7 +371,7 @@ static __device__ __forceinline__ void gv_finish(const gv_job &job, int si, int 
 // XLAZY: a step's x is loaded right before its MMAs instead of with the weights (n > 8: holding the x of both
 // steps would need ~140 registers; the x loads hit L1 and the other 15 warps of the SM cover them).
 // S > 1: the slice sum goes to `partial` and the tile's last block adds the slices.
-template <int NG, int P, int XLAZY, int SPLIT>
+template <int NG, int P, int XLAZY, int SPLIT, int FMT>
 __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const float *__restrict__ x, int n, int k) {
     // CU_PDL_ENTER comes after the first iteration's weight loads (weights are constant during a forward), so under
     // route pdl=gemv they are in flight while the previous kernel runs; x, out and the counters are touched after.
@@ -286,11 +380,15 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
     int si, tile, s, kbeg, kend;
-    const __nv_bfloat16 *wlane;
+    constexpr int KSTEP = GV_KSTEP(FMT), BLOCK_KSTEP = GV_BLOCK_KSTEP(FMT), XW = GV_XWORDS(FMT);
+    const uint8_t *wlane;
     int64_t wstep;
+    const float *srow = nullptr;
+    int bc = 0;
     bool wok[R][2], xok[NG];
     const float *xrow[NG];
-    gv_block_setup<R, NG>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok, xrow, xok);
+    gv_block_setup<R, NG, FMT>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, &srow, &bc,
+                               wok, xrow, xok);
 
     float acc[R][NG][4];
 #pragma unroll
@@ -299,25 +397,36 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
         for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
     bool entered = false;
-    for (int k0 = kbeg + warp * GV_KSTEP; k0 < kend; k0 += P * GV_BLOCK_KSTEP) {
+    for (int k0 = kbeg + warp * KSTEP; k0 < kend; k0 += P * BLOCK_KSTEP) {
         // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
         // the weights are still on their way (XLAZY: step by step); then the MMAs.
         uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
-        for (int p = 0; p < P; p++) gv_load_w<R>(wv[p], wlane, wstep, wok, k0 + p * GV_BLOCK_KSTEP, kend, t);
+        for (int p = 0; p < P; p++) gv_load_w<R, FMT>(wv[p], wlane, wstep, wok, k0 + p * BLOCK_KSTEP, kend, t);
         if (!entered) {
             CU_PDL_ENTER();
             entered = true;
         }
-        uint32_t bh[P][2][NG][4], bl[P][2][NG][4]; // x as bf16 pairs: hi, and lo for bf16x2
-        if (!XLAZY)
+        if constexpr (FMT == GV_FP8) {
 #pragma unroll
-            for (int p = 0; p < P; p++) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
+            for (int p = 0; p < P; p++) {
+                const int kstep = k0 + p * BLOCK_KSTEP;
+                if (kstep >= kend) break; // warp-uniform: steps past the slice are not in the partition
+                gv_step_mma_fp8<R, NG, SPLIT>(acc, wv[p], xrow, xok, srow, bc, kstep, kend, t);
+            }
+        } else {
+            uint32_t bh[P][2][NG][XW], bl[P][2][NG][XW]; // x as bf16 pairs: hi, and lo for bf16x2
+            if (!XLAZY)
 #pragma unroll
-        for (int p = 0; p < P; p++) {
-            if (k0 + p * GV_BLOCK_KSTEP >= kend) break; // warp-uniform: steps past the slice are not in the partition
-            if (XLAZY) gv_load_x<NG, SPLIT>(bh[p], bl[p], xrow, xok, k0 + p * GV_BLOCK_KSTEP, kend, t);
-            gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
+                for (int p = 0; p < P; p++)
+                    gv_load_x<NG, SPLIT, FMT>(bh[p], bl[p], xrow, xok, k0 + p * BLOCK_KSTEP, kend, t);
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const int kstep = k0 + p * BLOCK_KSTEP;
+                if (kstep >= kend) break; // warp-uniform: steps past the slice are not in the partition
+                if (XLAZY) gv_load_x<NG, SPLIT, FMT>(bh[p], bl[p], xrow, xok, kstep, kend, t);
+                gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
+            }
         }
     }
     if (!entered) CU_PDL_ENTER(); // a warp with no step in its slice
@@ -328,16 +437,16 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
 // The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
 // other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
 // as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
-// Slices are multiples of GV_SLICE_QUANTUM (two steps per warp: one loop iteration at P = 2 loads both), so
-// every warp of a block gets the same work and a block is not all latency.
-static int gv_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
+// Slices are multiples of the format's quantum (GV_SLICE_QUANTUM: two steps per warp, one loop iteration at P = 2
+// loads both), so every warp of a block gets the same work and a block is not all latency.
+static int gv_plan(int m, int k, int quantum, int num_sms, int blocks_per_sm, int *kslice) {
     const int tiles64 = (m + 63) / 64;
-    const int max_slices = (k + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM;
+    const int max_slices = (k + quantum - 1) / quantum;
     int S = (blocks_per_sm * num_sms + tiles64 - 1) / tiles64;
     if (S > max_slices) S = max_slices;
     if (S < 1) S = 1;
     int ks = (k + S - 1) / S;
-    ks = (ks + GV_SLICE_QUANTUM - 1) / GV_SLICE_QUANTUM * GV_SLICE_QUANTUM;
+    ks = (ks + quantum - 1) / quantum * quantum;
     *kslice = ks;
     return (k + ks - 1) / ks;
 }
@@ -367,26 +476,41 @@ int cu_gemv_supported(const void *x, const fd_weight *W, int n) {
     return 1;
 }
 
+int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n) {
+    if (n < 1 || n > CU_GEMV_MAX_N || W->fmt != FD_WFMT_FP8_BLOCK || !W->dev || !W->dev_scale) return 0;
+    // 16-byte loads (k % 16); a 64-wide half step in one scale column and a 32-row tile in one scale row.
+    if (W->cols % 16 != 0 || W->cols <= 0 || W->rows <= 0 || W->block_cols % 64 || W->block_rows % 32) return 0;
+    return ((uintptr_t)W->dev | (uintptr_t)x) % 16 == 0;
+}
+
+// The kernel's format of W: GV_BF16, GV_FP8, or -1 (not a GEMV weight).
+static int gv_format(const void *x, const fd_weight *W, int n) {
+    if (W->fmt == FD_WFMT_FP8_BLOCK) return cu_gemv_fp8_supported(x, W, n) ? GV_FP8 : -1;
+    return W->fmt == FD_WFMT_DENSE && cu_gemv_supported(x, W, n) ? GV_BF16 : -1;
+}
+
 int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n) {
     if (count < 1 || count > GV_MAX_SEGS) return 0;
-    for (int i = 0; i < count; i++)
-        if (!cu_gemv_supported(x, Ws[i], n) || Ws[i]->cols != Ws[0]->cols) return 0;
+    const int fmt = gv_format(x, Ws[0], n);
+    if (fmt < 0) return 0;
+    for (int i = 1; i < count; i++)
+        if (gv_format(x, Ws[i], n) != fmt || Ws[i]->cols != Ws[0]->cols) return 0;
     return 1;
 }
 
-template <int NG, int P, int XLAZY>
+template <int NG, int P, int XLAZY, int FMT>
 static void gv_launch(fd_backend *be, int blocks, int split, const gv_job &job, const float *x, int n, int k) {
     if (split)
-        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 1>), blocks, GV_THREADS, 0, job, x, n, k);
+        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 1, FMT>), blocks, GV_THREADS, 0, job, x, n, k);
     else
-        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 0>), blocks, GV_THREADS, 0, job, x, n, k);
+        cu_launch_early(be, (k_gemv<NG, P, XLAZY, 0, FMT>), blocks, GV_THREADS, 0, job, x, n, k);
 }
 
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n) {
     cu_impl *c = cu_of(be);
     FD_CHECK(cu_gemv_multi_supported(x, Ws, count, n), "gemv: unsupported call n=%d count=%d %s [%lld, %lld]", n, count,
              Ws[0]->name ? Ws[0]->name : "?", (long long)Ws[0]->rows, (long long)Ws[0]->cols);
-    const int k = (int)Ws[0]->cols;
+    const int k = (int)Ws[0]->cols, fmt = gv_format(x, Ws[0], n);
     gv_job job;
     memset(&job, 0, sizeof job);
     job.count = count;
@@ -399,10 +523,15 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     int ctr_off[GV_MAX_SEGS];
     for (int i = 0; i < count; i++) {
         gv_seg *sg = &job.seg[i];
-        sg->W = (const __nv_bfloat16 *)Ws[i]->dev;
+        sg->W = (const uint8_t *)Ws[i]->dev;
         sg->out = outs[i];
         sg->m = (int)Ws[i]->rows;
-        sg->S = gv_plan(sg->m, k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
+        if (fmt == GV_FP8) {
+            sg->scale = (const float *)Ws[i]->dev_scale;
+            sg->br = Ws[i]->block_rows, sg->bc = Ws[i]->block_cols, sg->scols = (int)Ws[i]->scale_cols;
+        }
+        sg->S = gv_plan(sg->m, k, fmt == GV_FP8 ? GV_SLICE_QUANTUM(GV_FP8) : GV_SLICE_QUANTUM(GV_BF16), c->num_sms,
+                        c->gemv_blocks_per_sm, &sg->kslice);
         sg->tiles = (sg->m + GV_ROWS - 1) / GV_ROWS;
         sg->block0 = blocks;
         blocks += sg->tiles * sg->S;
@@ -426,10 +555,17 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     // partition: the two are bitwise interchangeable by construction), x loaded step by step. Both keep two steps of
     // weights (256 bytes) in flight per lane with 2 blocks per SM: 128 KB per SM. (Round 1 ran n > 8 on 64-row
     // blocks at one block per SM, 64 KB in flight, and reached only ~60 % of the n <= 8 bandwidth.)
-    if (n <= 8)
-        gv_launch<1, 2, 0>(be, blocks, split, job, x, n, k);
-    else
-        gv_launch<2, 2, 1>(be, blocks, split, job, x, n, k);
+    // e4m3 loads x step by step at every n: an e4m3 step holds twice the x of a bf16 one.
+    if (fmt == GV_FP8) {
+        if (n <= 8)
+            gv_launch<1, 2, 1, GV_FP8>(be, blocks, split, job, x, n, k);
+        else
+            gv_launch<2, 2, 1, GV_FP8>(be, blocks, split, job, x, n, k);
+    } else if (n <= 8) {
+        gv_launch<1, 2, 0, GV_BF16>(be, blocks, split, job, x, n, k);
+    } else {
+        gv_launch<2, 2, 1, GV_BF16>(be, blocks, split, job, x, n, k);
+    }
 }
 
 void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
