@@ -273,7 +273,7 @@ static __device__ __forceinline__ void gv_step_mma_fp8(float (&acc)[R][NG][4], c
     for (int h = 0; h < 2; h++) {
         uint32_t bh[NG][8], bl[NG][8];
         gv_load_xh<NG, SPLIT, GV_FP8>(bh, bl, xrow, xok, kstep, kend, t, h);
-        const float sc = __ldg(scale + (kstep + 64 * h) / bc); // weights: constant during the forward
+        const float sc = scale[(kstep + 64 * h) / bc]; // a plain load: early-launched kernels use no __ldg
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const uint32_t lo[4] = {wv[r][0][h].x, wv[r][0][h].y, wv[r][0][h].z, wv[r][0][h].w}; // row g
