@@ -397,24 +397,34 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
         for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
     bool entered = false;
-    for (int k0 = kbeg + warp * KSTEP; k0 < kend; k0 += P * BLOCK_KSTEP) {
-        // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
-        // the weights are still on their way (XLAZY: step by step); then the MMAs.
-        uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
+    if constexpr (FMT == GV_FP8) {
+        // e4m3: a ring of one step. An e4m3 step's conversions and MMAs are ~5x a bf16 step's work, long enough
+        // that a warp loading two steps and then computing them leaves HBM idle for it half the time; so the next
+        // step's weights are always in flight while this one is multiplied (same steps, same order: same sums).
+        uint4 cur[R][2][2], nxt[R][2][2];
+        int k0 = kbeg + warp * KSTEP;
+        gv_load_w<R, FMT>(cur, wlane, wstep, wok, k0, kend, t);
+        CU_PDL_ENTER();
+        entered = true;
+        for (; k0 < kend; k0 += BLOCK_KSTEP) {
+            gv_load_w<R, FMT>(nxt, wlane, wstep, wok, k0 + BLOCK_KSTEP, kend, t); // zeros, no loads, past the end
+            gv_step_mma_fp8<R, NG, SPLIT>(acc, cur, xrow, xok, srow, bc, k0, kend, t);
 #pragma unroll
-        for (int p = 0; p < P; p++) gv_load_w<R, FMT>(wv[p], wlane, wstep, wok, k0 + p * BLOCK_KSTEP, kend, t);
-        if (!entered) {
-            CU_PDL_ENTER();
-            entered = true;
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) cur[r][hf][0] = nxt[r][hf][0], cur[r][hf][1] = nxt[r][hf][1];
         }
-        if constexpr (FMT == GV_FP8) {
+    } else {
+        for (int k0 = kbeg + warp * KSTEP; k0 < kend; k0 += P * BLOCK_KSTEP) {
+            // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
+            // the weights are still on their way (XLAZY: step by step); then the MMAs.
+            uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
 #pragma unroll
-            for (int p = 0; p < P; p++) {
-                const int kstep = k0 + p * BLOCK_KSTEP;
-                if (kstep >= kend) break; // warp-uniform: steps past the slice are not in the partition
-                gv_step_mma_fp8<R, NG, SPLIT>(acc, wv[p], xrow, xok, srow, bc, kstep, kend, t);
+            for (int p = 0; p < P; p++) gv_load_w<R, FMT>(wv[p], wlane, wstep, wok, k0 + p * BLOCK_KSTEP, kend, t);
+            if (!entered) {
+                CU_PDL_ENTER();
+                entered = true;
             }
-        } else {
             uint32_t bh[P][2][NG][XW], bl[P][2][NG][XW]; // x as bf16 pairs: hi, and lo for bf16x2
             if (!XLAZY)
 #pragma unroll
