@@ -149,11 +149,13 @@ void engine_free(fd_engine *e) {
 
 static fd_kv_view seq_kv_view(const void *seq, int layer) { return engine_kv_view(seq, layer); }
 
-// Rows [row0, row0 + n) of a forward for sequence q, as the model's forward reads them. Decode steps and verify
-// blocks (which record per-token states) take the GDN recurrence (route gdn_decode); prompt chunks take the
-// gdn_prefill route.
+// Decode steps and verify blocks (which record per-token states) take the GDN recurrence (route gdn_decode); prompt
+// chunks take the gdn_prefill route.
+static int gdn_decode_rows(const fd_engine *q, int n) { return n == 1 || q->use_slots; }
+
+// Rows [row0, row0 + n) of a forward for sequence q, as the model's forward reads them.
 static fd_fwd_seg seg_of(fd_engine *q, int row0, int n) {
-    const int decode = n == 1 || q->use_slots;
+    const int decode = gdn_decode_rows(q, n);
     return (fd_fwd_seg){.row0 = row0,
                         .n = n,
                         .pos = q->n_past,
@@ -190,7 +192,7 @@ static void forward_body(void *ctx) {
     for (int k = 0; p->n_gdn_layers > 0 && k < f->batch.n_segs; k++) {
         fd_engine *q = f->seqs[k];
         const fd_fwd_seg *g = &f->batch.segs[k];
-        const int decode = g->n == 1 || q->use_slots;
+        const int decode = gdn_decode_rows(q, g->n);
         routes_count(&q->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL], decode ? 0 : q->gdn_prefill_sel,
                      g->n);
         fd_route_count *rc = g->gdn_route == FD_GDN_CHUNKED ? &q->gdn_chunked : &q->gdn_serial;
