@@ -38,7 +38,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         const d2_fx *df = &k_d2[f];
         spec_rig r;
         ASSERT(rig_open(&r, df, 0) == 0, "%s: %s", df->name, fd_error_msg());
-        ASSERT(r.d.v2 && r.s.v2, "%s: not loaded as DFlash2", df->name);
+        ASSERT(r.d.v2 && r.s.sel, "%s: not loaded as DFlash2", df->name);
         const int B = r.s.B, V = r.m.cfg.vocab_size, K = r.d.v2->top_k, n = B - 1;
         EXPECT(B == df->block);
         json_t *meta = dflash_fixture_meta(df->name);
@@ -53,13 +53,13 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         EXPECT(anchor == r.fx.greedy[0]);
         ASSERT(dflash_draft(&r.s, anchor, draft, got) == 0, "%s", fd_error_msg());
         const double e1 = test_rel_l2(got, want1, (size_t)n * V);
-        dflash2_walk(&r.s, anchor, got, n, NULL, path, NULL);
+        dflash2_walk(r.s.sel, anchor, got, n, NULL, path, NULL);
         EXPECT(dflash_meta_ids_equal(meta, "selector_path", path, n), "%s: round 1 selector path differs", df->name);
         EXPECT(!dflash_meta_ids_equal(meta, "draft_argmax", path, n), "%s: the selector changed nothing", df->name);
         // the selector's scores along the reference's greedy path (pred = anchor, then the path)
         preds[0] = anchor;
         for (int i = 1; i < n; i++) preds[i] = path[i - 1];
-        dflash2_scores(&r.s, got, preds, n, cand, sc);
+        dflash2_scores(r.s.sel, got, preds, n, cand, sc);
         const double es = test_rel_l2(sc, want_sc, (size_t)n * K);
         int cand_same = 1;
         json_t *wc = json_object_get(meta, "candidate_ids");
@@ -72,7 +72,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         fd_sampler smp;
         sampler_init(&smp, 0.7f, 0, 1.0f, 5);
         float *q = calloc((size_t)n * V, sizeof(float));
-        dflash2_walk(&r.s, anchor, got, n, &smp, path, q);
+        dflash2_walk(r.s.sel, anchor, got, n, &smp, path, q);
         double mx = want_sc[0], sum = 0, err = 0, rowsum = 0;
         for (int k = 1; k < K; k++) mx = want_sc[k] > mx ? want_sc[k] : mx;
         for (int k = 0; k < K; k++) sum += exp((want_sc[k] - mx) / 0.7);
@@ -96,7 +96,7 @@ TEST(dflash2_draft_logits_and_selector_match_reference) {
         dflash_context_append(&r.s, df->commit);
         ASSERT(dflash_draft(&r.s, r.fx.greedy[df->commit], draft, got) == 0, "%s", fd_error_msg());
         const double e2 = test_rel_l2(got, want2, (size_t)n * V);
-        dflash2_walk(&r.s, r.fx.greedy[df->commit], got, n, NULL, path, NULL);
+        dflash2_walk(r.s.sel, r.fx.greedy[df->commit], got, n, NULL, path, NULL);
         EXPECT(dflash_meta_ids_equal(meta, "selector_path2", path, n), "%s: round 2 selector path differs", df->name);
         printf("    %-24s draft logits rel-L2 %.2e / %.2e, selector scores %.2e, paths equal%s\n", df->name, e1, e2, es,
                df->windowed ? " (window binding)" : "");

@@ -162,7 +162,7 @@ TEST(kv_pool_engine_shuffled_pages_bitwise) {
     run_pair(&r1, &r2, &r, ra, rb);
     // a shared pool of 4-token pages with a shuffled free list
     fd_kv_pool pool;
-    ASSERT(kv_pool_init(&pool, r.be, &r.m.cfg, 4 * (int64_t)rows, 4) == 0, "%s", fd_error_msg());
+    ASSERT(kv_pool_init(&pool, r.be, &r.m.plan, 4 * (int64_t)rows, 4) == 0, "%s", fd_error_msg());
     kv_pool_shuffle(&pool, 42);
     o = rig_opts(&r, &pool);
     fd_engine e1, e2;
@@ -200,7 +200,7 @@ TEST(kv_pool_full_is_a_clean_error) {
     ASSERT(engine_prefill(&e0, r.fx.ids, n, 0, ref, 0) == 0, "%s", fd_error_msg());
     // a pool of n + 8 tokens in 8-token pages: the first prompt fits, the second finds too few pages
     fd_kv_pool pool;
-    ASSERT(kv_pool_init(&pool, r.be, &r.m.cfg, n + 8, 8) == 0, "%s", fd_error_msg());
+    ASSERT(kv_pool_init(&pool, r.be, &r.m.plan, n + 8, 8) == 0, "%s", fd_error_msg());
     o = rig_opts(&r, &pool);
     fd_engine e1, e2;
     ASSERT(engine_init(&e1, &r.m, r.be, &o) == 0 && engine_init(&e2, &r.m, r.be, &o) == 0, "%s", fd_error_msg());

@@ -67,7 +67,7 @@ TEST(cuda_dflash_draft_logits_match_reference) {
         const spec_fx *f = &k_spec[i];
         spec_rig r;
         ASSERT(spec_rig_open(&r, gpu(), f->target, f->name, 0, 0) == 0, "%s: %s", f->name, fd_error_msg());
-        ASSERT(!f->v2 == !r.s.v2, "%s: DFlash2 %s", f->name, f->v2 ? "expected" : "unexpected");
+        ASSERT(!f->v2 == !r.s.sel, "%s: DFlash2 %s", f->name, f->v2 ? "expected" : "unexpected");
         const int B = r.s.B, V = r.m.cfg.vocab_size, n = B - 1;
         EXPECT(B == f->block);
         json_t *meta = f->v2 ? dflash_fixture_meta(f->name) : NULL;
@@ -88,7 +88,7 @@ TEST(cuda_dflash_draft_logits_match_reference) {
             const double err = test_rel_l2(got, want, (size_t)n * V);
             const char *paths = "";
             if (f->v2) { // informational: near-ties among the top-k can flip under bf16 GEMMs
-                dflash2_walk(&r.s, anchor, got, n, NULL, path, NULL);
+                dflash2_walk(r.s.sel, anchor, got, n, NULL, path, NULL);
                 paths = dflash_meta_ids_equal(meta, round ? "selector_path2" : "selector_path", path, n)
                             ? ", selector path equal to the reference"
                             : ", selector path differs from the reference";

@@ -264,7 +264,7 @@ TEST(cuda_paged_engine_shuffled_bitwise) {
     fd_engine own;
     ASSERT(engine_init(&own, &m, g, &o) == 0, "%s", fd_error_msg());
     fd_kv_pool pool;
-    ASSERT(kv_pool_init(&pool, g, &m.cfg, 8 * FD_KV_PAGE_TOKENS, 0) == 0, "%s", fd_error_msg());
+    ASSERT(kv_pool_init(&pool, g, &m.plan, 8 * FD_KV_PAGE_TOKENS, 0) == 0, "%s", fd_error_msg());
     kv_pool_shuffle(&pool, 7);
     o.pool = &pool;
     fd_engine a, b;

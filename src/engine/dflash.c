@@ -1,13 +1,15 @@
-// DFlash round on top of the target engine (see dflash.h). Every op goes through the backend interface.
+// DFlash round on top of the target engine (see dflash.h). The draft forward is the model's
+// (model/draft_forward.h); DFlash2's selector walk is engine/dflash2.h's.
 #include "engine/dflash.h"
-
-#include "engine/dflash2.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+#include "engine/dflash2.h"
+
+static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
+static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
 
 int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     memset(s, 0, sizeof *s);
@@ -22,30 +24,24 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     FD_TRY(engine_set_taps(tgt, dr->target_layer_ids, dr->n_taps));
     FD_TRY(engine_enable_slots(tgt, s->B));
     fd_backend *be = s->be;
-    const int64_t ab = be->act_bytes, D = dr->hidden_size, rows = imax(tgt->opt.max_batch, s->B);
-    const int64_t qw = (int64_t)dr->num_heads * dr->head_dim, kw = (int64_t)dr->num_kv_heads * dr->head_dim;
     s->capacity = tgt->opt.capacity + s->B;
     s->kv = fd_calloc((size_t)dr->num_layers, sizeof(void *));
     for (int i = 0; i < dr->num_layers; i++)
         s->kv[i] = be->alloc(be, be->kv_bytes_per_token(be, dr->num_kv_heads, dr->head_dim) * (size_t)s->capacity);
-    s->ctx = be->alloc(be, (size_t)(rows * D * ab));
-    s->k = be->alloc(be, (size_t)(rows * kw * ab));
-    s->v = be->alloc(be, (size_t)(rows * kw * ab));
-    s->x = be->alloc(be, (size_t)(s->B * D * ab));
-    s->h = be->alloc(be, (size_t)(s->B * D * ab));
-    s->y = be->alloc(be, (size_t)(s->B * D * ab));
-    s->q = be->alloc(be, (size_t)(s->B * qw * ab));
-    s->att = be->alloc(be, (size_t)(s->B * qw * ab));
-    s->g = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
-    s->u = be->alloc(be, (size_t)(s->B * dr->intermediate_size * ab));
-    s->logits_dev = be->alloc(be, (size_t)(s->B - 1) * dr->vocab_size * sizeof(float));
     s->ids_dev = be->alloc(be, (size_t)s->B * sizeof(int32_t));
     s->h_logits = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_q = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_p = fd_malloc((size_t)dr->vocab_size * sizeof(float));
-    if (dr->v2 && dflash2_init(s)) {
+    if (draft_scratch_init(&s->ds, dr, be, s->B, tgt->opt.max_batch)) {
         dflash_free(s);
         return -1;
+    }
+    s->variant = draft_variant(dr);
+    s->propose = propose_dflash;
+    if (dr->v2) {
+        s->sel = fd_calloc(1, sizeof *s->sel);
+        dflash2_selector_init(s->sel, be, dr, s->ds.h, s->B);
+        s->propose = propose_dflash2;
     }
     return 0;
 }
@@ -53,12 +49,12 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
 void dflash_free(fd_dflash *s) {
     fd_backend *be = s->be;
     if (!be) return;
-    dflash2_release(s);
+    if (s->sel) dflash2_selector_free(s->sel);
+    free(s->sel);
+    draft_scratch_free(&s->ds, be);
     for (int i = 0; s->kv && i < s->dr->num_layers; i++) be->free(be, s->kv[i]);
     free(s->kv);
-    void *bufs[] = {s->ctx, s->k, s->v, s->x, s->h, s->y, s->q, s->att, s->g, s->u, s->logits_dev, s->ids_dev};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->free(be, bufs[i]);
+    if (s->ids_dev) be->free(be, s->ids_dev);
     free(s->h_logits);
     free(s->h_q);
     free(s->h_p);
@@ -70,42 +66,18 @@ void dflash_reset(fd_dflash *s) {
     memset(&s->st, 0, sizeof s->st);
 }
 
-// K and V projections of `m` rows (in s->k, s->v) for drafter layer l, normed and rotated, stored at positions
-// pos0..
-static void draft_kv_store(fd_dflash *s, int l, int m, int64_t pos0) {
-    fd_backend *be = s->be;
-    const fd_drafter *d = s->dr;
-    const fd_draft_layer *L = &d->layers[l];
-    be->rmsnorm(be, s->k, s->k, &L->k_norm, (int64_t)m * d->num_kv_heads, d->head_dim, d->rms_norm_eps, 0);
-    be->rope(be, s->k, m, d->num_kv_heads, d->head_dim, d->rotary_dim, d->rope_theta, pos0, NULL);
-    const fd_kv_view kv = fd_kv_flat(s->kv[l], s->capacity);
-    be->kv_store(be, &kv, s->k, s->v, pos0, NULL, m, d->num_kv_heads, d->head_dim);
-}
-
-// K and V of `m` rows of `src` [m, d] for drafter layer l (draft_kv_store).
-static void draft_kv(fd_dflash *s, int l, const void *src, int m, int64_t pos0) {
-    const fd_draft_layer *L = &s->dr->layers[l];
-    void *const outs[] = {s->k, s->v};
-    const fd_weight *const Ws[] = {&L->k_proj, &L->v_proj};
-    s->be->matmul_multi(s->be, outs, Ws, 2, src, m);
-    draft_kv_store(s, l, m, pos0);
-}
-
 void dflash_context_append(fd_dflash *s, int m) {
-    fd_backend *be = s->be;
-    const fd_drafter *d = s->dr;
     FD_CHECK(m >= 1 && s->n_ctx + m <= s->capacity, "context append of %d at %lld", m, (long long)s->n_ctx);
     // context feature: concat(taps) -> fc -> hidden_norm (plain RMSNorm), then every layer's own K/V
-    be->matmul(be, s->ctx, s->tgt->taps, &d->fc, m, 0);
-    be->rmsnorm(be, s->ctx, s->ctx, &d->hidden_norm, m, d->hidden_size, d->rms_norm_eps, 0);
-    for (int l = 0; l < d->num_layers; l++) draft_kv(s, l, s->ctx, m, s->n_ctx);
+    const fd_draft_caches caches = {s->kv, s->capacity};
+    draft_forward_context(s->dr, s->be, &s->ds, s->tgt->taps, m, &caches, s->n_ctx);
     s->n_ctx += m;
 }
 
 int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits) {
     fd_backend *be = s->be;
     const fd_drafter *d = s->dr;
-    const int B = s->B, D = d->hidden_size, V = d->vocab_size, H = d->num_heads, hd = d->head_dim;
+    const int B = s->B, V = d->vocab_size;
     if (s->n_ctx + B > s->capacity) return fd_error_set("draft block beyond the draft cache capacity");
     int32_t ids[FD_SPEC_MAX_BLOCK];
     ids[0] = anchor;
@@ -116,47 +88,10 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
         return fd_error_set("draft block ids (anchor %d, mask %d) outside the vocabulary [0, %lld)", anchor,
                             d->mask_token_id, (long long)vocab);
     be->to_device(be, s->ids_dev, ids, (size_t)B * sizeof(int32_t));
-    be->embed(be, s->x, &s->tgt->m->embed, s->ids_dev, B);
-    for (int l = 0; l < d->num_layers; l++) {
-        const fd_draft_layer *L = &d->layers[l];
-        be->rmsnorm(be, s->h, s->x, &L->input_norm, B, D, d->rms_norm_eps, 0);
-        if (s->v2) dflash2_conv_in(s, l, 0, s->h); // DFlash2: dynamic conv before and after each sublayer
-        {
-            void *const outs[] = {s->q, s->k, s->v};
-            const fd_weight *const Ws[] = {&L->q_proj, &L->k_proj, &L->v_proj};
-            be->matmul_multi(be, outs, Ws, 3, s->h, B);
-        }
-        be->rmsnorm(be, s->q, s->q, &L->q_norm, (int64_t)B * H, hd, d->rms_norm_eps, 0);
-        be->rope(be, s->q, B, H, hd, d->rotary_dim, d->rope_theta, s->n_ctx, NULL);
-        // The block's own K/V go after the context; the next context append overwrites them.
-        draft_kv_store(s, l, B, s->n_ctx);
-        if (s->v2)
-            dflash2_attention(s, l); // sliding-window layers
-        else {
-            const fd_kv_view kv = fd_kv_flat(s->kv[l], s->capacity);
-            be->attention(be, s->att, s->q, &kv, s->n_ctx, NULL, B, H, d->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0);
-        }
-        be->matmul(be, s->y, s->att, &L->o_proj, B, 0);
-        if (s->v2) dflash2_conv_out(s, l, 0, s->y);
-        be->add(be, s->x, s->y, (int64_t)B * D);
-        be->rmsnorm(be, s->h, s->x, &L->post_norm, B, D, d->rms_norm_eps, 0);
-        if (s->v2) dflash2_conv_in(s, l, 1, s->h);
-        {
-            void *const outs[] = {s->g, s->u};
-            const fd_weight *const Ws[] = {&L->gate_proj, &L->up_proj};
-            be->matmul_multi(be, outs, Ws, 2, s->h, B);
-        }
-        be->silu_mul(be, s->g, s->g, s->u, (int64_t)B * d->intermediate_size);
-        be->matmul(be, s->y, s->g, &L->down_proj, B, 0);
-        if (s->v2) dflash2_conv_out(s, l, 1, s->y);
-        be->add(be, s->x, s->y, (int64_t)B * D);
-    }
-    // logits of the B-1 positions after the anchor through the target's LM head
-    const void *rows = (const char *)s->x + (size_t)D * be->act_bytes;
-    be->rmsnorm(be, s->h, rows, &d->norm, B - 1, D, d->rms_norm_eps, 0);
-    be->matmul(be, s->logits_dev, s->h, &s->tgt->m->lm_head, B - 1, 1);
+    const fd_draft_caches caches = {s->kv, s->capacity};
+    draft_forward_block(d, s->tgt->m, be, &s->ds, s->ids_dev, &caches, s->n_ctx);
     float *host = logits ? logits : fd_malloc((size_t)(B - 1) * V * sizeof(float));
-    be->to_host(be, host, s->logits_dev, (size_t)(B - 1) * V * sizeof(float));
+    be->to_host(be, host, s->ds.logits_dev, (size_t)(B - 1) * V * sizeof(float));
     for (int64_t i = 0; i < (int64_t)(B - 1) * V; i++) {
         float z = host[i] * d->output_multiplier;
         if (d->final_logit_softcap > 0) z = tanhf(z / d->final_logit_softcap) * d->final_logit_softcap;
@@ -189,6 +124,29 @@ int dflash_prefill(fd_dflash *s, const int32_t *ids, int64_t n, int chunk, fd_sa
     }
     free(logits);
     return rc;
+}
+
+// DFlash: the draft rows themselves; sampled (smp set, q = s->h_q), each row becomes q_i, the distribution its
+// draft is drawn from.
+static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
+    FD_TRY(dflash_draft(s, anchor, draft, q));
+    const int V = s->dr->vocab_size;
+    for (int i = 0; smp && i < n; i++) {
+        float *row = q + (int64_t)i * V;
+        sampler_probs(smp, row, V, s->h_p);
+        memcpy(row, s->h_p, sizeof(float) * (size_t)V);
+        draft[i] = sampler_draw(smp, row, V);
+    }
+    return 0;
+}
+
+// DFlash2: the candidate selector's walk over the draft logits proposes (q: its softmax over each step's
+// candidates). The walk needs the logits even when greedy; s->h_q ([B, V] host) holds them, and q may be that
+// buffer.
+static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
+    FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
+    dflash2_walk(s->sel, anchor, s->h_q, n, smp, draft, q);
+    return 0;
 }
 
 // Draft ids for the oracle: the reference continuation for the first a positions, then wrong tokens.
@@ -230,17 +188,7 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
     int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
     double t0 = fd_time_s();
-    if (s->v2) // DFlash2: the candidate selector's walk proposes (q: its softmax over each step's candidates)
-        FD_TRY(dflash2_propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));
-    else
-        FD_TRY(dflash_draft(s, anchor, draft, sampled ? s->h_q : NULL));
-    if (sampled && !s->v2) // each row becomes q_i, the distribution its draft is drawn from
-        for (int i = 0; i < L - 1; i++) {
-            float *row = s->h_q + (int64_t)i * V;
-            sampler_probs(smp, row, V, s->h_p);
-            memcpy(row, s->h_p, sizeof(float) * (size_t)V);
-            draft[i] = sampler_draw(smp, row, V);
-        }
+    FD_TRY(s->propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));
     if (s->oracle) oracle_propose(s, produced, draft);
     double t1 = fd_time_s();
     block[0] = anchor;
@@ -304,7 +252,7 @@ void dflash_print_stats(const fd_dflash *s, FILE *f) {
     const fd_spec_stats *st = &s->st;
     const double r = st->rounds ? (double)st->rounds : 1.0;
     fprintf(f, "spec: %s drafter, block %d: %lld rounds, %lld draft tokens, %lld accepted\n",
-            s->oracle ? "ORACLE" : s->v2 ? "dflash2" : "dflash", s->B, (long long)st->rounds, (long long)st->draft_tokens,
+            s->oracle ? "ORACLE" : s->variant->name, s->B, (long long)st->rounds, (long long)st->draft_tokens,
             (long long)st->accepted);
     fprintf(f, "spec: accepted drafts/round %.3f, emitted tokens/round %.3f, round %.3f ms (draft %.3f, verify %.3f)\n",
             (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,

@@ -1,10 +1,11 @@
-// DFlash speculative decoding: the drafter's forward (block of [anchor, MASK x (B-1)] attending, non-causally,
-// to the context K/V of every committed token) and the draft -> verify -> accept -> commit round.
+// DFlash speculative decoding: the draft -> verify -> accept -> commit round on top of the target engine, and the
+// drafter's caches. The drafter's forward (a block of [anchor, MASK x (B-1)] attending, non-causally, to the context
+// K/V of every committed token) is the model's: model/draft_forward.h.
 #ifndef FD_DFLASH_H
 #define FD_DFLASH_H
 #include "engine/engine.h"
 #include "engine/sampling.h"
-#include "model/dflash.h"
+#include "model/draft_forward.h"
 
 #define FD_SPEC_MAX_BLOCK 64
 
@@ -35,12 +36,16 @@ typedef struct fd_dflash {
     int64_t capacity; // draft KV positions
     int64_t n_ctx;    // committed positions whose context K/V are cached
     void **kv;        // [drafter layers] draft KV caches
-    void *ctx, *x, *h, *q, *k, *v, *att, *y, *g, *u; // scratch (backend memory)
-    float *logits_dev; // f32 [B-1, V]
+    fd_draft_scratch ds; // the draft forward's scratch (model/draft_forward.h)
+    const fd_draft_variant *variant;
     int32_t *ids_dev;  // [B] the draft block's ids in backend memory (embed reads them there)
     float *h_logits, *h_q, *h_p; // host scratch: verify logits [B, V], draft distributions [B-1, V], one row [V]
     const fd_spec_oracle *oracle;
-    struct fd_dflash2_state *v2; // DFlash2 scratch (engine/dflash2.c) when the drafter is a DFlash2 one
+    // How a round proposes its drafts (chosen at init from the drafter): DFlash takes the argmax of each draft row
+    // or samples it; DFlash2 walks its candidate selector (sel) over the draft logits. Writes n drafts and, when q
+    // is not NULL (sampling), their distributions q [n, V].
+    int (*propose)(struct fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
+    struct fd_dflash2_selector *sel; // DFlash2 drafters only (engine/dflash2.h), else NULL
     fd_spec_stats st;
     // called after every commit (tests check the committed state against a fresh prefill)
     void (*on_commit)(void *ctx, const struct fd_dflash *s, int accepted);

@@ -1,4 +1,6 @@
-// Engine: the decoder forward pass over the backend interface, and prefill / greedy generation on top of it.
+// Engine: sequences, their caches and states, and the forwards over them (prefill, decode, batched decode, verify).
+// The decoder itself is the model's (model/forward.h): a forward here builds the batch description, picks and
+// counts the GDN route, and sends the outputs where the caller wants them.
 #include "engine/engine.h"
 
 #include "engine/engine_graphs.h"
@@ -21,36 +23,17 @@ void engine_default_opts(fd_engine_opts *o) {
 // on the device.
 #define ENGINE_LOGIT_ROWS 64
 
-static int conv_dim(const fd_config *c) { return 2 * c->gdn_num_k_heads * c->gdn_k_dim + c->gdn_num_v_heads * c->gdn_v_dim; }
-
-// Scratch sizes (elements per token) for the widest use of each buffer.
-static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
-
 int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts *opt) {
     memset(e, 0, sizeof *e);
     e->m = m;
     e->be = be;
     e->opt = *opt;
-    const fd_config *c = &m->cfg;
+    const fd_rank_plan *p = &m->plan;
     if (opt->max_batch < 1) return fd_error_set("prefill token budget must be >= 1 (got %d)", opt->max_batch);
     if (opt->capacity < 1) return fd_error_set("context capacity must be >= 1 (got %lld)", (long long)opt->capacity);
-    const int64_t B = opt->max_batch, ab = be->act_bytes, d = c->hidden_size;
-    const int64_t Hv = c->gdn_num_v_heads, dv = c->gdn_v_dim, H = c->num_heads, hd = c->head_dim;
-    int64_t wide = max_i64(2 * c->gdn_num_k_heads * c->gdn_k_dim + 2 * Hv * dv, 2 * H * hd); // qkvz, q|gate
-    wide = max_i64(wide, c->intermediate_size);
-    wide = max_i64(wide, conv_dim(c));
-    int64_t mid = max_i64(max_i64(Hv * dv, H * hd), max_i64(c->intermediate_size, 2 * Hv));
-    mid = max_i64(mid, (int64_t)c->num_kv_heads * hd);
-    e->x = be->alloc(be, (size_t)(B * d * ab));
-    e->h = be->alloc(be, (size_t)(B * d * ab));
-    e->y = be->alloc(be, (size_t)(B * d * ab));
-    e->t0 = be->alloc(be, (size_t)(B * wide * ab));
-    e->t1 = be->alloc(be, (size_t)(B * wide * ab));
-    e->t2 = be->alloc(be, (size_t)(B * mid * ab));
-    e->t3 = be->alloc(be, (size_t)(B * mid * ab));
-    e->t4 = be->alloc(be, (size_t)(B * mid * ab));
-    e->t5 = be->alloc(be, (size_t)(B * mid * ab));
-    e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * c->vocab_size * sizeof(float));
+    const int64_t B = opt->max_batch;
+    fwd_scratch_init(&e->scratch, m, be, opt->max_batch);
+    e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * (p->vocab_end - p->vocab_begin) * sizeof(float));
     const size_t step_bytes = sizeof(int64_t) + (size_t)B * sizeof(int32_t);
     e->step_dev = be->alloc(be, step_bytes);
     e->pos_dev = (int64_t *)e->step_dev;
@@ -68,10 +51,8 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
                                                 .help = "GDN for decode steps and verify blocks (per-token states)"};
     // Graphs need the backend's recording entry points (cuda, not under --trace / FD_CUDA_SYNC / FD_CUDA_PROFILE);
     // a MoE layer copies its routing to the host mid-forward, which a recording cannot hold.
-    int moe = 0;
-    for (int i = 0; i < c->num_layers; i++) moe |= m->layers[i].is_moe;
     e->graphs_capable = be->graph_begin && be->graph_end && be->graph_launch && be->graph_free &&
-                        be->graph_generation && !moe;
+                        be->graph_generation && !p->has_moe;
     e->graphs_sel = 0;
     if (be->graph_begin)
         e->routes[FD_ROUTE_GRAPHS] = (fd_route){
@@ -88,39 +69,38 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
             .help = "forwards recorded as CUDA graphs: not on this backend (cpu, or cuda under --trace, "
                     "FD_CUDA_SYNC=1 or FD_CUDA_PROFILE=1, which need every op run as it is issued)"};
     if (opt->pool) {
-        FD_CHECK(opt->pool->be == be && opt->pool->num_layers == c->num_layers && opt->pool->Hkv == c->num_kv_heads &&
-                     opt->pool->hd == c->head_dim,
+        FD_CHECK(opt->pool->be == be && opt->pool->num_layers == p->num_layers && opt->pool->Hkv == p->kv_heads &&
+                     opt->pool->hd == p->head_dim,
                  "shared KV pool of another model or backend");
         e->pool = opt->pool;
     } else {
         // A lone sequence never uses more than its capacity, so a larger budget is capped there.
         const int64_t tokens = opt->kv_tokens > 0 && opt->kv_tokens < opt->capacity ? opt->kv_tokens : opt->capacity;
-        if (kv_pool_init(&e->own_pool, be, c, tokens, 0)) {
+        if (kv_pool_init(&e->own_pool, be, p, tokens, 0)) {
             engine_free(e); // keeps the error
             return -1;
         }
         e->pool = &e->own_pool;
     }
     kv_pages_init(&e->pages, e->pool, opt->capacity);
-    e->conv_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
-    e->gdn_state = fd_calloc((size_t)c->num_layers, sizeof(float *));
-    for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] == FD_LAYER_GDN) {
-            e->conv_state[i] = be->alloc(be, (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float));
-            e->gdn_state[i] = be->alloc(be, (size_t)(Hv * c->gdn_k_dim * dv) * sizeof(float));
+    e->conv_state = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    e->gdn_state = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    for (int i = 0; i < p->num_layers; i++) {
+        if (p->layers[i].kind == FD_LAYER_GDN) {
+            e->conv_state[i] = be->alloc(be, (size_t)plan_conv_state_bytes(p));
+            e->gdn_state[i] = be->alloc(be, (size_t)plan_gdn_state_bytes(p));
         }
     }
     return 0;
 }
 
 void engine_reset(fd_engine *e) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_GDN) {
-            be->zero(be, e->conv_state[i], (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float));
-            be->zero(be, e->gdn_state[i],
-                     (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float));
+    for (int i = 0; i < p->num_layers; i++)
+        if (p->layers[i].kind == FD_LAYER_GDN) {
+            be->zero(be, e->conv_state[i], (size_t)plan_conv_state_bytes(p));
+            be->zero(be, e->gdn_state[i], (size_t)plan_gdn_state_bytes(p));
         }
     e->n_past = 0;
     e->prompt_total = 0;
@@ -142,15 +122,15 @@ void engine_free(fd_engine *e) {
     fd_backend *be = e->be;
     if (!be) return;
     engine_graphs_free(e); // before the buffers they point at
-    const fd_config *c = &e->m->cfg;
+    const int num_layers = e->m->plan.num_layers;
     if (e->pages.host) kv_pages_release(&e->pages, e->pool); // a shared pool outlives this engine
     kv_pages_free(&e->pages, be);
     if (e->own_pool.be) kv_pool_free(&e->own_pool);
-    for (int i = 0; e->conv_state && i < c->num_layers; i++) {
+    for (int i = 0; e->conv_state && i < num_layers; i++) {
         if (e->conv_state[i]) be->free(be, e->conv_state[i]);
         if (e->gdn_state[i]) be->free(be, e->gdn_state[i]);
     }
-    for (int i = 0; e->gdn_slots && i < c->num_layers; i++) {
+    for (int i = 0; e->gdn_slots && i < num_layers; i++) {
         if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
         if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
     }
@@ -159,114 +139,33 @@ void engine_free(fd_engine *e) {
     if (e->taps) be->free(be, e->taps);
     free(e->conv_state);
     free(e->gdn_state);
-    void *bufs[] = {e->x, e->h, e->y, e->t0, e->t1, e->t2, e->t3, e->t4, e->t5, e->logits_dev, e->step_dev};
+    fwd_scratch_free(&e->scratch, be);
+    void *bufs[] = {e->logits_dev, e->step_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     free(e->step_host);
     memset(e, 0, sizeof *e);
 }
 
-static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)base + r * width * ab; }
+static fd_kv_view seq_kv_view(const void *seq, int layer) { return engine_kv_view(seq, layer); }
 
-// Route hits count forwards, not layers: the first GDN layer stands for the forward.
-static int first_gdn_layer(const fd_config *c) {
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_GDN) return i;
-    return -1;
-}
+// Decode steps and verify blocks (which record per-token states) take the GDN recurrence (route gdn_decode); prompt
+// chunks take the gdn_prefill route.
+static int gdn_decode_rows(const fd_engine *q, int n) { return n == 1 || q->use_slots; }
 
-// A forward runs its GEMMs over all n rows in the scratch of one engine and its per-sequence work (conv and GDN
-// state, RoPE positions, KV cache, attention) segment by segment: one segment for an ordinary forward, one per
-// sequence for a batched decode step (engine_decode_batch).
-typedef struct {
-    fd_engine *seq;         // whose state, cache and position
-    int row0, n;            // its rows in the scratch
-    const int64_t *pos_dev; // NULL: the position is seq->n_past; else read on the device (recordable forwards)
-} fwd_seg;
-
-static void gdn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_segs) {
-    const fd_config *c = &e->m->cfg;
-    fd_layer *L = &e->m->layers[li];
-    fd_backend *be = e->be;
-    const int Hk = c->gdn_num_k_heads, Hv = c->gdn_num_v_heads, dk = c->gdn_k_dim, dv = c->gdn_v_dim;
-    const int C = conv_dim(c), ab = be->act_bytes;
-    // t1 = qkv [n, conv_dim], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out
-    // The in-projections of one input run as one matmul_multi (one launch for decode-sized n on the GPU).
-    if (c->arch == FD_ARCH_QWEN3_NEXT) {
-        void *const outs[] = {e->t0, e->t5};
-        const fd_weight *const Ws[] = {&L->in_qkvz, &L->in_ba};
-        be->matmul_multi(be, outs, Ws, 2, e->h, n);
-        be->gdn_split_qkvz(be, e->t1, e->t2, e->t3, e->t4, e->t0, e->t5, n, Hk, Hv, dk, dv);
-    } else {
-        void *const outs[] = {e->t1, e->t2, e->t3, e->t4};
-        const fd_weight *const Ws[] = {&L->in_qkv, &L->in_z, &L->in_b, &L->in_a};
-        be->matmul_multi(be, outs, Ws, 4, e->h, n);
-    }
-    for (int k = 0; k < n_segs; k++) {
-        fd_engine *q = segs[k].seq;
-        const int r0 = segs[k].row0, m = segs[k].n;
-        be->conv1d_silu(be, row(e->t0, r0, C, ab), row(e->t1, r0, C, ab), &L->conv_w, q->conv_state[li], m, C,
-                        c->gdn_conv_kernel, q->use_slots ? q->conv_slots[li] : NULL);
-        // Decode steps and verify blocks (which record per-token states) take the recurrence (route gdn_decode);
-        // prompt chunks take the gdn_prefill route.
-        const int decode = m == 1 || q->use_slots;
-        const fd_gdn_route route = decode || q->gdn_prefill_sel == 1 ? FD_GDN_SERIAL : FD_GDN_CHUNKED;
-        if (li == first_gdn_layer(c))
-            routes_count(&q->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL],
-                         decode ? 0 : q->gdn_prefill_sel, m);
-        fd_route_count *rc = route == FD_GDN_CHUNKED ? &q->gdn_chunked : &q->gdn_serial;
-        rc->calls++;
-        rc->tokens += m;
-        be->gdn_core(be, route, row(e->t5, r0, (int64_t)Hv * dv, ab), row(e->t0, r0, C, ab), row(e->t3, r0, Hv, ab),
-                     row(e->t4, r0, Hv, ab), &L->A_log, &L->dt_bias, q->gdn_state[li], m, Hk, Hv, dk, dv,
-                     q->use_slots ? q->gdn_slots[li] : NULL);
-    }
-    be->gated_rmsnorm(be, e->t5, e->t5, e->t2, &L->gdn_norm, (int64_t)n * Hv, dv, c->rms_norm_eps);
-    be->matmul(be, e->y, e->t5, &L->out_proj, n, 0);
-}
-
-static void attn_mixer(fd_engine *e, int li, int n, const fwd_seg *segs, int n_segs) {
-    const fd_config *c = &e->m->cfg;
-    fd_layer *L = &e->m->layers[li];
-    fd_backend *be = e->be;
-    const int H = c->num_heads, Hkv = c->num_kv_heads, hd = c->head_dim, ab = be->act_bytes;
-    // t0 = q|gate, t2 = q, t3 = gate, t4 = k, t5 = v, t1 = attention out
-    {
-        void *const outs[] = {e->t0, e->t4, e->t5};
-        const fd_weight *const Ws[] = {&L->q_proj, &L->k_proj, &L->v_proj};
-        be->matmul_multi(be, outs, Ws, 3, e->h, n);
-    }
-    for (int k = 0; k < n_segs; k++) {
-        fd_engine *q = segs[k].seq;
-        const int r0 = segs[k].row0, m = segs[k].n;
-        void *qr = row(e->t2, r0, (int64_t)H * hd, ab), *kr = row(e->t4, r0, (int64_t)Hkv * hd, ab);
-        const int64_t *pd = segs[k].pos_dev;
-        // split of q|gate, q/k norms and RoPE in one op per segment (RoPE needs the segment's position)
-        be->qk_norm_rope(be, qr, row(e->t3, r0, (int64_t)H * hd, ab), kr, row(e->t0, r0, (int64_t)2 * H * hd, ab),
-                         &L->q_norm, &L->k_norm, m, H, Hkv, hd, c->rotary_dim, c->rope_theta, c->rms_norm_eps,
-                         q->n_past, pd);
-        const fd_kv_view kv = engine_kv_view(q, li);
-        be->kv_store(be, &kv, kr, row(e->t5, r0, (int64_t)Hkv * hd, ab), q->n_past, pd, m, Hkv, hd);
-        be->attention(be, row(e->t1, r0, (int64_t)H * hd, ab), qr, &kv, q->n_past, pd, m, H, Hkv, hd,
-                      1.0f / sqrtf((float)hd), 1);
-    }
-    be->sigmoid_mul(be, e->t1, e->t3, (int64_t)n * H * hd);
-    be->matmul(be, e->y, e->t1, &L->o_proj, n, 0);
-}
-
-static void ffn(fd_engine *e, int li, int n) {
-    const fd_config *c = &e->m->cfg;
-    fd_layer *L = &e->m->layers[li];
-    fd_backend *be = e->be;
-    if (L->is_moe) {
-        be->moe(be, e->y, e->h, &L->moe, n, c->hidden_size);
-        return;
-    }
-    void *const outs[] = {e->t0, e->t1};
-    const fd_weight *const Ws[] = {&L->gate_proj, &L->up_proj};
-    be->matmul_multi(be, outs, Ws, 2, e->h, n);
-    be->silu_mul(be, e->t0, e->t0, e->t1, (int64_t)n * c->intermediate_size);
-    be->matmul(be, e->y, e->t0, &L->down_proj, n, 0);
+// Rows [row0, row0 + n) of a forward for sequence q, as the model's forward reads them.
+static fd_fwd_seg seg_of(fd_engine *q, int row0, int n) {
+    const int decode = gdn_decode_rows(q, n);
+    return (fd_fwd_seg){.row0 = row0,
+                        .n = n,
+                        .pos = q->n_past,
+                        .gdn_route = decode || q->gdn_prefill_sel == 1 ? FD_GDN_SERIAL : FD_GDN_CHUNKED,
+                        .conv_state = q->conv_state,
+                        .gdn_state = q->gdn_state,
+                        .conv_slots = q->use_slots ? q->conv_slots : NULL,
+                        .gdn_slots = q->use_slots ? q->gdn_slots : NULL,
+                        .kv_view = seq_kv_view,
+                        .seq = q};
 }
 
 static int check_ids(const fd_config *c, const int32_t *ids, int n) {
@@ -277,43 +176,30 @@ static int check_ids(const fd_config *c, const int32_t *ids, int n) {
     return 0;
 }
 
-// One forward's ops, from the ids in e->ids_dev to (when head) the logits of rows [first, n) in logits_dev.
+// One forward: the model's batch and the engines whose sequences its segments are (seqs[k] for segment k).
 typedef struct {
-    fd_engine *e;
-    int n, n_segs, first, head;
-    const fwd_seg *segs;
+    fd_engine *e; // whose scratch
+    fd_engine *const *seqs;
+    fd_fwd_batch batch;
 } fwd_body;
 
-// The decoder over n rows in e's scratch (segments as in gdn_mixer), ending with the final norm of all n rows in
-// e->h; with head, also the LM head of rows [first, n) (at most ENGINE_LOGIT_ROWS) into logits_dev. Host-side
-// effects other than route counters stay outside: a recorded forward replays only what the backend ops do.
-// Each residual add runs fused with the norm that reads its result (add_rmsnorm): the mixer's with post_norm,
-// the FFN's with the next layer's input_norm or, after the last layer, the final norm (which is why that norm
-// covers every row, not only [first, n): it costs one extra row pass and saves a launch).
+// The forward's ops (model_forward) and its route counters. Host-side effects other than the counters stay
+// outside: a recorded forward replays only what the backend ops do. Route hits count forwards, not layers: each
+// segment counts once under its GDN route; the GDN core calls are counted by form, one per GDN layer.
 static void forward_body(void *ctx) {
     const fwd_body *f = ctx;
-    fd_engine *e = f->e;
-    const fd_config *c = &e->m->cfg;
-    fd_backend *be = e->be;
-    const int n = f->n;
-    const int64_t d = c->hidden_size;
-    be->embed(be, e->x, &e->m->embed, e->ids_dev, n);
-    be->rmsnorm(be, e->h, e->x, &e->m->layers[0].input_norm, n, (int)d, c->rms_norm_eps, 1);
-    for (int li = 0; li < c->num_layers; li++) {
-        fd_layer *L = &e->m->layers[li];
-        if (L->kind == FD_LAYER_GDN) gdn_mixer(e, li, n, f->segs, f->n_segs);
-        else attn_mixer(e, li, n, f->segs, f->n_segs);
-        be->add_rmsnorm(be, e->h, e->x, e->y, &L->post_norm, n, (int)d, c->rms_norm_eps, 1);
-        ffn(e, li, n);
-        const fd_weight *next_norm = li + 1 < c->num_layers ? &e->m->layers[li + 1].input_norm : &e->m->final_norm;
-        be->add_rmsnorm(be, e->h, e->x, e->y, next_norm, n, (int)d, c->rms_norm_eps, 1);
-        if (e->tap_col[li] >= 0) { // taps exist only on engines that drive a drafter (never batched)
-            const size_t rb = (size_t)d * be->act_bytes;
-            be->copy_rows(be, (char *)e->taps + (size_t)e->tap_col[li] * rb, rb * (size_t)e->n_taps, e->x, rb, n, rb);
-        }
+    const fd_rank_plan *p = &f->e->m->plan;
+    for (int k = 0; p->n_gdn_layers > 0 && k < f->batch.n_segs; k++) {
+        fd_engine *q = f->seqs[k];
+        const fd_fwd_seg *g = &f->batch.segs[k];
+        const int decode = gdn_decode_rows(q, g->n);
+        routes_count(&q->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL], decode ? 0 : q->gdn_prefill_sel,
+                     g->n);
+        fd_route_count *rc = g->gdn_route == FD_GDN_CHUNKED ? &q->gdn_chunked : &q->gdn_serial;
+        rc->calls += p->n_gdn_layers;
+        rc->tokens += (int64_t)g->n * p->n_gdn_layers;
     }
-    if (!f->head) return;
-    be->matmul(be, e->logits_dev, row(e->h, f->first, d, be->act_bytes), &e->m->lm_head, n - f->first, 1);
+    model_forward(f->e->m, f->e->be, &f->e->scratch, &f->batch);
 }
 
 int engine_graphs_on(const fd_engine *e) {
@@ -341,20 +227,33 @@ static void report_progress(fd_engine *e) {
     if (done >= e->prompt_total || done < 0) e->prompt_total = 0;
 }
 
-// The forward over n rows of e's scratch (segments as in gdn_mixer), outputs to the sink.
-static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs, int n_segs,
+// The forward over n rows of e's scratch, outputs to the sink: one segment of all n rows for seqs[0] (n_segs 1),
+// or one row each for n_segs = n sequences (a batched decode step).
+static void forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                          const logits_sink *sink, int first) {
     const fd_config *c = &e->m->cfg;
     fd_backend *be = e->be;
     const int V = c->vocab_size;
     // Step inputs to the device in one copy: the position (one sequence) and the ids.
-    int64_t pos = segs[0].seq->n_past;
+    int64_t pos = seqs[0]->n_past;
     memcpy(e->step_host, &pos, sizeof pos);
     memcpy((char *)e->step_host + sizeof(int64_t), ids, (size_t)n * sizeof(int32_t));
     be->to_device(be, e->step_dev, e->step_host, sizeof(int64_t) + (size_t)n * sizeof(int32_t));
+    fd_fwd_seg one, *segs = n_segs == 1 ? &one : fd_malloc(sizeof *segs * (size_t)n_segs);
+    for (int k = 0; k < n_segs; k++) segs[k] = n_segs == 1 ? seg_of(seqs[0], 0, n) : seg_of(seqs[k], k, 1);
     const int want = sink->logits || sink->ids;
     const int head_in_body = want && n - first <= ENGINE_LOGIT_ROWS;
-    fwd_body body = {e, n, n_segs, first, head_in_body, segs};
+    // taps exist only on engines that drive a drafter (never batched)
+    const fwd_body body = {e, seqs,
+                           (fd_fwd_batch){.n = n,
+                                          .ids_dev = e->ids_dev,
+                                          .segs = segs,
+                                          .n_segs = n_segs,
+                                          .head_first = head_in_body ? first : -1,
+                                          .logits_dev = e->logits_dev,
+                                          .tap_col = e->tap_col,
+                                          .n_taps = e->n_taps,
+                                          .taps = e->taps}};
     const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N;
     if (eligible) routes_count(&e->routes[FD_ROUTE_GRAPHS], e->graphs_sel, n); // under the selected value
     if (eligible && engine_graphs_on(e)) {
@@ -363,20 +262,20 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fwd_seg *segs,
         // bits (backend.h), which tests_cuda/test_cuda_graphs.c checks.
         segs[0].pos_dev = e->pos_dev;
         const int head = !head_in_body ? FD_HEAD_NONE : first == 0 ? FD_HEAD_ALL : FD_HEAD_LAST;
-        engine_graphs_run(e, n, e->use_slots, head, forward_body, &body);
+        engine_graphs_run(e, n, e->use_slots, head, forward_body, (void *)&body);
     } else {
-        forward_body(&body);
+        forward_body((void *)&body);
     }
     for (int k = 0; k < n_segs; k++) {
-        segs[k].seq->n_past += segs[k].n;
-        segs[k].seq->tokens_computed += segs[k].n;
+        seqs[k]->n_past += segs[k].n;
+        seqs[k]->tokens_computed += segs[k].n;
     }
+    if (segs != &one) free(segs);
     if (n_segs == 1 && e->prompt_total > 0) report_progress(e);
     if (!want) return;
     for (int r0 = first; r0 < n; r0 += ENGINE_LOGIT_ROWS) {
         const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
-        if (!head_in_body) // the body left the final norm of every row in e->h
-            be->matmul(be, e->logits_dev, row(e->h, r0, c->hidden_size, be->act_bytes), &e->m->lm_head, rows, 1);
+        if (!head_in_body) model_lm_head(e->m, be, &e->scratch, r0, rows, e->logits_dev); // final norm left in h
         const int k = r0 - first;
         if (sink->logits)
             be->to_host(be, sink->logits + (int64_t)k * V, e->logits_dev, (size_t)rows * V * sizeof(float));
@@ -400,17 +299,15 @@ static int check_forward(fd_engine *e, const int32_t *ids, int n) {
 
 int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
     FD_TRY(check_forward(e, ids, n));
-    fwd_seg seg = {e, 0, n, NULL};
     const logits_sink sink = {.logits = logits};
-    forward_rows(e, ids, n, &seg, 1, &sink, all_logits ? 0 : n - 1);
+    forward_rows(e, ids, n, &e, 1, &sink, all_logits ? 0 : n - 1);
     return 0;
 }
 
 int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids) {
     FD_TRY(check_forward(e, ids, n));
-    fwd_seg seg = {e, 0, n, NULL};
     const logits_sink sink = {.ids = out_ids};
-    forward_rows(e, ids, n, &seg, 1, &sink, 0);
+    forward_rows(e, ids, n, &e, 1, &sink, 0);
     return 0;
 }
 
@@ -423,9 +320,8 @@ int engine_forward_sample(fd_engine *e, const int32_t *ids, int n, fd_sampler *s
     FD_TRY(check_forward(e, ids, n));
     const fd_sample_params params = sampler_params(smp);
     const double u = draw_uniform(smp);
-    fwd_seg seg = {e, 0, n, NULL};
     const logits_sink sink = {.ids = out, .params = &params, .uniforms = &u};
-    forward_rows(e, ids, n, &seg, 1, &sink, n - 1);
+    forward_rows(e, ids, n, &e, 1, &sink, n - 1);
     return 0;
 }
 
@@ -436,30 +332,22 @@ static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logit
         return fd_error_set("decode batch of %d sequences: the first engine's scratch holds %d rows", n,
                             e->opt.max_batch);
     FD_TRY(check_ids(&e->m->cfg, ids, n));
-    fwd_seg *segs = fd_malloc(sizeof *segs * (size_t)n);
     for (int i = 0; i < n; i++) {
         fd_engine *q = seqs[i];
         int bad = q->m != e->m || q->be != e->be || q->n_taps || q->use_slots;
         for (int j = 0; j < i && !bad; j++) bad = seqs[j] == q;
-        if (bad || q->n_past + 1 > q->opt.capacity) {
-            free(segs);
+        if (bad || q->n_past + 1 > q->opt.capacity)
             return bad ? fd_error_set("decode batch: sequence %d is not a distinct plain sequence of the same model "
                                       "and backend", i)
                        : fd_error_set("decode batch: sequence %d is at its capacity of %lld tokens", i,
                                       (long long)q->opt.capacity);
-        }
-        segs[i] = (fwd_seg){q, i, 1, NULL};
     }
     // Pages for every sequence's new position. A refusal leaves every n_past as it was (a page one sequence took
     // stays reserved for its next step).
     for (int i = 0; i < n; i++)
-        if (engine_reserve(seqs[i], seqs[i]->n_past + 1)) {
-            free(segs);
-            return fd_error_prefix("decode batch: sequence %d", i);
-        }
+        if (engine_reserve(seqs[i], seqs[i]->n_past + 1)) return fd_error_prefix("decode batch: sequence %d", i);
     // Not recorded: the set of sequences (whose caches and states the ops address) changes from step to step.
-    forward_rows(e, ids, n, segs, n, sink, 0);
-    free(segs);
+    forward_rows(e, ids, n, seqs, n, sink, 0);
     return 0;
 }
 
@@ -531,9 +419,8 @@ static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
             FD_TRY(engine_forward(e, ids + i, len, NULL, 0));
         } else { // the last chunk: only its last row's pick
             FD_TRY(check_forward(e, ids + i, len));
-            fwd_seg seg = {e, 0, len, NULL};
             const logits_sink sink = {.ids = out};
-            forward_rows(e, ids + i, len, &seg, 1, &sink, len - 1);
+            forward_rows(e, ids + i, len, &e, 1, &sink, len - 1);
         }
     }
     for (int i = 1; i < n_new; i++) FD_TRY(engine_forward_greedy(e, &out[i - 1], 1, &out[i]));
@@ -577,31 +464,24 @@ int engine_set_taps(fd_engine *e, const int *layers, int n) {
     e->n_taps = n;
     engine_graphs_drop(e); // recorded forwards copy to the old taps columns
     if (e->taps) e->be->free(e->be, e->taps);
-    e->taps = e->be->alloc(e->be, (size_t)e->opt.max_batch * n * c->hidden_size * e->be->act_bytes);
+    e->taps = e->be->alloc(e->be, (size_t)e->opt.max_batch * n * e->m->plan.hidden * e->be->act_bytes);
     return 0;
 }
 
-static size_t gdn_state_bytes(const fd_config *c) {
-    return (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
-}
-static size_t conv_state_bytes(const fd_config *c) {
-    return (size_t)conv_dim(c) * (c->gdn_conv_kernel - 1) * sizeof(float);
-}
-
 int engine_enable_slots(fd_engine *e, int block) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;
     if (block < 1 || block > e->opt.max_batch)
         return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
                             e->opt.max_batch);
     if (e->gdn_slots) return block <= e->spec_block ? 0 : fd_error_set("state slots already sized for %d", e->spec_block);
     engine_graphs_drop(e);
-    e->gdn_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
-    e->conv_slots = fd_calloc((size_t)c->num_layers, sizeof(float *));
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_GDN) {
-            e->gdn_slots[i] = be->alloc(be, gdn_state_bytes(c) * (size_t)block);
-            e->conv_slots[i] = be->alloc(be, conv_state_bytes(c) * (size_t)block);
+    e->gdn_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    for (int i = 0; i < p->num_layers; i++)
+        if (p->layers[i].kind == FD_LAYER_GDN) {
+            e->gdn_slots[i] = be->alloc(be, (size_t)plan_gdn_state_bytes(p) * (size_t)block);
+            e->conv_slots[i] = be->alloc(be, (size_t)plan_conv_state_bytes(p) * (size_t)block);
         }
     e->spec_block = block;
     return 0;
@@ -617,18 +497,17 @@ int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits) {
 }
 
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;
     FD_CHECK(keep >= 1 && n_past_before_verify + keep <= e->n_past, "commit %d of %lld verified tokens", keep,
              (long long)(e->n_past - n_past_before_verify));
     const int n_verified = (int)(e->n_past - n_past_before_verify);
     e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
     if (keep == n_verified) return;           // the live state is already the state after the last token
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_GDN) {
-            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_state_bytes(c) * (size_t)(keep - 1),
-                     gdn_state_bytes(c));
-            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_state_bytes(c) * (size_t)(keep - 1),
-                     conv_state_bytes(c));
+    const size_t gdn_bytes = (size_t)plan_gdn_state_bytes(p), conv_bytes = (size_t)plan_conv_state_bytes(p);
+    for (int i = 0; i < p->num_layers; i++)
+        if (p->layers[i].kind == FD_LAYER_GDN) {
+            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_bytes * (size_t)(keep - 1), gdn_bytes);
+            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1), conv_bytes);
         }
 }

@@ -1,11 +1,11 @@
-// The engine: runs a bound model on a backend for one sequence at a time. It owns the per-sequence caches
-// (attention KV, GDN conv and recurrent state) and the scratch buffers, and drives the forward pass through
-// the backend interface only.
+// The engine: runs a bound model on a backend for one sequence at a time (or a batched decode step over many). It
+// owns the per-sequence caches (attention KV pages, GDN conv and recurrent state, verify slots), the scratch, the
+// step inputs, graphs and routes; the decoder is the model's (model/forward.h), called with a batch description.
 #ifndef FD_ENGINE_H
 #define FD_ENGINE_H
 #include "backend.h"
 #include "engine/kv_pool.h"
-#include "model/model.h"
+#include "model/forward.h"
 
 typedef struct {
     int64_t calls, tokens;
@@ -47,9 +47,9 @@ typedef struct {
     fd_kv_pages pages;  // this sequence's page table: positions [0, pages.held * P) are backed
     float **conv_state; // [num_layers] f32 [conv_dim, K-1] (NULL for attention layers)
     float **gdn_state;  // [num_layers] f32 [Hv, dk, dv]
-    // scratch (backend memory), sized for max_batch tokens
-    void *x, *h, *y, *t0, *t1, *t2, *t3, *t4, *t5;
-    float *logits_dev;  // [max_batch, V] f32
+    // the forward's scratch (backend memory), sized for max_batch tokens from the model's rank plan
+    fd_fwd_scratch scratch;
+    float *logits_dev;  // [ENGINE_LOGIT_ROWS, V] f32
     // routes: gdn_prefill (chunked | serial) for prompt forwards, gdn_decode (serial) for 1-token steps and
     // verify blocks; see engine/routes.h
     fd_route routes[FD_ENGINE_ROUTES];

@@ -7,32 +7,26 @@
 
 #include <string.h>
 
-static int conv_dim(const fd_config *c) {
-    return 2 * c->gdn_num_k_heads * c->gdn_k_dim + c->gdn_num_v_heads * c->gdn_v_dim;
-}
-
 void es_geom_init(es_geom *g, const fd_engine *e) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *p = &e->m->plan;
     memset(g, 0, sizeof *g);
-    for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] == FD_LAYER_GDN) g->n_gdn++;
-        else g->n_attn++;
-    }
-    g->conv_bytes = (size_t)conv_dim(c) * (size_t)(c->gdn_conv_kernel - 1) * sizeof(float);
-    g->gdn_bytes = (size_t)c->gdn_num_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+    g->n_gdn = p->n_gdn_layers;
+    g->n_attn = p->num_layers - p->n_gdn_layers;
+    g->conv_bytes = (size_t)plan_conv_state_bytes(p);
+    g->gdn_bytes = (size_t)plan_gdn_state_bytes(p);
     g->state_bytes = (size_t)g->n_gdn * (g->conv_bytes + g->gdn_bytes);
-    g->Hkv = c->num_kv_heads;
-    g->hd = c->head_dim;
-    g->kv_token_bytes = e->be->kv_bytes_per_token(e->be, c->num_kv_heads, c->head_dim);
+    g->Hkv = p->kv_heads;
+    g->hd = p->head_dim;
+    g->kv_token_bytes = e->be->kv_bytes_per_token(e->be, p->kv_heads, p->head_dim);
 }
 
 size_t es_kv_bytes(const es_geom *g, int64_t n) { return (size_t)g->n_attn * g->kv_token_bytes * (size_t)n; }
 
 void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *plan = &e->m->plan;
     char *p = dst;
-    for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] != FD_LAYER_GDN) continue;
+    for (int i = 0; i < plan->num_layers; i++) {
+        if (plan->layers[i].kind != FD_LAYER_GDN) continue;
         e->be->copy(e->be, p, e->conv_state[i], g->conv_bytes);
         p += g->conv_bytes;
         e->be->copy(e->be, p, e->gdn_state[i], g->gdn_bytes);
@@ -41,10 +35,10 @@ void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
 }
 
 void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
-    const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *plan = &e->m->plan;
     const char *p = src;
-    for (int i = 0; i < c->num_layers; i++) {
-        if (c->layer_kind[i] != FD_LAYER_GDN) continue;
+    for (int i = 0; i < plan->num_layers; i++) {
+        if (plan->layers[i].kind != FD_LAYER_GDN) continue;
         e->be->copy(e->be, e->conv_state[i], p, g->conv_bytes);
         p += g->conv_bytes;
         e->be->copy(e->be, e->gdn_state[i], p, g->gdn_bytes);
@@ -65,9 +59,9 @@ size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, v
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
-    const fd_config *c = &e->m->cfg;
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_ATTN) {
+    const fd_rank_plan *p = &e->m->plan;
+    for (int i = 0; i < p->num_layers; i++)
+        if (p->layers[i].kind == FD_LAYER_ATTN) {
             const fd_kv_view kv = engine_kv_view(e, i);
             buf += es_cache_rows(e->be, &kv, g->Hkv, g->hd, buf, pos0, n, save);
         }

@@ -4,22 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens, int page_tokens) {
+int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_rank_plan *plan, int64_t tokens, int page_tokens) {
     memset(p, 0, sizeof *p);
     if (tokens < 1) return fd_error_set("KV pool of %lld tokens: must be >= 1 (--kv-tokens)", (long long)tokens);
     if (page_tokens <= 0) page_tokens = FD_KV_PAGE_TOKENS;
     FD_CHECK((page_tokens & (page_tokens - 1)) == 0, "KV page of %d tokens: not a power of two", page_tokens);
     p->page_tokens = page_tokens;
     p->be = be;
-    p->num_layers = c->num_layers;
-    p->Hkv = c->num_kv_heads;
-    p->hd = c->head_dim;
+    p->num_layers = plan->num_layers;
+    p->Hkv = plan->kv_heads;
+    p->hd = plan->head_dim;
     p->n_pages = (tokens + page_tokens - 1) / page_tokens;
     if (p->n_pages > INT32_MAX) return fd_error_set("KV pool of %lld tokens is too large", (long long)tokens);
     const size_t slots = (size_t)p->n_pages * page_tokens;
-    p->layer = fd_calloc((size_t)c->num_layers, sizeof(void *));
-    for (int i = 0; i < c->num_layers; i++)
-        if (c->layer_kind[i] == FD_LAYER_ATTN)
+    p->layer = fd_calloc((size_t)plan->num_layers, sizeof(void *));
+    for (int i = 0; i < plan->num_layers; i++)
+        if (plan->layers[i].kind == FD_LAYER_ATTN)
             p->layer[i] = be->alloc(be, be->kv_bytes_per_token(be, p->Hkv, p->hd) * slots);
     p->free_pages = fd_malloc(sizeof(int32_t) * (size_t)p->n_pages);
     // Page 0 on top: a lone sequence gets pages 0, 1, 2, ... (its slots are then its positions).

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "model/config.h"
+#include "model/plan.h"
 
 // Tokens per page: a power of two and a multiple of every kernel's key tile (attention_mma 64, attention_decode and
 // the SIMT kernels 32), so a key tile never straddles pages and a kernel reads the page table once per tile; the
@@ -34,9 +34,10 @@ typedef struct fd_kv_pool {
     int64_t n_free;
 } fd_kv_pool;
 
-// A pool of at least `tokens` token slots (rounded up to whole pages) for the attention layers of model config c.
+// A pool of at least `tokens` token slots (rounded up to whole pages) for the attention layers of rank plan p (its
+// local KV heads).
 // page_tokens: 0 = FD_KV_PAGE_TOKENS; else a power of two (the CUDA kernels also need a multiple of 64).
-int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_config *c, int64_t tokens, int page_tokens);
+int kv_pool_init(fd_kv_pool *p, fd_backend *be, const fd_rank_plan *plan, int64_t tokens, int page_tokens);
 void kv_pool_free(fd_kv_pool *p);
 static inline int64_t kv_pool_tokens(const fd_kv_pool *p) {
     return p->n_pages * p->page_tokens;

@@ -187,7 +187,7 @@ int model_random_with(const char *config_path, uint64_t seed, const fd_load_opts
     if (!text) return -1;
     int rc = cfg_parse(text, config_path, &m->cfg);
     free(text);
-    if (rc) return -1;
+    if (rc || plan_init(&m->plan, &m->cfg, 0, 1)) return -1;
     m->binder.synthetic = 1;
     m->binder.seed = seed;
     if (bind_all(m)) {
@@ -204,7 +204,7 @@ int model_load(const char *dir, fd_model *m) { return model_load_with(dir, NULL,
 int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m) {
     memset(m, 0, sizeof *m);
     m->binder.quantize_fp8 = o && o->quantize_fp8;
-    if (cfg_load_dir(dir, &m->cfg)) return -1;
+    if (cfg_load_dir(dir, &m->cfg) || plan_init(&m->plan, &m->cfg, 0, 1)) return -1;
     if (st_open_dir(dir, &m->st)) return -1;
     if (bind_all(m)) {
         fd_error_prefix("%s", dir);

@@ -1,11 +1,13 @@
-// The model contract: configuration, the weights bound by name, and the layer plan. Files in src/model only
-// bind tensors (name, dtype, shape); the math lives in the backends.
+// A bound model: configuration, the weights bound by name, and the rank plan every shape of the forward comes
+// from. Binding lives in model.c / bind.c, the forward pass in forward.h (decoder.c, layers.c); the math of each op
+// lives in the backends.
 #ifndef FD_MODEL_H
 #define FD_MODEL_H
 #include "backend.h"
 #include "io/safetensors.h"
 #include "model/bind.h"
 #include "model/config.h"
+#include "model/plan.h"
 
 typedef struct {
     fd_layer_kind kind;
@@ -33,6 +35,7 @@ typedef struct {
 
 typedef struct {
     fd_config cfg;
+    fd_rank_plan plan; // this rank's shapes (rank 0 of 1: tensor parallelism is not run yet)
     st_set st;
     fd_weight embed;   // [V, d]
     fd_weight lm_head; // [V, d] (== embed data when tied)

@@ -769,7 +769,7 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     // Routes from the environment (FD_ROUTE_<NAME>), then --route: the backend's before any cache exists, the
     // engines' after.
     int route_err = routes_backend_preset(be, cfg->route_specs, cfg->n_routes);
-    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->cfg, sched_kv_tokens(cfg), 0);
+    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->plan, sched_kv_tokens(cfg), 0);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         int set_err = 0;
