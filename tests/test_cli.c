@@ -356,3 +356,34 @@ TEST(cli_routes_select_print_and_refuse) {
     free(out);
     free(cmd);
 }
+
+// The CUDA routes were also read as FD_CUDA_<NAME> before one environment name per route (FD_ROUTE_<NAME>) was
+// kept: an old name still set is refused naming its replacement (on any backend: the run would otherwise measure
+// the default while its environment says otherwise), and so are the knobs of the removed kernel variants.
+TEST(cli_retired_route_env_refused) {
+    static const char *const cases[][3] = {
+        {"FD_CUDA_GEMM_ACT=bf16", "FD_CUDA_GEMM_ACT", "FD_ROUTE_GEMM_ACT"},
+        {"FD_CUDA_ATTN=simt", "FD_CUDA_ATTN", "FD_ROUTE_ATTN_KERNEL"},
+        {"FD_CUDA_GEMM_SMALL=cublas", "FD_CUDA_GEMM_SMALL", "FD_ROUTE_GEMM_SMALL"},
+        {"FD_CUDA_PDL=off", "FD_CUDA_PDL", "FD_ROUTE_PDL"},
+        {"FD_CUDA_GEMM_FP8=dequant", "FD_CUDA_GEMM_FP8", "FD_ROUTE_GEMM_FP8"},
+        {"FD_CUDA_GEMV_VARIANT=ring", "FD_CUDA_GEMV_VARIANT", "removed"},
+        {"FD_CUDA_GDN_SERIAL=v1", "FD_CUDA_GDN_SERIAL", "removed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        char *cmd = fd_sprintf("%s %s generate tests/data/fixtures/qwen35_moe --ids 1,2 -n 1 2>&1 >/dev/null",
+                               cases[i][0], test_bin());
+        EXPECT(test_run(cmd, &out) == 2, "%s", cmd);
+        EXPECT(out && !strncmp(out, "flashdelta: error: ", 19) && strstr(out, cases[i][1]) && strstr(out, cases[i][2]),
+               "%s: %s", cases[i][0], out ? out : "");
+        free(out);
+        free(cmd);
+    }
+    // a debug knob that is not a route is still read (FD_CUDA_SYNC: the CPU backend ignores it)
+    char *out = NULL;
+    char *cmd = fd_sprintf("FD_CUDA_SYNC=1 %s generate tests/data/fixtures/qwen35_moe --ids 1,2 -n 1 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 0, "%s", out ? out : "");
+    free(out);
+    free(cmd);
+}

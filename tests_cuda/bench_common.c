@@ -5,10 +5,11 @@
 
 #include "../tests/test.h"
 #include "bench_common.h"
+#include "cuda_rig.h"
 
 fd_backend *B(void) {
     static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
+    if (!be) be = cuda_rig_new_gpu();
     return be;
 }
 

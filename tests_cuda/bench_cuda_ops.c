@@ -9,6 +9,7 @@
 
 #include "../tests/test.h"
 #include "backend.h"
+#include "cuda_rig.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
 #include "engine/kv_pool.h"
@@ -166,7 +167,7 @@ static fd_kv_view shuffled_view(fd_backend *be, void *cache, int64_t slots, int6
 // 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify); GB/s counts the K/V bytes of the
 // live context (scales included for e4m3), the floor every such kernel has to read.
 static void bench_dattn(const char *kv) {
-    fd_backend *be = fd_backend_cuda_create(0);
+    fd_backend *be = cuda_rig_new_gpu();
     const char *spec = kv;
     FD_CHECK(!strcmp(kv, "kv=bf16") || routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
     g_timed = be;
@@ -251,7 +252,7 @@ TEST(bench_cuda_attn_prefill) {
     const int N = 4096, H = 24, Hkv = 4, hd = 256;
     const int64_t cap = 65536;
     for (int e4 = 0; e4 < 2; e4++) {
-        fd_backend *be = fd_backend_cuda_create(0);
+        fd_backend *be = cuda_rig_new_gpu();
         const char *spec = e4 ? "kv=e4m3" : "kv=bf16";
         ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
         ASSERT(fd_cuda_set_route(be, "attn_kernel", "mma") == 0, "%s", fd_error_msg());

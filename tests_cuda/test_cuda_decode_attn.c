@@ -11,6 +11,7 @@
 
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/routes.h"
 
 typedef struct {
@@ -19,7 +20,7 @@ typedef struct {
 } pair;
 
 static pair mkpair(int e4m3) {
-    pair p = {fd_backend_cpu_create(0), fd_backend_cuda_create(0), e4m3 ? "e4m3" : "bf16"};
+    pair p = {fd_backend_cpu_create(0), cuda_rig_new_gpu(), e4m3 ? "e4m3" : "bf16"};
     if (e4m3) {
         const char *spec = "kv=e4m3";
         FD_CHECK(routes_backend_preset(p.c, &spec, 1) == 0, "%s", fd_error_msg());

@@ -14,6 +14,7 @@
 #include "../tests/spec_rig.h"
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/dflash2.h"
 
 typedef struct {
@@ -35,7 +36,7 @@ static char g_default_gemm[32]; // gemm_act as the backend chose it at creation 
 static fd_backend *gpu(void) {
     static fd_backend *be;
     if (!be) {
-        be = fd_backend_cuda_create(0);
+        be = cuda_rig_new_gpu();
         snprintf(g_default_gemm, sizeof g_default_gemm, "%s", fd_cuda_route(be, "gemm_act"));
     }
     return be;

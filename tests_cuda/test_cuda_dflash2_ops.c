@@ -9,6 +9,7 @@
 
 #include "../tests/test.h"
 #include "backend.h"
+#include "cuda_rig.h"
 #include "cuda/cuda.h"
 #include "engine/routes.h"
 
@@ -38,7 +39,7 @@ static void poison(fd_backend *g, void *d, size_t n) {
 
 // A backend with route kv set (the layout is fixed once a cache is sized, so each layout gets its own backend).
 static fd_backend *make(int gpu, const char *kv) {
-    fd_backend *be = gpu ? fd_backend_cuda_create(0) : fd_backend_cpu_create(0);
+    fd_backend *be = gpu ? cuda_rig_new_gpu() : fd_backend_cpu_create(0);
     FD_CHECK(routes_backend_preset(be, &kv, 1) == 0, "%s", fd_error_msg());
     return be;
 }
@@ -77,7 +78,7 @@ static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group
 }
 
 TEST(cuda_dflash2_dyn_conv) {
-    fd_backend *c = fd_backend_cpu_create(0), *g = fd_backend_cuda_create(0);
+    fd_backend *c = fd_backend_cpu_create(0), *g = cuda_rig_new_gpu();
     // n, d, group, K: the fixtures' (16, 64, 8, 2), the 27B drafter's (16, 5120, 16, 2), a single row, odd shapes
     const int shapes[][4] = {{16, 64, 8, 2}, {8, 64, 8, 2},    {16, 5120, 16, 2}, {1, 96, 32, 1},
                              {4, 96, 32, 3}, {16, 2048, 1, 4}, {7, 1000, 8, 7}};

@@ -10,6 +10,7 @@
 #include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "engine/routes.h"
@@ -21,7 +22,7 @@ static fd_backend *gpu(void) {
         // and gpu_run.sh runs every test with FD_CUDA_SYNC=1: this file's backend is made without them.
         unsetenv("FD_CUDA_SYNC");
         unsetenv("FD_CUDA_PROFILE");
-        be = fd_backend_cuda_create(0);
+        be = cuda_rig_new_gpu();
     }
     return be;
 }

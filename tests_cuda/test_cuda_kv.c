@@ -5,11 +5,12 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/routes.h"
 #include "../tests/test.h"
 
 static fd_backend *make(int gpu) {
-    fd_backend *be = gpu ? fd_backend_cuda_create(0) : fd_backend_cpu_create(0);
+    fd_backend *be = gpu ? cuda_rig_new_gpu() : fd_backend_cpu_create(0);
     const char *spec = "kv=e4m3";
     FD_CHECK(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
     return be;

@@ -13,6 +13,7 @@
 #include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/engine.h"
 
 #define TOL_MODEL          2e-2
@@ -23,7 +24,7 @@ static char g_default_gemm[32]; // gemm_act as the backend chose it at creation 
 static fd_backend *gpu(void) {
     static fd_backend *be;
     if (!be) {
-        be = fd_backend_cuda_create(0);
+        be = cuda_rig_new_gpu();
         snprintf(g_default_gemm, sizeof g_default_gemm, "%s", fd_cuda_route(be, "gemm_act"));
     }
     return be;

@@ -15,6 +15,7 @@
 
 #include "../tests/test.h"
 #include "backend.h"
+#include "cuda_rig.h"
 #include "cuda/cuda.h"
 
 #define TOL_EXACT 0.0
@@ -30,7 +31,7 @@ static fd_backend *cpu(void) {
 }
 static fd_backend *gpu(void) {
     static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
+    if (!be) be = cuda_rig_new_gpu();
     return be;
 }
 

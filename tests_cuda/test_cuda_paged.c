@@ -14,6 +14,7 @@
 #include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/engine.h"
 #include "engine/kv_pool.h"
 #include "engine/routes.h"
@@ -62,7 +63,7 @@ static int32_t *shuffled(int of, uint64_t seed) {
 static prig mkrig(int e4, int Hkv, int hd, int64_t tot, uint64_t *seed) {
     prig r;
     memset(&r, 0, sizeof r);
-    r.c = fd_backend_cpu_create(0), r.g = fd_backend_cuda_create(0);
+    r.c = fd_backend_cpu_create(0), r.g = cuda_rig_new_gpu();
     r.kv = e4 ? "e4m3" : "bf16", r.Hkv = Hkv, r.hd = hd, r.tot = tot;
     if (e4) {
         const char *spec = "kv=e4m3";
@@ -237,7 +238,7 @@ static fd_backend *gpu_graphs(void) {
     if (!be) { // graphs need every op recorded, not run as issued (gpu_run.sh sets FD_CUDA_SYNC=1)
         unsetenv("FD_CUDA_SYNC");
         unsetenv("FD_CUDA_PROFILE");
-        be = fd_backend_cuda_create(0);
+        be = cuda_rig_new_gpu();
     }
     return be;
 }

@@ -18,13 +18,14 @@
 #include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "backend.h"
+#include "cuda_rig.h"
 #include "cuda/cuda.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 
 static fd_backend *gpu(void) {
     static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
+    if (!be) be = cuda_rig_new_gpu();
     return be;
 }
 

@@ -8,6 +8,7 @@
 
 #include "../tests/test.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/dflash.h"
 
 #define TARGET_DIR "models/tiny-qwen35"
@@ -16,7 +17,7 @@
 
 static fd_backend *gpu(void) {
     static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
+    if (!be) be = cuda_rig_new_gpu();
     return be;
 }
 

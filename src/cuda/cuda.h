@@ -1,5 +1,5 @@
-// CUDA backend entry points beyond backend.h: routes that only this backend has. Until the engine's route table
-// carries them, they are set here (or by environment variable at creation) and printed at creation.
+// CUDA backend entry points beyond backend.h: routes that only this backend has. They are in the backend's route
+// table (selected by --route NAME=VALUE or FD_ROUTE_<NAME> through engine/routes.c); this sets them by name.
 #ifndef FD_CUDA_H
 #define FD_CUDA_H
 #ifdef __cplusplus
@@ -7,19 +7,20 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 #endif
 #include "backend.h"
 
-// Routes (name = values, default first; env var read by fd_backend_cuda_create):
-//   gemm_act = auto | bf16 | bf16x2   (FD_CUDA_GEMM_ACT) activations of bf16-weight GEMMs: rounded to bf16, or
+// Routes (name = values, default first; env FD_ROUTE_<NAME>, applied by routes_backend_preset, not at creation):
+//   gemm_act = auto | bf16 | bf16x2: activations of bf16-weight GEMMs: rounded to bf16, or
 //                              split into two bf16 terms (two GEMMs, ~fp32-accurate), or auto: bf16x2 when k <= 256
 //                              (toy models), else bf16 (every published geometry); see src/cuda/gemm.cu
-//   attn_kernel = mma | simt | splitk   (FD_CUDA_ATTN) attention with > 16 query tokens and >= 64 query rows:
+//   attn_kernel = mma | simt | splitk: attention with > 16 query tokens and >= 64 query rows:
 //                              tensor-core flash kernel (head_dim 64/128/256; Q and P rounded to bf16) or the
 //                              CUDA-core one (splitk selects it too); calls with fewer rows or another head_dim take
 //                              the CUDA-core kernel. Calls with <= 16 tokens (decode, verify) always take the
 //                              split-K decode kernel (splitk; attention_decode.cu), whatever is selected
-//   gemm_small = gemv | cublas   (FD_CUDA_GEMM_SMALL) bf16-weight GEMMs with <= 16 rows: gemv.cu or cuBLASLt
-//   pdl = gemv | off   (FD_CUDA_PDL) programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
+//   gemm_small = gemv | cublas: bf16-weight GEMMs with <= 16 rows: gemv.cu or cuBLASLt
+//   pdl = gemv | off: programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
 //                              before them runs, their first weight loads in flight before griddepcontrol.wait
 //                              (cuda_common.h); bitwise the results of off
+//   gemm_fp8 = gemv | dequant: GEMMs on FP8 block-scaled weights (gemv_fp8.cu, docs/routes.md)
 // Returns 0, or -1 with fd_error set for an unknown route or value.
 int fd_cuda_set_route(fd_backend *be, const char *route, const char *value);
 // The active value of a route, NULL for an unknown route.

@@ -414,15 +414,8 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
                "GEMM";
     be->routes = c->routes;
     be->n_routes = CU_N_ROUTES;
-    static const char *const env_routes[][2] = {{"FD_CUDA_GEMM_ACT", "gemm_act"},
-                                                {"FD_CUDA_ATTN", "attn_kernel"},
-                                                {"FD_CUDA_GEMM_SMALL", "gemm_small"},
-                                                {"FD_CUDA_PDL", "pdl"},
-                                                {"FD_CUDA_GEMM_FP8", "gemm_fp8"}};
-    for (size_t i = 0; i < sizeof env_routes / sizeof env_routes[0]; i++) {
-        const char *v = getenv(env_routes[i][0]);
-        if (v && fd_cuda_set_route(be, env_routes[i][1], v)) FD_PANIC("%s: %s", env_routes[i][0], fd_error_msg());
-    }
+    // The environment (FD_ROUTE_<NAME>) and --route are applied by engine/routes.c (routes_backend_preset), the
+    // one reader of route variables; a backend made here starts at the defaults above.
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s pdl=%s", device,

@@ -67,7 +67,30 @@ int routes_set(fd_engine *e, const char *spec) {
     return select_value(r, eq + 1, "--route");
 }
 
+// Environment names that once selected a route or a kernel variant and no longer do. A setting that used to take
+// effect is refused naming what replaces it, never silently ignored (a run would measure something other than
+// what its command line says). The CUDA routes were also read as FD_CUDA_<NAME> until issue 14 left one name per
+// route; the two variant knobs went with their kernels (docs/routes.md).
+static const char *const k_retired_env[][2] = {
+    {"FD_CUDA_GEMM_ACT", "FD_ROUTE_GEMM_ACT (or --route gemm_act=VALUE)"},
+    {"FD_CUDA_ATTN", "FD_ROUTE_ATTN_KERNEL (or --route attn_kernel=VALUE)"},
+    {"FD_CUDA_GEMM_SMALL", "FD_ROUTE_GEMM_SMALL (or --route gemm_small=VALUE)"},
+    {"FD_CUDA_PDL", "FD_ROUTE_PDL (or --route pdl=VALUE)"},
+    {"FD_CUDA_GEMM_FP8", "FD_ROUTE_GEMM_FP8 (or --route gemm_fp8=VALUE)"},
+    {"FD_CUDA_GEMV_VARIANT", "nothing: the gemv's other load schedules were removed (docs/routes.md)"},
+    {"FD_CUDA_GDN_SERIAL", "nothing: the first serial GDN kernel was removed (docs/routes.md)"},
+};
+
+int routes_refuse_retired_env(void) {
+    for (size_t i = 0; i < sizeof k_retired_env / sizeof k_retired_env[0]; i++)
+        if (getenv(k_retired_env[i][0]))
+            return fd_error_set("environment variable %s is no longer read; use %s", k_retired_env[i][0],
+                                k_retired_env[i][1]);
+    return 0;
+}
+
 static int from_env(fd_route **r, int n) {
+    FD_TRY(routes_refuse_retired_env());
     for (int i = 0; i < n; i++) {
         char var[80] = "FD_ROUTE_";
         size_t k = strlen(var);

@@ -14,8 +14,11 @@ int routes_list(fd_engine *e, fd_route **out);
 fd_route *routes_find(fd_engine *e, const char *name);
 // "NAME=VALUE"; returns 0 or -1 with a message listing the names or values that exist.
 int routes_set(fd_engine *e, const char *spec);
-// FD_ROUTE_<NAME> (upper case) for every route that has one set.
+// FD_ROUTE_<NAME> (upper case) for every route that has one set. Both this and routes_backend_preset first refuse
+// the retired names (routes_refuse_retired_env).
 int routes_from_env(fd_engine *e);
+// -1 with a message naming the replacement when a retired route variable (FD_CUDA_GEMM_ACT, ...) is set, else 0.
+int routes_refuse_retired_env(void);
 // Applies the environment and the NAME=VALUE specs that name backend routes, before any cache exists (the kv
 // layout is fixed once a cache is sized). The engine's routes are set later with routes_set.
 int routes_backend_preset(fd_backend *be, const char *const *specs, int n_specs);
