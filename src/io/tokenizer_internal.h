@@ -101,4 +101,29 @@ int tok_is_whitespace(uint32_t cp); // Unicode White_Space, as Rust's char::is_w
 int tok_is_new_char(uint32_t cp);   // newer than Unicode 11 and changed by normalization (tokenizer_newchars.c)
 char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n); // t's normalizer; malloc'ed
 void tok_normalize_init(const tok_tokenizer *t); // builds the shared NFC tables once
+
+// ---- the BPE model (tokenizer_bpe.c): its word cache and scratch, kept per thread between encode calls ----
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off, key_len, ids_off, n_ids;
+} tok_bpe_cache_ent;
+typedef struct {
+    tok_bpe_cache_ent *ce; // word cache: piece bytes -> ids
+    uint32_t ccap, ccount;
+    char *ckeys;
+    size_t ckeys_n, ckeys_cap;
+    tok_ids cids;
+    int32_t *sym, *nid, *prev, *next; // merge scratch
+    uint32_t *rank;
+    uint64_t *heap;
+    size_t scap;
+    char *pbuf; // byte-level string of a word (ignore_merges)
+    size_t pcap;
+} tok_bpe;
+// Empties the word cache, sized for an input of len bytes; at the start of every encode call.
+void tok_bpe_begin(tok_bpe *b, size_t len);
+// Appends the ids of one pre-tokenized piece s[0..n) to out.
+void tok_bpe_word(tok_bpe *b, const tok_tokenizer *t, const char *s, size_t n, tok_ids *out);
+// Gives back big buffers after a call (all: every buffer).
+void tok_bpe_trim(tok_bpe *b, int all);
 #endif
