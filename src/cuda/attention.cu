@@ -98,7 +98,7 @@ __global__ void k_kv_store_e4m3(uint8_t *dst, float *scales, cu_kv kv, const flo
         const float *x = src + r * hd;
         float amax = 0.f;
         for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(x[i]));
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        amax = cu_warp_max(amax);
         const float s = amax > 0.f ? amax / 448.0f : 1.0f;
         for (int i = lane; i < hd; i += 32)
             dst[at * hd + i] = __nv_cvt_float_to_fp8(x[i] / s, __NV_SATFINITE, __NV_E4M3);

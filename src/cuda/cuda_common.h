@@ -17,6 +17,7 @@
 extern "C" {
 #include "backend.h"
 }
+#include "cuda/reduce.cuh"
 
 #define FD_CUDA_CHECK(call)                                                                                            \
     do {                                                                                                               \
@@ -174,16 +175,6 @@ static __device__ __forceinline__ cu_kv_tile cu_kv_tile_at(const cu_kv &kv, int6
 
 static __device__ __forceinline__ int64_t cu_kv_tile_slot(const cu_kv_tile &t, int64_t kt0, int64_t kp) {
     return kp < t.split ? t.s0 + (kp - kt0) : t.s1 + (kp - t.split);
-}
-
-static __device__ __forceinline__ float cu_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-// Butterfly sum: every lane ends with the same value (a + b == b + a), in an order fixed by the lane layout.
-static __device__ __forceinline__ float cu_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 // Elements [c, c+2) of row r as bf16x2 (dequantised for e4m3).

@@ -71,15 +71,6 @@ static void cu_dyn_conv(fd_backend *be, void *out, const void *x, const float *d
 #define WIN_BK   32 // keys per tile
 #define WIN_MAXP 4  // bf16 pairs per lane per row: hd <= 256
 
-static __device__ __forceinline__ float win_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float win_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // The keys a query at position p sees: [max(0, p - window + 1), min(last, p + window - 1)], last = pos0 + n - 1.
 static __device__ __forceinline__ int64_t win_lo(int64_t p, int window) {
     return p - window + 1 > 0 ? p - window + 1 : 0;
@@ -153,14 +144,14 @@ __global__ void __launch_bounds__(128)
         for (int a = 0; a < WIN_QW; a++) {
             const bool vis = kp >= lo[a] && kp <= hi[a] && kp < kend;
             const float sa = vis ? s[a] * scale : -INFINITY;
-            const float mn = fmaxf(m[a], win_warp_max(sa)); // warp-uniform
+            const float mn = fmaxf(m[a], cu_warp_max(sa)); // warp-uniform
             if (mn == -INFINITY) {                          // no visible key yet for this row
                 p[a] = 0.f;
                 continue;
             }
             const float alpha = expf(m[a] - mn); // m = -inf -> 0
             p[a] = vis ? expf(sa - mn) : 0.f;
-            l[a] = l[a] * alpha + win_warp_sum(p[a]);
+            l[a] = l[a] * alpha + cu_warp_sum(p[a]);
             m[a] = mn;
 #pragma unroll
             for (int e = 0; e < 2 * WIN_MAXP; e++) acc[a][e] *= alpha;
@@ -215,13 +206,13 @@ __global__ void k_win_combine(float *out, const float *opart, const float *ml, i
     if (th >= rows) return;
     float M = -INFINITY;
     for (int z = lane; z < S; z += 32) M = fmaxf(M, ml[(z * rows + th) * 2]);
-    M = win_warp_max(M);
+    M = cu_warp_max(M);
     float L = 0.f;
     for (int z = lane; z < S; z += 32) {
         const float mz = ml[(z * rows + th) * 2];
         L += mz == -INFINITY ? 0.f : expf(mz - M) * ml[(z * rows + th) * 2 + 1];
     }
-    L = win_warp_sum(L);
+    L = cu_warp_sum(L);
     const float inv = L > 0.f ? 1.f / L : 0.f;
     for (int dd = lane; dd < hd; dd += 32) {
         float o = 0.f;

@@ -189,7 +189,7 @@ __global__ void k_gdn_prep(float *qn, float *kn, float *beta, float *gg, const f
         const float *src = row + (int64_t)v * dk;
         float ss = 0.f;
         for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
-        ss = warp_sum(ss);
+        ss = cu_warp_sum(ss);
         float r = rsqrtf(ss + 1e-6f) * (v < Hk ? rsqrtf((float)dk) : 1.f);
         float *dst = (v < Hk ? qn + ((int64_t)t * Hk + v) * dk : kn + ((int64_t)t * Hk + (v - Hk)) * dk);
         for (int i = lane; i < dk; i += 32) dst[i] = src[i] * r;

@@ -1,14 +1,10 @@
-// Gate and reduction helpers shared by the GDN kernels (gdn.cu: split + serial route, gdn_chunk.cu: chunked
+// Gate helpers shared by the GDN kernels (gdn.cu: split + serial route, gdn_chunk.cu: chunked
 // route), so both routes compute beta and g with the same fp32 expressions.
 #ifndef FD_CUDA_GDN_GATES_H
 #define FD_CUDA_GDN_GATES_H
 
 #define GDN_MAXD 256 // largest dk, dv supported
 
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 static __device__ __forceinline__ float softplus_f(float x) {
     return x > 20.f ? x : log1pf(expf(x));
 }

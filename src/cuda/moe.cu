@@ -11,11 +11,6 @@
 
 #include "cuda/cuda_common.h"
 
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // out[n, m] = x[n, d] W[m, d]^T, one warp per output element, fp32 accumulation. For narrow outputs only.
 __global__ void k_dot_rows(float *out, const float *x, const void *W, int w_bf16, int n, int m, int d) {
     CU_PDL_ENTER();
@@ -32,7 +27,7 @@ __global__ void k_dot_rows(float *out, const float *x, const void *W, int w_bf16
         const float *wr = (const float *)W + (int64_t)e * d;
         for (int j = lane; j < d; j += 32) acc += xr[j] * wr[j];
     }
-    acc = warp_sum(acc);
+    acc = cu_warp_sum(acc);
     if (lane == 0) out[wid] = acc;
 }
 
@@ -59,7 +54,7 @@ __global__ void k_topk(float *logits, int32_t *ids, float *wts, int n, int E, in
         p[e] = v;
         s += v;
     }
-    s = warp_sum(s);
+    s = cu_warp_sum(s);
     __syncwarp();
     for (int e = lane; e < E; e += 32) p[e] /= s;
     __syncwarp();

@@ -3,23 +3,6 @@
 // Reductions accumulate in fp32 per thread, then a tree over the block (or one warp).
 #include "cuda/cuda_common.h"
 
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// Sum over a block of up to 1024 threads; every thread gets the result.
-static __device__ float block_sum(float v) {
-    __shared__ float part[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
-    __syncthreads(); // `part` may still be read by a previous call
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    float t = lane < nw ? part[lane] : 0.f;
-    return warp_sum(t);
-}
-
 static __device__ __forceinline__ float silu_f(float x) {
     return x / (1.f + expf(-x));
 }
@@ -50,7 +33,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, flo
 #pragma unroll
         for (int i = 0; i < RMS_REG; i++)
             if (threadIdx.x + i * blockDim.x < d) ss += v[i] * v[i];
-        ss = block_sum(ss);
+        ss = cu_block_sum(ss);
         const float r = rsqrtf(ss / (float)d + eps);
 #pragma unroll
         for (int i = 0; i < RMS_REG; i++) {
@@ -60,7 +43,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, flo
         return;
     }
     for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
-    ss = block_sum(ss);
+    ss = cu_block_sum(ss);
     float r = rsqrtf(ss / (float)d + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float wj = plus_one ? 1.f + w[j] : w[j];
@@ -106,7 +89,7 @@ __global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float 
                 ss += v[i] * v[i];
             }
         }
-        ss = block_sum(ss);
+        ss = cu_block_sum(ss);
         const float r = rsqrtf(ss / (float)d + eps);
 #pragma unroll
         for (int i = 0; i < RMS_REG; i++) {
@@ -120,7 +103,7 @@ __global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float 
         xr[j] = v;
         ss += v * v;
     }
-    ss = block_sum(ss);
+    ss = cu_block_sum(ss);
     float r = rsqrtf(ss / (float)d + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float wj = plus_one ? 1.f + w[j] : w[j];
@@ -156,7 +139,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
 #pragma unroll
         for (int i = 0; i < GRMS_REG; i++)
             if (lane + 32 * i < dv) ss += xv[i] * xv[i];
-        ss = warp_sum(ss);
+        ss = cu_warp_sum(ss);
         const float r = rsqrtf(ss / (float)dv + eps);
 #pragma unroll
         for (int i = 0; i < GRMS_REG; i++) {
@@ -166,7 +149,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
         return;
     }
     for (int j = lane; j < dv; j += 32) ss += xr[j] * xr[j];
-    ss = warp_sum(ss);
+    ss = cu_warp_sum(ss);
     float r = rsqrtf(ss / (float)dv + eps);
     for (int j = lane; j < dv; j += 32) out[row * dv + j] = w[j] * (xr[j] * r) * silu_f(zr[j]);
 }
@@ -323,7 +306,7 @@ __global__ void k_qk_norm_rope(float *q, float *gate, float *k, const float *qg,
         buf[j] = v;
         ss += v * v;
     }
-    ss = warp_sum(ss);
+    ss = cu_warp_sum(ss);
     const float rs = rsqrtf(ss / (float)hd + eps);
     for (int j = lane; j < hd; j += 32) buf[j] = buf[j] * rs * (1.f + w[j]);
     __syncwarp();

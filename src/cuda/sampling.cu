@@ -76,17 +76,13 @@ static __device__ __forceinline__ double weight_of(float x, int i, const smp_wei
 }
 
 // ---- block reductions and scans (every thread gets the result; all threads must call) ----
-static __device__ double warp_sum_d(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 static __device__ double block_sum_d(double v, smp_shared *sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum_d(v);
+    v = cu_warp_sum_d(v);
     if (lane == 0) sh->wd[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = warp_sum_d(sh->wd[lane]);
+        v = cu_warp_sum_d(sh->wd[lane]);
         if (lane == 0) sh->b_d = v;
     }
     __syncthreads();
@@ -110,12 +106,11 @@ static __device__ float block_max_f(float v, smp_shared *sh) {
 }
 static __device__ int block_max_i(int v, smp_shared *sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, o));
+    v = cu_warp_max_i(v);
     if (lane == 0) sh->wi[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = sh->wi[lane];
-        for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, o));
+        v = cu_warp_max_i(sh->wi[lane]);
         if (lane == 0) sh->wi[0] = v;
     }
     __syncthreads();
@@ -210,7 +205,7 @@ static __device__ int ordered_find(const float *p, int V, const smp_weight *w, d
         const int s0 = min(V, s * seg), s1 = min(V, s0 + seg);
         double acc = 0;
         for (int i = s0 + lane; i < s1; i += 32) acc += weight_of(p[i], i, w);
-        acc = warp_sum_d(acc);
+        acc = cu_warp_sum_d(acc);
         if (lane == 0) sh->seg[s] = acc;
     }
     __syncthreads();
