@@ -9,9 +9,9 @@
 
 #include "../tests/test.h"
 #include "backend.h"
-#include "cuda_rig.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/kv_pool.h"
 #include "engine/routes.h"
 typedef struct {

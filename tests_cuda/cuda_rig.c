@@ -1,6 +1,12 @@
 // Helpers shared by the GPU tests and benches: cuda_rig.h.
 #include "cuda_rig.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tests/test.h"
 #include "cuda/cuda.h"
 #include "engine/routes.h"
 
@@ -8,4 +14,107 @@ fd_backend *cuda_rig_new_gpu(void) {
     fd_backend *be = fd_backend_cuda_create(0);
     FD_CHECK(routes_backend_preset(be, NULL, 0) == 0, "%s", fd_error_msg());
     return be;
+}
+
+fd_backend *cuda_rig_new_gpu_for_graphs(void) {
+    unsetenv("FD_CUDA_SYNC");
+    unsetenv("FD_CUDA_PROFILE");
+    return cuda_rig_new_gpu();
+}
+
+void cuda_rig_pair(const char *kv, fd_backend **cpu, fd_backend **gpu) {
+    *cpu = fd_backend_cpu_create(0);
+    *gpu = cuda_rig_new_gpu();
+    if (!strcmp(kv, "bf16")) return; // the CUDA default; the CPU keeps its f32 cache
+    char spec[32];
+    snprintf(spec, sizeof spec, "kv=%s", kv);
+    const char *s = spec;
+    FD_CHECK(routes_backend_preset(*cpu, &s, 1) == 0, "%s", fd_error_msg());
+    FD_CHECK(routes_backend_preset(*gpu, &s, 1) == 0, "%s", fd_error_msg());
+}
+
+fd_backend *cuda_rig_cpu(cuda_rig *r) {
+    if (!r->cpu) r->cpu = fd_backend_cpu_create(0);
+    return r->cpu;
+}
+
+fd_backend *cuda_rig_gpu(cuda_rig *r) {
+    if (!r->gpu) {
+        r->gpu = cuda_rig_new_gpu();
+        snprintf(r->gemm_act_at_start, sizeof r->gemm_act_at_start, "%s", fd_cuda_route(r->gpu, "gemm_act"));
+    }
+    return r->gpu;
+}
+
+float *cuda_rig_rnd(cuda_rig *r, size_t n, float lo, float hi) {
+    float *x = fd_malloc(n * sizeof(float) + sizeof(float));
+    test_fill_uniform(x, n, lo, hi, &r->seed);
+    return x;
+}
+
+void *cuda_rig_up(fd_backend *g, const void *h, size_t bytes) {
+    return cuda_rig_up_slack(g, h, bytes, 0);
+}
+
+void *cuda_rig_up_slack(fd_backend *g, const void *h, size_t bytes, size_t slack) {
+    void *d = g->alloc(g, bytes + slack);
+    g->to_device(g, d, h, bytes);
+    return d;
+}
+
+void cuda_rig_poison(fd_backend *g, void *d, size_t floats) {
+    float *nan = fd_malloc(floats * sizeof(float) + sizeof(float));
+    for (size_t i = 0; i < floats; i++) nan[i] = NAN;
+    g->to_device(g, d, nan, floats * sizeof(float));
+    free(nan);
+}
+
+void *cuda_rig_poisoned(fd_backend *g, size_t floats) {
+    void *d = g->alloc(g, floats * sizeof(float) + sizeof(float));
+    cuda_rig_poison(g, d, floats);
+    return d;
+}
+
+float *cuda_rig_down(fd_backend *g, const void *d, size_t floats) {
+    float *h = fd_malloc(floats * sizeof(float) + sizeof(float));
+    g->to_host(g, h, d, floats * sizeof(float));
+    return h;
+}
+
+int cuda_rig_all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+cuda_rig_weight cuda_rig_weight_rand(cuda_rig *r, const char *name, int64_t rows, int64_t cols, fd_dtype dt, float lo,
+                                     float hi) {
+    const size_t n = (size_t)(rows * cols);
+    float *f = cuda_rig_rnd(r, n, lo, hi);
+    void *data = f;
+    if (dt == FD_BF16 || dt == FD_F16) {
+        uint16_t *b = fd_malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) b[i] = dt == FD_BF16 ? fd_f32_to_bf16(f[i]) : fd_f32_to_f16(f[i]);
+        free(f);
+        data = b;
+    }
+    cuda_rig_weight w;
+    memset(&w, 0, sizeof w);
+    w.c.name = name, w.c.dtype = dt, w.c.rows = rows, w.c.cols = cols, w.c.data = data;
+    w.g = w.c;
+    cuda_rig_cpu(r)->upload_weight(cuda_rig_cpu(r), &w.c);
+    cuda_rig_gpu(r)->upload_weight(cuda_rig_gpu(r), &w.g);
+    return w;
+}
+
+void cuda_rig_weight_free(cuda_rig *r, cuda_rig_weight *w) {
+    cuda_rig_gpu(r)->release_weight(cuda_rig_gpu(r), &w->g);
+    free((void *)w->c.data);
+}
+
+double cuda_rig_cmp(const char *what, const float *got, const float *want, size_t n, double tol) {
+    const double e = test_rel_l2(got, want, n);
+    EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);
+    printf("    %-52s rel-L2 %.3g\n", what, e);
+    return e;
 }

@@ -9,33 +9,11 @@
 
 #include "../tests/test.h"
 #include "backend.h"
-#include "cuda_rig.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/routes.h"
 
-#define TOL_F32  2e-5
-#define TOL_ATTN 1e-2
-
-static uint64_t g_seed = 0x5eed0d2full;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_seed);
-    return x;
-}
-
-static void *up(fd_backend *g, const void *h, size_t bytes) {
-    void *d = g->alloc(g, bytes);
-    g->to_device(g, d, h, bytes);
-    return d;
-}
-
-static void poison(fd_backend *g, void *d, size_t n) {
-    float *nan = fd_malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) nan[i] = NAN;
-    g->to_device(g, d, nan, n * 4);
-    free(nan);
-}
+static cuda_rig g_rig = {.seed = 0x5eed0d2full}; // random inputs only: backends are made per layout
 
 // A backend with route kv set (the layout is fixed once a cache is sized, so each layout gets its own backend).
 static fd_backend *make(int gpu, const char *kv) {
@@ -47,7 +25,7 @@ static fd_backend *make(int gpu, const char *kv) {
 // One dyn_conv call of the engine's shape: dyn [n, 2 K G] holds the pre and the post taps; `half` picks one.
 static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group, int K, fd_dtype base_dt, int half) {
     const int G = d / group, stride = 2 * K * G;
-    float *x = rnd((size_t)n * d, -2, 2), *dyn = rnd((size_t)n * stride, -1, 1), *bf = rnd((size_t)2 * K * d, -1, 1);
+    float *x = cuda_rig_rnd(&g_rig, (size_t)n * d, -2, 2), *dyn = cuda_rig_rnd(&g_rig, (size_t)n * stride, -1, 1), *bf = cuda_rig_rnd(&g_rig, (size_t)2 * K * d, -1, 1);
     void *bdata = bf;
     if (base_dt == FD_BF16) { // the published drafters ship bf16 base kernels
         uint16_t *b16 = fd_malloc((size_t)2 * K * d * 2);
@@ -59,9 +37,9 @@ static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group
     c->upload_weight(c, &wc);
     g->upload_weight(g, &wg);
     float *oc = fd_malloc((size_t)n * d * 4), *og = fd_malloc((size_t)n * d * 4);
-    void *dx = up(g, x, (size_t)n * d * 4), *ddyn = up(g, dyn, (size_t)n * stride * 4);
+    void *dx = cuda_rig_up(g, x, (size_t)n * d * 4), *ddyn = cuda_rig_up(g, dyn, (size_t)n * stride * 4);
     void *dout = g->alloc(g, (size_t)n * d * 4);
-    poison(g, dout, (size_t)n * d);
+    cuda_rig_poison(g, dout, (size_t)n * d);
     const size_t off = (size_t)half * K * G;
     g->dyn_conv(g, dout, dx, (const float *)ddyn + off, stride, &wg, half, n, d, group, K);
     c->dyn_conv(c, oc, x, dyn + off, stride, &wc, half, n, d, group, K);
@@ -97,9 +75,9 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     const int64_t tot = n0 + n, cap = tot + 5;
     const size_t row = (size_t)Hkv * hd, qn = (size_t)n * H * hd;
     const size_t tc = c->kv_bytes_per_token(c, Hkv, hd), tg = g->kv_bytes_per_token(g, Hkv, hd);
-    float *k = rnd((size_t)tot * row, -2, 2), *v = rnd((size_t)tot * row, -1, 1), *q = rnd(qn, -2, 2);
+    float *k = cuda_rig_rnd(&g_rig, (size_t)tot * row, -2, 2), *v = cuda_rig_rnd(&g_rig, (size_t)tot * row, -1, 1), *q = cuda_rig_rnd(&g_rig, qn, -2, 2);
     void *cc = c->alloc(c, tc * (size_t)cap), *cg = g->alloc(g, tg * (size_t)cap);
-    void *dk = up(g, k, (size_t)tot * row * 4), *dv = up(g, v, (size_t)tot * row * 4), *dq = up(g, q, qn * 4);
+    void *dk = cuda_rig_up(g, k, (size_t)tot * row * 4), *dv = cuda_rig_up(g, v, (size_t)tot * row * 4), *dq = cuda_rig_up(g, q, qn * 4);
     const int64_t starts[2] = {0, n0}, counts[2] = {n0, n};
     for (int i = 0; i < 2; i++) {
         if (!counts[i]) continue;
@@ -111,7 +89,7 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     const float scale = 1.0f / sqrtf((float)hd);
     float *oc = fd_malloc(qn * 4), *og = fd_malloc(qn * 4);
     void *dout = g->alloc(g, qn * 4);
-    poison(g, dout, qn);
+    cuda_rig_poison(g, dout, qn);
     g->attention_window(g, dout, dq, FD_KV_FLAT(cg, cap), n0, n, H, Hkv, hd, scale, window);
     c->attention_window(c, oc, q, FD_KV_FLAT(cc, cap), n0, n, H, Hkv, hd, scale, window);
     g->to_host(g, og, dout, qn * 4);

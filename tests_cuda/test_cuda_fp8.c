@@ -16,28 +16,9 @@
 #include "backend.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 
-#define TOL_BF16   2e-2
-#define TOL_BF16X2 1e-4
-
-static fd_backend *cpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cpu_create(0);
-    return be;
-}
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
-    return be;
-}
-
-static uint64_t g_fp8_seed = 0xf8f8f8f8ull;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_fp8_seed);
-    return x;
-}
+CUDA_RIG(0xf8f8f8f8ull)
 
 // An fp8 block-scaled [m, k] weight made by quantizing random values, bound to both backends. bf16_scales: the
 // scales stored as bf16 (rounded), as some published checkpoints do.
@@ -46,9 +27,9 @@ typedef struct {
     uint8_t *q;
     float *s;
     uint16_t *s16;
-} tw;
-static tw mkw(int m, int k, int bn, int bk, int bf16_scales) {
-    tw w;
+} fp8w;
+static fp8w mkw_fp8(int m, int k, int bn, int bk, int bf16_scales) {
+    fp8w w;
     memset(&w, 0, sizeof w);
     float *f = rnd((size_t)m * k, -0.1f, 0.1f);
     // a few large rows and blocks so scales differ by orders of magnitude
@@ -69,7 +50,7 @@ static tw mkw(int m, int k, int bn, int bk, int bf16_scales) {
     gpu()->upload_weight(gpu(), &w.g);
     return w;
 }
-static void freew(tw *w) {
+static void freew_fp8(fp8w *w) {
     gpu()->release_weight(gpu(), &w->g);
     free(w->q);
     free(w->s);
@@ -108,7 +89,7 @@ static void check(const char *gemm_act, double tol, int bf16_scales) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
         const int m = k_shapes[s][0], k = k_shapes[s][1];
-        tw w = mkw(m, k, k_shapes[s][2], k_shapes[s][3], bf16_scales);
+        fp8w w = mkw_fp8(m, k, k_shapes[s][2], k_shapes[s][3], bf16_scales);
         for (size_t j = 0; j < sizeof k_ns / sizeof k_ns[0]; j++) {
             const int n = k_ns[j];
             float *x = rnd((size_t)n * k, -1.f, 1.f);
@@ -122,7 +103,7 @@ static void check(const char *gemm_act, double tol, int bf16_scales) {
                    n);
             free(x), free(ref), free(got);
         }
-        freew(&w);
+        freew_fp8(&w);
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
@@ -135,7 +116,7 @@ TEST(cuda_fp8_gemv_vs_cpu) {
 
 TEST(cuda_fp8_gemv_batch_invariant) {
     const int m = 1000, k = 4160, n = 16; // 65 chunks: warp 0 takes one more than the others
-    tw w = mkw(m, k, 128, 128, 0);
+    fp8w w = mkw_fp8(m, k, 128, 128, 0);
     float *x = rnd((size_t)n * k, -1.f, 1.f);
     x[5 * k + 3] = 1e30f; // another row's huge value must not leak into row 0
     float *all = gpu_mm(x, &w.g, n);
@@ -147,7 +128,7 @@ TEST(cuda_fp8_gemv_batch_invariant) {
         free(one);
     }
     free(x), free(all);
-    freew(&w);
+    freew_fp8(&w);
 }
 
 // Every finite e4m3 code through the GEMV (its bit-level e4m3 -> bf16 conversion): row r of W holds code r
@@ -159,7 +140,7 @@ TEST(cuda_fp8_gemv_every_e4m3_code) {
     float *zero = fd_malloc((size_t)m * k * 4);
     memset(zero, 0, (size_t)m * k * 4);
     fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = zero};
-    tw w;
+    fp8w w;
     memset(&w, 0, sizeof w);
     fd_weight_quantize_fp8(&src, 128, 128, &w.q, &w.s, &w.c);
     for (int r = 0; r < m; r++)
@@ -180,7 +161,7 @@ TEST(cuda_fp8_gemv_every_e4m3_code) {
         free(x), free(got);
     }
     free(zero);
-    freew(&w);
+    freew_fp8(&w);
 }
 
 // matmul_multi of FP8 weights (the fused GDN qkv|z|b|a, attention q|k|v, FFN gate|up of an FP8 checkpoint): one
@@ -211,9 +192,9 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
     } groups[] = {{4, 1280, {520, 300, 64, 64}}, {3, 2048, {700, 128, 128}}, {2, 5120, {17408, 17408}}};
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         const int count = groups[gi].count, k = groups[gi].k;
-        tw w[4];
+        fp8w w[4];
         const fd_weight *Wg[4];
-        for (int i = 0; i < count; i++) w[i] = mkw(groups[gi].m[i], k, 128, 128, 0), Wg[i] = &w[i].g;
+        for (int i = 0; i < count; i++) w[i] = mkw_fp8(groups[gi].m[i], k, 128, 128, 0), Wg[i] = &w[i].g;
         for (int act = 0; act < 2; act++) {
             ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
             for (int n = 1; n <= 16; n += 7) { // 1, 8, 15
@@ -232,10 +213,10 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
                 free(x);
             }
         }
-        for (int i = 0; i < count; i++) freew(&w[i]);
+        for (int i = 0; i < count; i++) freew_fp8(&w[i]);
     }
     // a group with one bf16 weight among FP8 ones: one call each, same results as separate calls
-    tw a = mkw(256, 1024, 128, 128, 0);
+    fp8w a = mkw_fp8(256, 1024, 128, 128, 0);
     float *bf = rnd((size_t)192 * 1024, -0.1f, 0.1f);
     uint16_t *bf16 = fd_malloc((size_t)192 * 1024 * 2);
     for (size_t i = 0; i < (size_t)192 * 1024; i++) bf16[i] = fd_f32_to_bf16(bf[i]);
@@ -254,13 +235,13 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
     }
     gpu()->release_weight(gpu(), &b);
     free(x), free(bf), free(bf16);
-    freew(&a);
+    freew_fp8(&a);
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
 
 TEST(cuda_fp8_dequant_route) {
     const int m = 320, k = 512;
-    tw w = mkw(m, k, 128, 128, 0);
+    fp8w w = mkw_fp8(m, k, 128, 128, 0);
     for (int act = 0; act < 2; act++) {
         ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
         for (int sel = 0; sel < 2; sel++) {
@@ -279,7 +260,7 @@ TEST(cuda_fp8_dequant_route) {
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_fp8", "gemv") == 0, "%s", fd_error_msg());
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
-    freew(&w);
+    freew_fp8(&w);
 }
 
 // ---- bench (FD_CUDA_BENCH=1): the FP8 GEMV on every quantized shape of a 27B decode step, n = 1, 8, 16 ----

@@ -14,82 +14,21 @@
 
 #include "../tests/test.h"
 #include "backend.h"
-#include "cuda_rig.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 
-#define TOL_EXACT 0.0
-#define TOL_F32   2e-5
+CUDA_RIG(0x5eed5eedull)
 
-static fd_backend *cpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cpu_create(0);
-    return be;
-}
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = cuda_rig_new_gpu();
-    return be;
-}
-
-static uint64_t g_seed = 0x5eed5eedull;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_seed);
-    return x;
-}
 static float *dup(const float *x, size_t n) {
     float *y = fd_malloc(n * sizeof(float) + 4);
     memcpy(y, x, n * sizeof(float));
     return y;
 }
-static void *up(const float *h, size_t n) {
-    void *d = gpu()->alloc(gpu(), n * 4 + 4);
-    gpu()->to_device(gpu(), d, h, n * 4);
-    return d;
-}
-static void *poisoned(size_t n) {
-    void *d = gpu()->alloc(gpu(), n * 4 + 4);
-    float *nan = fd_malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) nan[i] = NAN;
-    gpu()->to_device(gpu(), d, nan, n * 4);
-    free(nan);
-    return d;
-}
-static float *down(const void *d, size_t n) {
-    float *h = fd_malloc(n * 4 + 4);
-    gpu()->to_host(gpu(), h, d, n * 4);
-    return h;
-}
-static void dfree(void *d) {
-    gpu()->free(gpu(), d);
-}
-
 // A norm weight vector (fp32 as published by the fixtures; vectors are fp32 on the device in any case).
-typedef struct {
-    fd_weight c, g;
-    float *data;
-} tw;
 static tw mkvec(int64_t n) {
-    tw w;
-    memset(&w, 0, sizeof w);
-    w.data = rnd((size_t)n, -0.5f, 0.5f);
-    w.c.name = "norm", w.c.dtype = FD_F32, w.c.rows = n, w.c.cols = 1, w.c.data = w.data;
-    w.g = w.c;
-    cpu()->upload_weight(cpu(), &w.c);
-    gpu()->upload_weight(gpu(), &w.g);
-    return w;
-}
-static void freevec(tw *w) {
-    gpu()->release_weight(gpu(), &w->g);
-    free(w->data);
+    return mkw("norm", n, 1, FD_F32, -0.5f, 0.5f);
 }
 
-static void cmp(const char *what, const float *g, const float *c, size_t n, double tol) {
-    double e = test_rel_l2(g, c, n);
-    EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);
-    printf("    %-60s rel-L2 %.3g\n", what, e);
-}
 static void same(const char *what, const float *a, const float *b, size_t n) {
     EXPECT(!memcmp(a, b, n * sizeof(float)), "%s: not bitwise equal", what);
 }
@@ -135,7 +74,7 @@ static void check_add_rmsnorm(const int (*shapes)[2], size_t n_shapes) {
                 free(x1), free(h1), dfree(dx1), dfree(dy1), dfree(dh1);
             }
             free(x), free(y), free(xc), free(hc), free(xg), free(hg), free(xg2), free(hg2);
-            dfree(dx), dfree(dy), dfree(dh), dfree(dx2), dfree(dh2), freevec(&w);
+            dfree(dx), dfree(dy), dfree(dh), dfree(dx2), dfree(dh2), freew(&w);
         }
 }
 
@@ -203,7 +142,7 @@ static void check_qk_norm_rope(const int *ns, size_t n_ns) {
                 free(q3), free(g3), free(k3);
             }
             free(qg), free(k), free(qc), free(gc), free(kc), free(q1), free(g1), free(k1);
-            freevec(&qn), freevec(&kn);
+            freew(&qn), freew(&kn);
         }
     dfree(dpos);
 }

@@ -15,75 +15,25 @@
 //     counted under the value it ran;
 //   - the k-slicing targets (fd_cuda_set_gemv_blocks_per_sm 2 / 6 / 64): against the CPU, batch invariant, fused =
 //     separate at each.
-// Thresholds: bf16 2e-2 (activations rounded to bf16, as cuda_matmul), bf16x2 1e-4 (x = hi + lo keeps ~16
-// mantissa bits: ~1e-5 expected), gemv vs cuBLAS with identical products 2e-5 (fp32 summation order).
+// Thresholds (cuda_rig.h): TOL_BF16 (activations rounded to bf16, as cuda_matmul), TOL_BF16X2 (x = hi + lo keeps
+// ~16 mantissa bits), TOL_REORDERED for gemv vs cuBLAS with identical products (fp32 summation order).
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 
-#define TOL_BF16      2e-2
-#define TOL_BF16X2    1e-4
-#define TOL_REORDERED 2e-5
+CUDA_RIG(0x5eed0f6e77ull)
 
-static fd_backend *cpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cpu_create(0);
-    return be;
+// x and the other inputs with 64 bytes of slack past them, as this file always allocated them.
+static void *up_x(const float *h, size_t n) {
+    return cuda_rig_up_slack(gpu(), h, n * 4, 64);
 }
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
-    return be;
-}
-
-static uint64_t g_seed = 0x5eed0f6e77ull;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_seed);
-    return x;
-}
-static void *up(const float *h, size_t n) {
-    void *d = gpu()->alloc(gpu(), n * 4 + 64);
-    gpu()->to_device(gpu(), d, h, n * 4);
-    return d;
-}
-static void poison(void *d, size_t n) {
-    float *nan = fd_malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) nan[i] = NAN;
-    gpu()->to_device(gpu(), d, nan, n * 4);
-    free(nan);
-}
-static float *down(const void *d, size_t n) {
-    float *h = fd_malloc(n * 4 + 4);
-    gpu()->to_host(gpu(), h, d, n * 4);
-    return h;
-}
-
 // A bf16 matrix [m, k] uploaded to both backends from the same host values.
-typedef struct {
-    fd_weight c, g;
-} tw;
-static tw mkw(int m, int k) {
-    size_t n = (size_t)m * k;
-    float *f = rnd(n, -0.1f, 0.1f);
-    uint16_t *b = fd_malloc(n * 2 + 2);
-    for (size_t i = 0; i < n; i++) b[i] = fd_f32_to_bf16(f[i]);
-    free(f);
-    tw w;
-    memset(&w, 0, sizeof w);
-    w.c.name = "W", w.c.dtype = FD_BF16, w.c.rows = m, w.c.cols = k, w.c.data = b;
-    w.g = w.c;
-    cpu()->upload_weight(cpu(), &w.c);
-    gpu()->upload_weight(gpu(), &w.g);
-    return w;
-}
-static void freew(tw *w) {
-    gpu()->free(gpu(), w->g.dev);
-    free((void *)w->c.data);
+static tw mkw_bf16(int m, int k) {
+    return mkw("W", m, k, FD_BF16, -0.1f, 0.1f);
 }
 
 static void set_route(const char *route, const char *value) {
@@ -131,9 +81,9 @@ TEST(cuda_gemv_vs_cpu_and_cublas) {
     const char *prev_act = fd_cuda_route(gpu(), "gemm_act"), *prev_small = fd_cuda_route(gpu(), "gemm_small");
     for (int s = 0; s < N_SHAPES; s++) {
         const int m = k_shapes[s].m, k = k_shapes[s].k, with_cpu = k_shapes[s].with_cpu;
-        tw W = mkw(m, k);
+        tw W = mkw_bf16(m, k);
         float *x = rnd((size_t)16 * k, -1, 1), *oc = fd_malloc((size_t)16 * m * 4);
-        void *dx = up(x, (size_t)16 * k);
+        void *dx = up_x(x, (size_t)16 * k);
         for (size_t in = 0; in < sizeof k_ns / sizeof k_ns[0]; in++) {
             const int n = k_ns[in];
             if (with_cpu) cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
@@ -182,11 +132,11 @@ TEST(cuda_gemv_fallbacks) {
     } cases[] = {{3, 130, 100, 0, "k % 8 != 0"}, {5, 64, 512, 1, "x not 16-byte aligned"}, {17, 70, 264, 0, "n > 16"}};
     for (int i = 0; i < 3; i++) {
         int n = cases[i].n, m = cases[i].m, k = cases[i].k, off = cases[i].x_offset;
-        tw W = mkw(m, k);
+        tw W = mkw_bf16(m, k);
         float *x = rnd((size_t)n * k, -1, 1), *oc = fd_malloc((size_t)n * m * 4);
         float *hx = fd_calloc((size_t)n * k + (size_t)off, 4); // device x starts `off` floats into the buffer
         memcpy(hx + off, x, (size_t)n * k * 4);
-        void *dx = up(hx, (size_t)n * k + (size_t)off);
+        void *dx = up_x(hx, (size_t)n * k + (size_t)off);
         free(hx);
         cpu()->matmul(cpu(), oc, x, &W.c, n, 1);
         int64_t g0 = small_calls("gemv"), c0 = small_calls("cublas");
@@ -209,9 +159,9 @@ TEST(cuda_gemv_batch_invariance) {
     const int shapes[][2] = {{130, 1096}, {515, 2048}, {4100, 1032}, {1024, 5120}, {5120, 1024}, {60000, 2056}};
     for (int s = 0; s < 6; s++) {
         int m = shapes[s][0], k = shapes[s][1];
-        tw W = mkw(m, k);
+        tw W = mkw_bf16(m, k);
         float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up(x, (size_t)16 * k);
+        void *dx = up_x(x, (size_t)16 * k);
         for (int act = 0; act < 2; act++) {
             set_route("gemm_act", act ? "bf16x2" : "bf16");
             float *single[16];
@@ -233,7 +183,7 @@ TEST(cuda_gemv_batch_invariance) {
             for (int j = 0; j < 16; j += 5) {
                 for (int r = 0; r < 16; r++)
                     for (int i = 0; i < k; i++) xg[(size_t)r * k + i] = r == j ? x[(size_t)j * k + i] : garbage[r % 3];
-                void *dg = up(xg, (size_t)16 * k);
+                void *dg = up_x(xg, (size_t)16 * k);
                 float *og = gpu_matmul(dg, &W.g, 16);
                 if (memcmp(og + (size_t)j * m, single[j], (size_t)m * 4))
                     EXPECT(0, "m=%d k=%d %s: row %d changes when the other rows hold 1e30/Inf/NaN", m, k,
@@ -291,9 +241,9 @@ TEST(cuda_gemv_multi_fused_equals_separate) {
         const int count = groups[gi].count, k = groups[gi].k;
         tw W[4];
         const fd_weight *Wg[4];
-        for (int i = 0; i < count; i++) W[i] = mkw(groups[gi].m[i], k), Wg[i] = &W[i].g;
+        for (int i = 0; i < count; i++) W[i] = mkw_bf16(groups[gi].m[i], k), Wg[i] = &W[i].g;
         float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up(x, (size_t)16 * k);
+        void *dx = up_x(x, (size_t)16 * k);
         for (int act = 0; act < 2; act++) {
             const char *an = act ? "bf16x2" : "bf16";
             set_route("gemm_act", an);
@@ -360,11 +310,11 @@ TEST(cuda_gemv_multi_unfused_groups) {
         const fd_weight *Wg[5];
         int kmax = 0;
         for (int i = 0; i < count; i++) {
-            W[i] = mkw(cases[ci].m[i], cases[ci].k[i]), Wg[i] = &W[i].g;
+            W[i] = mkw_bf16(cases[ci].m[i], cases[ci].k[i]), Wg[i] = &W[i].g;
             kmax = cases[ci].k[i] > kmax ? cases[ci].k[i] : kmax;
         }
         float *x = rnd((size_t)n * kmax, -1, 1);
-        void *dx = up(x, (size_t)n * kmax);
+        void *dx = up_x(x, (size_t)n * kmax);
         float *res[5];
         const int64_t l0 = fd_cuda_gemv_launches(gpu());
         gpu_multi(res, dx, Wg, count, n);
@@ -406,9 +356,9 @@ TEST(cuda_gemv_slicing_targets) {
     enum { NNS = 5 };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int m = shapes[si].m, k = shapes[si].k;
-        tw W = mkw(m, k);
+        tw W = mkw_bf16(m, k);
         float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up(x, (size_t)16 * k);
+        void *dx = up_x(x, (size_t)16 * k);
         float *oc[NNS] = {0};
         if (shapes[si].with_cpu)
             for (int in = 0; in < NNS; in++) {
@@ -419,7 +369,7 @@ TEST(cuda_gemv_slicing_targets) {
         const float garbage[3] = {1e30f, INFINITY, NAN};
         for (int r = 0; r < 16; r++)
             for (int i = 0; i < k; i++) xg[(size_t)r * k + i] = r == 3 ? x[(size_t)3 * k + i] : garbage[r % 3];
-        void *dg = up(xg, (size_t)16 * k);
+        void *dg = up_x(xg, (size_t)16 * k);
         free(xg);
         for (int act = 0; act < 2; act++) {
             const char *an = act ? "bf16x2" : "bf16";
@@ -468,9 +418,9 @@ TEST(cuda_gemv_slicing_targets) {
         const int count = groups[gi].count, k = groups[gi].k;
         tw W[4];
         const fd_weight *Wg[4];
-        for (int i = 0; i < count; i++) W[i] = mkw(groups[gi].m[i], k), Wg[i] = &W[i].g;
+        for (int i = 0; i < count; i++) W[i] = mkw_bf16(groups[gi].m[i], k), Wg[i] = &W[i].g;
         float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up(x, (size_t)16 * k);
+        void *dx = up_x(x, (size_t)16 * k);
         int bad = 0;
         for (size_t bi = 0; bi < sizeof bpss / sizeof bpss[0]; bi++) {
             fd_cuda_set_gemv_blocks_per_sm(gpu(), bpss[bi]);
@@ -511,10 +461,10 @@ TEST(cuda_gemm_act_auto_by_k) {
     for (int ki = 0; ki < 2; ki++) {
         const int k = ks[ki], m = 300;
         const char *expect = k <= 256 ? "bf16x2" : "bf16";
-        tw W[2] = {mkw(m, k), mkw(48, k)};
+        tw W[2] = {mkw_bf16(m, k), mkw_bf16(48, k)};
         const fd_weight *Wg[2] = {&W[0].g, &W[1].g};
         float *x = rnd((size_t)40 * k, -1, 1);
-        void *dx = up(x, (size_t)40 * k);
+        void *dx = up_x(x, (size_t)40 * k);
         for (int ni = 0; ni < 4; ni++) {
             const int n = ns[ni];
             set_route("gemm_act", expect);

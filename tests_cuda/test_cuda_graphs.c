@@ -17,13 +17,7 @@
 
 static fd_backend *gpu(void) {
     static fd_backend *be;
-    if (!be) {
-        // The backend offers no graphs under FD_CUDA_SYNC / FD_CUDA_PROFILE (every op must run as it is issued),
-        // and gpu_run.sh runs every test with FD_CUDA_SYNC=1: this file's backend is made without them.
-        unsetenv("FD_CUDA_SYNC");
-        unsetenv("FD_CUDA_PROFILE");
-        be = cuda_rig_new_gpu();
-    }
+    if (!be) be = cuda_rig_new_gpu_for_graphs(); // no FD_CUDA_SYNC / FD_CUDA_PROFILE: they remove the graphs
     return be;
 }
 

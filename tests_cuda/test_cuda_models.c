@@ -16,19 +16,7 @@
 #include "cuda_rig.h"
 #include "engine/engine.h"
 
-#define TOL_MODEL          2e-2
-#define TOL_MODEL_BF16_ACT 5e-2
-
-static char g_default_gemm[32]; // gemm_act as the backend chose it at creation (the default route)
-
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) {
-        be = cuda_rig_new_gpu();
-        snprintf(g_default_gemm, sizeof g_default_gemm, "%s", fd_cuda_route(be, "gemm_act"));
-    }
-    return be;
-}
+CUDA_RIG(0) // the backend only; g_rig.gemm_act_at_start is the default route (or the environment's)
 
 typedef struct {
     fd_model m;
@@ -92,7 +80,7 @@ static void logits_vs_hf(const char *gemm_act, double tol, double worst_tol) {
 
 TEST(cuda_models_logits_match_hf) {
     gpu();
-    logits_vs_hf(g_default_gemm, TOL_MODEL, TOL_MODEL);
+    logits_vs_hf(g_rig.gemm_act_at_start, TOL_MODEL, TOL_MODEL);
     logits_vs_hf("bf16x2", TOL_MODEL, TOL_MODEL);
 }
 
@@ -135,6 +123,6 @@ static void greedy_vs_hf(const char *gemm_act) {
 
 TEST(cuda_models_greedy_matches_hf) {
     gpu();
-    greedy_vs_hf(g_default_gemm);
+    greedy_vs_hf(g_rig.gemm_act_at_start);
     greedy_vs_hf("bf16x2");
 }

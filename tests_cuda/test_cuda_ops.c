@@ -3,103 +3,18 @@
 // each call, so an unwritten element fails (test_rel_l2 returns INFINITY on any NaN). The GDN routes are also
 // checked against an fp64 recurrence written here, and their output/state errors are printed.
 //
-// Thresholds (rel-L2 vs the fp32 CPU reference), by what the GPU path rounds:
-//   TOL_EXACT  0      layout-only ops (embed, splits)
-//   TOL_F32    2e-5   fp32 arithmetic in a different order (norms, elementwise, rope, conv)
-//   TOL_GDN    2e-4   fp32 GDN, both routes (vs CPU and vs fp64); long decays amplify ordering differences
-//   TOL_ATTN   1e-2   bf16 KV cache (K and V rounded to 8 mantissa bits: ~3e-3 expected)
-//   TOL_BF16   2e-2   GEMMs with bf16 operands (activations rounded to bf16; ~3e-3 expected), MoE
+// Thresholds (rel-L2 vs the fp32 CPU reference): the table in cuda_rig.h, by what the GPU path rounds (TOL_EXACT
+// layout-only ops, TOL_F32 fp32 in another order, TOL_GDN, TOL_ATTN bf16 KV cache, TOL_BF16 GEMMs and MoE).
 // Built only in CUDA builds (make test-cuda); needs a GPU.
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tests/test.h"
 #include "backend.h"
-#include "cuda_rig.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 
-#define TOL_EXACT 0.0
-#define TOL_F32   2e-5
-#define TOL_GDN   2e-4
-#define TOL_ATTN  1e-2
-#define TOL_BF16  2e-2
-
-static fd_backend *cpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cpu_create(0);
-    return be;
-}
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = cuda_rig_new_gpu();
-    return be;
-}
-
-static uint64_t g_seed = 0x9e3779b97f4a7c15ull;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_seed);
-    return x;
-}
-
-// ---- device buffers (fp32 activations on both backends) ----
-static void *up(const float *h, size_t n) {
-    void *d = gpu()->alloc(gpu(), n * 4);
-    gpu()->to_device(gpu(), d, h, n * 4);
-    return d;
-}
-static void *dalloc(size_t n) {
-    return gpu()->alloc(gpu(), n * 4 + 4);
-}
-static void poison(void *d, size_t n) {
-    float *nan = fd_malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) nan[i] = NAN;
-    gpu()->to_device(gpu(), d, nan, n * 4);
-    free(nan);
-}
-static float *down(const void *d, size_t n) {
-    float *h = fd_malloc(n * 4 + 4);
-    gpu()->to_host(gpu(), h, d, n * 4);
-    return h;
-}
-static void dfree(void *d) {
-    gpu()->free(gpu(), d);
-}
-
-// ---- weights: one host tensor, a CPU view and a GPU upload of the same values ----
-typedef struct {
-    fd_weight c, g;
-} tw;
-static tw mkw(const char *name, int64_t rows, int64_t cols, fd_dtype dt, float lo, float hi) {
-    size_t n = (size_t)(rows * cols);
-    float *f = rnd(n, lo, hi);
-    void *data = f;
-    if (dt == FD_BF16 || dt == FD_F16) {
-        uint16_t *b = fd_malloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) b[i] = dt == FD_BF16 ? fd_f32_to_bf16(f[i]) : fd_f32_to_f16(f[i]);
-        free(f);
-        data = b;
-    }
-    tw w;
-    memset(&w, 0, sizeof w);
-    w.c.name = name, w.c.dtype = dt, w.c.rows = rows, w.c.cols = cols, w.c.data = data;
-    w.g = w.c;
-    cpu()->upload_weight(cpu(), &w.c);
-    gpu()->upload_weight(gpu(), &w.g);
-    return w;
-}
-static void freew(tw *w) {
-    dfree(w->g.dev);
-    free((void *)w->c.data);
-}
-
-static double cmp(const char *what, const float *g, const float *c, size_t n, double tol) {
-    double e = test_rel_l2(g, c, n);
-    EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);
-    printf("    %-52s rel-L2 %.3g\n", what, e);
-    return e;
-}
+CUDA_RIG(0x9e3779b97f4a7c15ull)
 
 // ---------------------------------------------------------------------------------------------------------
 TEST(cuda_matmul) {

@@ -18,16 +18,12 @@
 #include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "backend.h"
-#include "cuda_rig.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = cuda_rig_new_gpu();
-    return be;
-}
+CUDA_RIG(0) // the backend only: this file draws its inputs from its own stream
 
 static uint64_t g_seed = 0x5eed5a3b1e5ull;
 enum { KIND_UNIFORM = 0, KIND_PEAKED = 1, KIND_TIES = 2, KIND_FLAT = 3, N_KINDS = 4 };

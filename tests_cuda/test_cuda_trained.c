@@ -15,11 +15,7 @@
 #define DRAFT_DIR  "models/tiny-qwen35-dflash"
 #define N_NEW      64
 
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = cuda_rig_new_gpu();
-    return be;
-}
+CUDA_RIG(0) // the backend only
 
 static int32_t *json_ids(json_t *list, int *n) {
     *n = (int)json_array_size(list);
