@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/kv_pool.h"
 #include "engine/routes.h"
 
@@ -50,11 +51,7 @@ static void f_qk_prep(void *p) {
 }
 
 TEST(bench_cuda_fused_norms) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int d = 5120, N = 4096, H = 24, Hkv = 4, hd = 256;
     fd_weight w = wrand(d, 1, -0.2f, 0.2f), qn = wrand(hd, 1, -0.2f, 0.2f), kn = wrand(hd, 1, -0.2f, 0.2f);
     fuse_t c = {.w = &w, .qn = &qn, .kn = &kn};
@@ -141,11 +138,7 @@ static void row_us(const char *what, double us, double bytes) {
 }
 
 TEST(bench_cuda_gdn_serial) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int Hk = 16, Hv = 48, dk = 128, dv = 128, cq = 2 * Hk * dk + Hv * dv, N = 4096;
     const double state_bytes = (double)Hv * dk * dv * 4;
     fd_weight Al = wrand(Hv, 1, -1, 1.5f), dtb = wrand(Hv, 1, -1, 1), cw = wrand(cq, 4, -0.5f, 0.5f);

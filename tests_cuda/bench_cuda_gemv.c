@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/kv_pool.h"
 #include "engine/routes.h"
 
@@ -27,11 +28,7 @@ static void f_gemv(void *p) {
 }
 
 TEST(bench_cuda_gemv) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     // m, k, and how many such GEMMs one Qwen3.5-27B decode token runs (48 GDN + 16 attention layers, 64 FFNs).
     static const struct {
         int m, k, per_token;
@@ -125,11 +122,7 @@ static void f_gfuse(void *p) {
 }
 
 TEST(bench_cuda_gemv_fused) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     // One Qwen3.5-27B token: 48 GDN layers, 16 attention layers, 64 dense FFNs, the LM head.
     static const struct {
         int count, k, per_token, m[4];
@@ -241,11 +234,7 @@ static int parse_list(const char *env, const char *dflt, int *out, int max, int 
 }
 
 TEST(bench_cuda_gemv_sweep) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     static const struct {
         int count, k, per_token, m[4];
         const char *what;

@@ -44,11 +44,7 @@ static void f_rms(void *p) {
 }
 
 TEST(bench_cuda_27b_ops) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int d = 5120, I = 17408, N = 4096;
     ctx_t c;
     memset(&c, 0, sizeof c);
@@ -217,11 +213,7 @@ static void bench_dattn(const char *kv) {
 }
 
 TEST(bench_cuda_decode_attn) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     bench_dattn("kv=bf16");
     bench_dattn("kv=e4m3");
 }
@@ -244,11 +236,7 @@ static void f_attn_prefill(void *p) {
 }
 
 TEST(bench_cuda_attn_prefill) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int N = 4096, H = 24, Hkv = 4, hd = 256;
     const int64_t cap = 65536;
     for (int e4 = 0; e4 < 2; e4++) {
@@ -317,11 +305,7 @@ static void f_window(void *p) {
 }
 
 TEST(bench_cuda_dflash2_ops) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int d = 5120, n = 8, G = d / 16;
     d2_ctx c;
     memset(&c, 0, sizeof c);

@@ -10,6 +10,13 @@
 #include "cuda/cuda.h"
 #include "engine/routes.h"
 
+int cuda_rig_bench_skipped(void) {
+    const char *en = getenv("FD_CUDA_BENCH");
+    if (en && en[0] == '1') return 0;
+    printf("    (skipped: set FD_CUDA_BENCH=1)\n");
+    return 1;
+}
+
 fd_backend *cuda_rig_new_gpu(void) {
     fd_backend *be = fd_backend_cuda_create(0);
     FD_CHECK(routes_backend_preset(be, NULL, 0) == 0, "%s", fd_error_msg());

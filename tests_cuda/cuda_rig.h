@@ -20,6 +20,10 @@
 #define TOL_MODEL_BF16_ACT 5e-2 // the same under gemm_act=bf16 on the toy fixtures (HF's own bf16 is 4.7e-2)
 #define TOL_DRAFT_STATE    1e-3 // DFlash2 per-token GDN / conv states after a verify block (fp32, long chains)
 
+// A bench (a measurement, not a check) runs only with FD_CUDA_BENCH=1: otherwise this prints why it is skipped and
+// returns 1.
+int cuda_rig_bench_skipped(void);
+
 // ---- backends ----
 // A new CUDA backend on device 0 with the routes of the environment (FD_ROUTE_<NAME>) applied, as a CLI or server
 // session applies them (engine/routes.c, the one reader of route variables); a retired name (FD_CUDA_GEMM_ACT, ...)

@@ -277,11 +277,7 @@ static void f_g8(void *p) {
 }
 
 TEST(bench_cuda_gemv_fp8) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     static const struct {
         int m, k, per_token;
         const char *what;

@@ -383,11 +383,7 @@ TEST(cuda_sample_engine_generate) {
 static double now_ms(void) { return fd_time_s() * 1e3; }
 
 TEST(bench_cuda_sampling) {
-    const char *en = getenv("FD_CUDA_BENCH");
-    if (!en || en[0] != '1') {
-        printf("    (skipped: set FD_CUDA_BENCH=1)\n");
-        return;
-    }
+    if (cuda_rig_bench_skipped()) return;
     const int V = 248320, reps = 20;
     float *h = malloc(sizeof(float) * (size_t)V), *host = malloc(sizeof(float) * (size_t)V * 16);
     float *scratch = malloc(sizeof(float) * (size_t)V);
