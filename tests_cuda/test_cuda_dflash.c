@@ -197,10 +197,9 @@ static double cmp_dev(const void *a, const void *b, size_t n) {
     return e;
 }
 
-// Not bitwise: the fresh prefill takes the chunked GDN route and 64-row GEMMs, the rounds the recurrence and
-// B-row GEMMs; with gemm_act=bf16x2 and attn_kernel=simt both are ~fp32, and the KV rows are rounded to bf16 on
-// both sides.
-
+// Not bitwise (bound TOL_DRAFT_STATE): the fresh prefill takes the chunked GDN route and 64-row GEMMs, the rounds
+// the recurrence and B-row GEMMs; with gemm_act=bf16x2 and attn_kernel=simt both are ~fp32, and the KV rows are
+// rounded to bf16 on both sides.
 static void on_commit(void *ctx, const fd_dflash *s, int accepted) {
     commit_check *cc = ctx;
     spec_rig *r = cc->r;

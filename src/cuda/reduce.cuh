@@ -35,4 +35,23 @@ static __device__ float cu_block_sum(float v) {
     float t = lane < nw ? part[lane] : 0.f;
     return cu_warp_sum(t);
 }
+
+// The same over a block of 32 full warps (1024 threads) through slots the caller keeps in its own shared memory:
+// part[32] (one per warp) and out (which may be part[0]). WarpOp is one of the warp reductions above. Every
+// thread gets the result; the last barrier lets the caller reuse the slots at once.
+template <typename T, T (*WarpOp)(T)>
+static __device__ T cu_block_reduce_full(T v, T *part, T *out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = WarpOp(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = WarpOp(part[lane]);
+        if (lane == 0) *out = v;
+    }
+    __syncthreads();
+    v = *out;
+    __syncthreads();
+    return v;
+}
 #endif

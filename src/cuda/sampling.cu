@@ -77,46 +77,13 @@ static __device__ __forceinline__ double weight_of(float x, int i, const smp_wei
 
 // ---- block reductions and scans (every thread gets the result; all threads must call) ----
 static __device__ double block_sum_d(double v, smp_shared *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = cu_warp_sum_d(v);
-    if (lane == 0) sh->wd[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = cu_warp_sum_d(sh->wd[lane]);
-        if (lane == 0) sh->b_d = v;
-    }
-    __syncthreads();
-    v = sh->b_d;
-    __syncthreads();
-    return v;
+    return cu_block_reduce_full<double, cu_warp_sum_d>(v, sh->wd, &sh->b_d);
 }
 static __device__ float block_max_f(float v, smp_shared *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = cu_warp_max(v);
-    if (lane == 0) sh->wf[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = cu_warp_max(sh->wf[lane]);
-        if (lane == 0) sh->wf[0] = v;
-    }
-    __syncthreads();
-    v = sh->wf[0];
-    __syncthreads();
-    return v;
+    return cu_block_reduce_full<float, cu_warp_max>(v, sh->wf, &sh->wf[0]);
 }
 static __device__ int block_max_i(int v, smp_shared *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = cu_warp_max_i(v);
-    if (lane == 0) sh->wi[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = cu_warp_max_i(sh->wi[lane]);
-        if (lane == 0) sh->wi[0] = v;
-    }
-    __syncthreads();
-    v = sh->wi[0];
-    __syncthreads();
-    return v;
+    return cu_block_reduce_full<int, cu_warp_max_i>(v, sh->wi, &sh->wi[0]);
 }
 // Exclusive prefix sum in thread order (integers: exact whatever the order); *total = the block's sum.
 static __device__ u64 block_excl_scan_u64(u64 v, u64 *total, smp_shared *sh) {
