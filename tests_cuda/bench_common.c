@@ -44,6 +44,11 @@ fd_weight wrand(int64_t rows, int64_t cols, float lo, float hi) {
     return w;
 }
 
+void bench_mm_cycle(void *bench_mm_ctx_ptr) {
+    bench_mm_ctx *c = bench_mm_ctx_ptr;
+    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
+}
+
 int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

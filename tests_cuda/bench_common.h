@@ -17,5 +17,13 @@ typedef void (*bench_fn)(void *ctx);
 extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
 double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
 double time_be_ms(fd_backend *be, bench_fn fn, void *ctx);              // the same, synchronising `be`
+// reps back-to-back matmuls of x [n, k] on B(), cycling through `copies` copies of one weight (enough of them that
+// no call finds its weights in L2): the bench_fn of the GEMM benches.
+typedef struct {
+    fd_weight *Ws;
+    int copies, reps, n;
+    void *x, *out;
+} bench_mm_ctx;
+void bench_mm_cycle(void *bench_mm_ctx_ptr);
 void row(const char *what, double ms, double flop, double bytes);       // one "BENCH | ..." line
 #endif

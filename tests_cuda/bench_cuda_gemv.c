@@ -16,17 +16,6 @@
 // Each timing cycles through enough copies of the weight (>= 384 MB together) that no call finds its weights in
 // the 50 MB L2, and runs back-to-back calls between two syncs (a decode step issues them that way), so launch
 // gaps count: the small shapes (k/v 1024 x 5120 = 10 MB, b/a 48 x 5120) are launch-bound by design.
-typedef struct {
-    fd_weight *Ws;
-    int copies, reps, n;
-    void *x, *out;
-} gemv_ctx;
-
-static void f_gemv(void *p) {
-    gemv_ctx *c = p;
-    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
-}
-
 TEST(bench_cuda_gemv) {
     if (cuda_rig_bench_skipped()) return;
     // m, k, and how many such GEMMs one Qwen3.5-27B decode token runs (48 GDN + 16 attention layers, 64 FFNs).
@@ -43,7 +32,7 @@ TEST(bench_cuda_gemv) {
     // One 32 MB block of random bf16 values, tiled on the device into each weight pool.
     const size_t seed_elems = (size_t)16 << 20;
     fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
-    gemv_ctx c;
+    bench_mm_ctx c;
     memset(&c, 0, sizeof c);
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
     c.out = B()->alloc(B(), (size_t)16 * 248320 * 4);
@@ -73,7 +62,7 @@ TEST(bench_cuda_gemv) {
                 const double bytes = (double)wbytes + (double)c.n * k * 4 + (double)c.n * m * 4;
                 c.reps = (int)(2e9 / bytes);
                 c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
-                double ms = time_ms(f_gemv, &c) / c.reps;
+                double ms = time_ms(bench_mm_cycle, &c) / c.reps;
                 char what[96];
                 snprintf(what, sizeof what, "%-6s n=%-2d %6d x %-5d (%s)", routes[r], c.n, m, k, shapes[s].what);
                 row(what, ms, 0, bytes);

@@ -266,16 +266,6 @@ TEST(cuda_fp8_dequant_route) {
 // ---- bench (FD_CUDA_BENCH=1): the FP8 GEMV on every quantized shape of a 27B decode step, n = 1, 8, 16 ----
 // As bench_cuda_gemv: each timing cycles through enough copies of the weight (>= 384 MB) that no call finds its
 // weights in L2, back-to-back calls between two syncs. Bytes: the e4m3 weights plus their f32 scales.
-typedef struct {
-    fd_weight *Ws;
-    int copies, reps, n;
-    void *x, *out;
-} g8_ctx;
-static void f_g8(void *p) {
-    g8_ctx *c = p;
-    for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
-}
-
 TEST(bench_cuda_gemv_fp8) {
     if (cuda_rig_bench_skipped()) return;
     static const struct {
@@ -286,7 +276,7 @@ TEST(bench_cuda_gemv_fp8) {
                   {5120, 17408, 64, "FFN down"}};
     const int ns[] = {1, 8, 16};
     double per_token_ms[3] = {0};
-    g8_ctx c;
+    bench_mm_ctx c;
     memset(&c, 0, sizeof c);
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
     c.out = B()->alloc(B(), (size_t)16 * 17408 * 4);
@@ -315,7 +305,7 @@ TEST(bench_cuda_gemv_fp8) {
         for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
             c.n = ns[j];
             c.reps = copies > 8 ? copies : 8;
-            const double ms = time_ms(f_g8, &c) / c.reps;
+            const double ms = time_ms(bench_mm_cycle, &c) / c.reps;
             char what[96];
             snprintf(what, sizeof what, "fp8 gemv %-15s %5d x %5d n=%2d", shapes[s].what, m, k, c.n);
             row(what, ms, 2.0 * c.n * m * k, (double)wbytes);
