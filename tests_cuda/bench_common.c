@@ -49,6 +49,37 @@ void bench_mm_cycle(void *bench_mm_ctx_ptr) {
     for (int r = 0; r < c->reps; r++) B()->matmul(B(), c->out, c->x, &c->Ws[r % c->copies], c->n, 0);
 }
 
+bench_pool bench_pool_make(const fd_weight *seed, const char *name, const int *m, int count, int k) {
+    bench_pool p = {.count = count};
+    size_t wbytes[4];
+    FD_CHECK(count >= 1 && count <= 4);
+    for (int i = 0; i < count; i++)
+        wbytes[i] = (size_t)m[i] * k * 2, p.group_bytes += (wbytes[i] + 255) / 256 * 256;
+    p.copies = p.group_bytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / p.group_bytes) + 1;
+    const size_t pool_bytes = p.group_bytes * (size_t)p.copies, seed_bytes = (size_t)(seed->rows * seed->cols) * 2;
+    p.pool = B()->alloc(B(), pool_bytes);
+    for (size_t off = 0; off < pool_bytes; off += seed_bytes) {
+        const size_t len = pool_bytes - off < seed_bytes ? pool_bytes - off : seed_bytes;
+        B()->copy(B(), p.pool + off, seed->dev, len);
+    }
+    p.Ws = fd_calloc((size_t)p.copies * count, sizeof(fd_weight));
+    size_t off = 0;
+    for (int cp = 0; cp < p.copies; cp++)
+        for (int i = 0; i < count; i++) {
+            fd_weight *w = &p.Ws[cp * count + i];
+            w->name = name, w->dtype = FD_BF16, w->rows = m[i], w->cols = k;
+            w->dev = p.pool + off, w->dev_dtype = FD_BF16;
+            off += (wbytes[i] + 255) / 256 * 256;
+        }
+    return p;
+}
+
+void bench_pool_free(bench_pool *p) {
+    free(p->Ws);
+    B()->free(B(), p->pool);
+    memset(p, 0, sizeof *p);
+}
+
 int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

@@ -25,5 +25,16 @@ typedef struct {
     void *x, *out;
 } bench_mm_ctx;
 void bench_mm_cycle(void *bench_mm_ctx_ptr);
+// The weights of one GEMM bench group on B(): `copies` copies of the bf16 matrices m[0..count) x k, one copy's
+// matrices after each other (each rounded up to 256 bytes), with enough copies (>= 384 MB together; one for a larger
+// group) that no call finds its weights in the 50 MB L2. Their values tile the random bf16 block `seed`.
+typedef struct {
+    fd_weight *Ws; // copies x count, copy-major
+    int copies, count;
+    size_t group_bytes; // one copy, as laid out
+    char *pool;
+} bench_pool;
+bench_pool bench_pool_make(const fd_weight *seed, const char *name, const int *m, int count, int k);
+void bench_pool_free(bench_pool *p);
 void row(const char *what, double ms, double flop, double bytes);       // one "BENCH | ..." line
 #endif

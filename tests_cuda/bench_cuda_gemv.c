@@ -39,22 +39,8 @@ TEST(bench_cuda_gemv) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int m = shapes[s].m, k = shapes[s].k;
         const size_t wbytes = (size_t)m * k * 2;
-        int copies = (int)(((size_t)384 << 20) / wbytes) + 1;
-        if (wbytes > ((size_t)384 << 20)) copies = 1;
-        const size_t pool_bytes = wbytes * (size_t)copies;
-        char *pool = B()->alloc(B(), pool_bytes);
-        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
-            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
-            B()->copy(B(), pool + off, seed.dev, len);
-        }
-        c.Ws = fd_calloc((size_t)copies, sizeof(fd_weight));
-        for (int i = 0; i < copies; i++) {
-            fd_weight *w = &c.Ws[i];
-            w->name = shapes[s].what, w->dtype = FD_BF16, w->rows = m, w->cols = k;
-            w->dev = pool + (size_t)i * wbytes; // wbytes is a multiple of 16 (k % 8 == 0)
-            w->dev_dtype = FD_BF16;
-        }
-        c.copies = copies;
+        bench_pool pool = bench_pool_make(&seed, shapes[s].what, &m, 1, k);
+        c.Ws = pool.Ws, c.copies = pool.copies;
         for (int in = 0; in < 3; in++)
             for (int r = 0; r < 2; r++) {
                 fd_cuda_set_route(B(), "gemm_small", routes[r]);
@@ -68,8 +54,7 @@ TEST(bench_cuda_gemv) {
                 row(what, ms, 0, bytes);
                 per_token_ms[in][r] += ms * shapes[s].per_token;
             }
-        free(c.Ws);
-        B()->free(B(), pool);
+        bench_pool_free(&pool);
     }
     // All bf16 GEMMs of one 27B decode step (n = 1) or verify/batched step (n = 8, 16), from the timings above.
     double wsum = 0;
@@ -110,104 +95,18 @@ static void f_gfuse(void *p) {
     }
 }
 
-TEST(bench_cuda_gemv_fused) {
-    if (cuda_rig_bench_skipped()) return;
-    // One Qwen3.5-27B token: 48 GDN layers, 16 attention layers, 64 dense FFNs, the LM head.
-    static const struct {
-        int count, k, per_token, m[4];
-        const char *what;
-    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
-                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
-                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
-                  {1, 6144, 64, {5120}, "GDN out, attn o"},
-                  {1, 17408, 64, {5120}, "FFN down"},
-                  {1, 5120, 1, {248320}, "lm_head"}};
-    const int ns[] = {1, 8, 16};
-    const char *modes[] = {"fused", "separate", "cublas"};
-    const char *prev = fd_cuda_route(B(), "gemm_small");
-    const size_t seed_elems = (size_t)16 << 20;
-    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
-    gfuse_ctx c;
-    memset(&c, 0, sizeof c);
-    c.x = dev_rand((size_t)16 * 17408, -1, 1);
-    int bps_list[16], n_bps = 0;
-    const int bps_default = fd_cuda_set_gemv_blocks_per_sm(B(), 6); // read the current value, then restore it
-    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
-    for (const char *p = getenv("FD_BENCH_GEMV_BPS"); p && *p && n_bps < 16;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (v >= 1 && v <= 64) bps_list[n_bps++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    if (!n_bps) bps_list[n_bps++] = bps_default;
-    for (int bi = 0; bi < n_bps; bi++) {
-        fd_cuda_set_gemv_blocks_per_sm(B(), bps_list[bi]);
-        double step_ms[3][3] = {{0}}; // [n][mode]
-        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
-            const int count = groups[g].count, k = groups[g].k;
-            size_t gbytes = 0, wbytes[4];
-            for (int i = 0; i < count; i++)
-                wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
-            int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
-            const size_t pool_bytes = gbytes * (size_t)copies;
-            char *pool = B()->alloc(B(), pool_bytes);
-            for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
-                size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
-                B()->copy(B(), pool + off, seed.dev, len);
-            }
-            c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
-            size_t off = 0;
-            for (int cp = 0; cp < copies; cp++)
-                for (int i = 0; i < count; i++) {
-                    fd_weight *w = &c.Ws[cp * count + i];
-                    w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
-                    w->dev = pool + off, w->dev_dtype = FD_BF16;
-                    off += (wbytes[i] + 255) / 256 * 256;
-                }
-            for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
-            c.copies = copies, c.count = count;
-            for (int in = 0; in < 3; in++)
-                for (int md = 0; md < 3; md++) {
-                    fd_cuda_set_route(B(), "gemm_small", md == 2 ? "cublas" : "gemv");
-                    c.fused = md == 0, c.n = ns[in];
-                    const double bytes = (double)gbytes + (double)c.n * k * 4;
-                    c.reps = (int)(2e9 / bytes);
-                    c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
-                    double ms = time_ms(f_gfuse, &c) / c.reps;
-                    char what[96];
-                    snprintf(what, sizeof what, "%-8s n=%-2d %s (%.0f MB)", modes[md], c.n, groups[g].what,
-                             gbytes / 1e6);
-                    row(what, ms, 0, bytes);
-                    step_ms[in][md] += ms * groups[g].per_token;
-                }
-            for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
-            free(c.Ws);
-            B()->free(B(), pool);
-        }
-        double wsum = 0;
-        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
-            for (int i = 0; i < groups[g].count; i++)
-                wsum += (double)groups[g].m[i] * groups[g].k * 2 * groups[g].per_token;
-        for (int in = 0; in < 3; in++)
-            for (int md = 0; md < 3; md++) {
-                char what[96];
-                snprintf(what, sizeof what, "%-8s n=%-2d bps=%d 27B step GEMMs (%.1f GB)", modes[md], ns[in],
-                         bps_list[bi], wsum / 1e9);
-                row(what, step_ms[in][md], 0, wsum);
-            }
-    }
-    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
-    fd_cuda_set_route(B(), "gemm_small", prev);
-    B()->free(B(), c.x), B()->free(B(), seed.dev);
-}
+// The bf16 GEMM groups of one Qwen3.5-27B token as the engine issues them: 48 GDN layers, 16 attention layers, 64
+// dense FFNs, the LM head.
+static const struct {
+    int count, k, per_token, m[4];
+    const char *what;
+} k_step_groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
+              {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
+              {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
+              {1, 6144, 64, {5120}, "GDN out, attn o"},
+              {1, 17408, 64, {5120}, "FFN down"},
+              {1, 5120, 1, {248320}, "lm_head"}};
 
-// ---- gemv k-slicing sweep (bps), a 27B step's fused GEMMs ----
-// The groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
-// k-slicing target (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide
-// slices). bps changes the summation order, so it is a tuning choice. One line per (n, bps): the step total (all
-// 257 GEMM launches of a token) in ms and % of copy bandwidth, then cuBLAS, the best bps per n and its time per
-// group.
 static int parse_list(const char *env, const char *dflt, int *out, int max, int lo, int hi) {
     const char *p = getenv(env);
     if (!p || !*p) p = dflt;
@@ -222,18 +121,73 @@ static int parse_list(const char *env, const char *dflt, int *out, int max, int 
     return n;
 }
 
+TEST(bench_cuda_gemv_fused) {
+    if (cuda_rig_bench_skipped()) return;
+    const int ns[] = {1, 8, 16};
+    const char *modes[] = {"fused", "separate", "cublas"};
+    const char *prev = fd_cuda_route(B(), "gemm_small");
+    const size_t seed_elems = (size_t)16 << 20;
+    fd_weight seed = wrand((int64_t)(seed_elems / 4096), 4096, -0.05f, 0.05f);
+    gfuse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.x = dev_rand((size_t)16 * 17408, -1, 1);
+    int bps_list[16], n_bps = 0;
+    const int bps_default = fd_cuda_set_gemv_blocks_per_sm(B(), 6); // read the current value, then restore it
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    n_bps = parse_list("FD_BENCH_GEMV_BPS", "", bps_list, 16, 1, 64);
+    if (!n_bps) bps_list[n_bps++] = bps_default;
+    for (int bi = 0; bi < n_bps; bi++) {
+        fd_cuda_set_gemv_blocks_per_sm(B(), bps_list[bi]);
+        double step_ms[3][3] = {{0}}; // [n][mode]
+        for (size_t g = 0; g < sizeof k_step_groups / sizeof k_step_groups[0]; g++) {
+            const int count = k_step_groups[g].count, k = k_step_groups[g].k;
+            bench_pool pool = bench_pool_make(&seed, k_step_groups[g].what, k_step_groups[g].m, count, k);
+            const size_t gbytes = pool.group_bytes;
+            for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * k_step_groups[g].m[i] * 4);
+            c.Ws = pool.Ws, c.copies = pool.copies, c.count = count;
+            for (int in = 0; in < 3; in++)
+                for (int md = 0; md < 3; md++) {
+                    fd_cuda_set_route(B(), "gemm_small", md == 2 ? "cublas" : "gemv");
+                    c.fused = md == 0, c.n = ns[in];
+                    const double bytes = (double)gbytes + (double)c.n * k * 4;
+                    c.reps = (int)(2e9 / bytes);
+                    c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
+                    double ms = time_ms(f_gfuse, &c) / c.reps;
+                    char what[96];
+                    snprintf(what, sizeof what, "%-8s n=%-2d %s (%.0f MB)", modes[md], c.n, k_step_groups[g].what,
+                             gbytes / 1e6);
+                    row(what, ms, 0, bytes);
+                    step_ms[in][md] += ms * k_step_groups[g].per_token;
+                }
+            for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
+            bench_pool_free(&pool);
+        }
+        double wsum = 0;
+        for (size_t g = 0; g < sizeof k_step_groups / sizeof k_step_groups[0]; g++)
+            for (int i = 0; i < k_step_groups[g].count; i++)
+                wsum += (double)k_step_groups[g].m[i] * k_step_groups[g].k * 2 * k_step_groups[g].per_token;
+        for (int in = 0; in < 3; in++)
+            for (int md = 0; md < 3; md++) {
+                char what[96];
+                snprintf(what, sizeof what, "%-8s n=%-2d bps=%d 27B step GEMMs (%.1f GB)", modes[md], ns[in],
+                         bps_list[bi], wsum / 1e9);
+                row(what, step_ms[in][md], 0, wsum);
+            }
+    }
+    fd_cuda_set_gemv_blocks_per_sm(B(), bps_default);
+    fd_cuda_set_route(B(), "gemm_small", prev);
+    B()->free(B(), c.x), B()->free(B(), seed.dev);
+}
+
+// ---- gemv k-slicing sweep (bps), a 27B step's fused GEMMs ----
+// The k_step_groups of bench_cuda_gemv_fused, issued as the engine does (matmul_multi), at n = 1, 8, 16, for every
+// k-slicing target (FD_BENCH_GEMV_BPS, default 1,2,3,4,6,8,12,16; from 12 up the k = 5120 weights get 1024-wide
+// slices). bps changes the summation order, so it is a tuning choice. One line per (n, bps): the step total (all
+// 257 GEMM launches of a token) in ms and % of copy bandwidth, then cuBLAS, the best bps per n and its time per
+// group.
 TEST(bench_cuda_gemv_sweep) {
     if (cuda_rig_bench_skipped()) return;
-    static const struct {
-        int count, k, per_token, m[4];
-        const char *what;
-    } groups[] = {{4, 5120, 48, {10240, 6144, 48, 48}, "GDN qkv|z|b|a"},
-                  {3, 5120, 16, {12288, 1024, 1024}, "attn q|k|v"},
-                  {2, 5120, 64, {17408, 17408}, "FFN gate|up"},
-                  {1, 6144, 64, {5120}, "GDN out, attn o"},
-                  {1, 17408, 64, {5120}, "FFN down"},
-                  {1, 5120, 1, {248320}, "lm_head"}};
-    enum { NG = sizeof groups / sizeof groups[0], NN = 3, MAXB = 8 };
+    enum { NG = sizeof k_step_groups / sizeof k_step_groups[0], NN = 3, MAXB = 8 };
     const int ns[NN] = {1, 8, 16};
     int bpss[MAXB];
     const int nb = parse_list("FD_BENCH_GEMV_BPS", "1,2,3,4,6,8,12,16", bpss, MAXB, 1, 64);
@@ -248,47 +202,29 @@ TEST(bench_cuda_gemv_sweep) {
     memset(step_ms, 0, sizeof step_ms), memset(cublas_ms, 0, sizeof cublas_ms);
     double wsum = 0;
     for (int g = 0; g < NG; g++) {
-        const int count = groups[g].count, k = groups[g].k;
-        size_t gbytes = 0, wbytes[4];
-        for (int i = 0; i < count; i++)
-            wbytes[i] = (size_t)groups[g].m[i] * k * 2, gbytes += (wbytes[i] + 255) / 256 * 256;
-        for (int i = 0; i < count; i++) wsum += (double)wbytes[i] * groups[g].per_token;
-        int copies = gbytes > ((size_t)384 << 20) ? 1 : (int)(((size_t)384 << 20) / gbytes) + 1;
-        const size_t pool_bytes = gbytes * (size_t)copies;
-        char *pool = B()->alloc(B(), pool_bytes);
-        for (size_t off = 0; off < pool_bytes; off += seed_elems * 2) {
-            size_t len = pool_bytes - off < seed_elems * 2 ? pool_bytes - off : seed_elems * 2;
-            B()->copy(B(), pool + off, seed.dev, len);
-        }
-        c.Ws = fd_calloc((size_t)copies * count, sizeof(fd_weight));
-        size_t off = 0;
-        for (int cp = 0; cp < copies; cp++)
-            for (int i = 0; i < count; i++) {
-                fd_weight *w = &c.Ws[cp * count + i];
-                w->name = groups[g].what, w->dtype = FD_BF16, w->rows = groups[g].m[i], w->cols = k;
-                w->dev = pool + off, w->dev_dtype = FD_BF16;
-                off += (wbytes[i] + 255) / 256 * 256;
-            }
-        for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * groups[g].m[i] * 4);
-        c.copies = copies, c.count = count, c.fused = 1;
+        const int count = k_step_groups[g].count, k = k_step_groups[g].k;
+        for (int i = 0; i < count; i++) wsum += (double)k_step_groups[g].m[i] * k * 2 * k_step_groups[g].per_token;
+        bench_pool pool = bench_pool_make(&seed, k_step_groups[g].what, k_step_groups[g].m, count, k);
+        const size_t gbytes = pool.group_bytes;
+        for (int i = 0; i < count; i++) c.outs[i] = B()->alloc(B(), (size_t)16 * k_step_groups[g].m[i] * 4);
+        c.Ws = pool.Ws, c.copies = pool.copies, c.count = count, c.fused = 1;
         for (int in = 0; in < NN; in++) {
             c.n = ns[in];
             const double bytes = (double)gbytes + (double)c.n * k * 4;
             c.reps = (int)(2e9 / bytes);
             c.reps = c.reps < 10 ? 10 : c.reps > 2000 ? 2000 : c.reps;
             fd_cuda_set_route(B(), "gemm_small", "cublas");
-            cublas_ms[in] += time_ms(f_gfuse, &c) / c.reps * groups[g].per_token;
+            cublas_ms[in] += time_ms(f_gfuse, &c) / c.reps * k_step_groups[g].per_token;
             fd_cuda_set_route(B(), "gemm_small", "gemv");
             for (int bi = 0; bi < nb; bi++) {
                 fd_cuda_set_gemv_blocks_per_sm(B(), bpss[bi]);
                 const double ms = time_ms(f_gfuse, &c) / c.reps;
                 group_ms[g][in][bi] = ms;
-                step_ms[in][bi] += ms * groups[g].per_token;
+                step_ms[in][bi] += ms * k_step_groups[g].per_token;
             }
         }
         for (int i = 0; i < count; i++) B()->free(B(), c.outs[i]);
-        free(c.Ws);
-        B()->free(B(), pool);
+        bench_pool_free(&pool);
     }
     for (int in = 0; in < NN; in++) {
         int bb = 0;
@@ -307,8 +243,10 @@ TEST(bench_cuda_gemv_sweep) {
             // Where the best pair's time goes, group by group (per call).
             for (int g = 0; g < NG; g++) {
                 double gb = 0;
-                for (int i = 0; i < groups[g].count; i++) gb += (double)groups[g].m[i] * groups[g].k * 2;
-                snprintf(what, sizeof what, "  best n=%-2d %s (x%d)", ns[in], groups[g].what, groups[g].per_token);
+                for (int i = 0; i < k_step_groups[g].count; i++)
+                    gb += (double)k_step_groups[g].m[i] * k_step_groups[g].k * 2;
+                snprintf(what, sizeof what, "  best n=%-2d %s (x%d)", ns[in], k_step_groups[g].what,
+                         k_step_groups[g].per_token);
                 row(what, group_ms[g][in][bb], 0, gb);
             }
         }

@@ -96,8 +96,8 @@ TEST(cuda_decode_attn_vs_cpu) {
                     for (int ni = 0; ni < 5; ni++)
                         for (int causal = 1; causal >= 0; causal--) {
                             const double e = vs_cpu(&p, &r, pos0, ns[ni], groups[gi], causal, &seed);
-                            EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g", p.kv, hds[h],
-                                   groups[gi], (long long)pos0, ns[ni], causal, e);
+                            EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g", p.kv,
+                                   hds[h], groups[gi], (long long)pos0, ns[ni], causal, e);
                             if (!(e <= worst)) worst = e; // NaN-safe: a NaN becomes the worst
                         }
                     freerig(&p, &r);
@@ -189,7 +189,8 @@ TEST(cuda_attention_pos_dev_prefill) {
     float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float)), *o0 = malloc(qn * sizeof(float));
     float *o1 = malloc(qn * sizeof(float));
     test_fill_uniform(q, qn, -2, 2, &seed);
-    void *dq = cuda_rig_up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float)), *pd = cuda_rig_up(g, &pos0, sizeof pos0);
+    void *dq = cuda_rig_up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float)),
+         *pd = cuda_rig_up(g, &pos0, sizeof pos0);
     p.c->attention(p.c, oc, q, FD_KV_FLAT(r.cc, cap2), pos0, NULL, n, H, Hkv, hd, scale, 1);
     const char *kernels[] = {"mma", "simt"};
     for (int k = 0; k < 2; k++) {

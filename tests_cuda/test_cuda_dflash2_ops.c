@@ -25,7 +25,8 @@ static fd_backend *make(int gpu, const char *kv) {
 // One dyn_conv call of the engine's shape: dyn [n, 2 K G] holds the pre and the post taps; `half` picks one.
 static void check_dyn_conv(fd_backend *c, fd_backend *g, int n, int d, int group, int K, fd_dtype base_dt, int half) {
     const int G = d / group, stride = 2 * K * G;
-    float *x = cuda_rig_rnd(&g_rig, (size_t)n * d, -2, 2), *dyn = cuda_rig_rnd(&g_rig, (size_t)n * stride, -1, 1), *bf = cuda_rig_rnd(&g_rig, (size_t)2 * K * d, -1, 1);
+    float *x = cuda_rig_rnd(&g_rig, (size_t)n * d, -2, 2), *dyn = cuda_rig_rnd(&g_rig, (size_t)n * stride, -1, 1),
+          *bf = cuda_rig_rnd(&g_rig, (size_t)2 * K * d, -1, 1);
     void *bdata = bf;
     if (base_dt == FD_BF16) { // the published drafters ship bf16 base kernels
         uint16_t *b16 = fd_malloc((size_t)2 * K * d * 2);
@@ -75,9 +76,11 @@ static void check_window(fd_backend *c, fd_backend *g, const char *kv, int n0, i
     const int64_t tot = n0 + n, cap = tot + 5;
     const size_t row = (size_t)Hkv * hd, qn = (size_t)n * H * hd;
     const size_t tc = c->kv_bytes_per_token(c, Hkv, hd), tg = g->kv_bytes_per_token(g, Hkv, hd);
-    float *k = cuda_rig_rnd(&g_rig, (size_t)tot * row, -2, 2), *v = cuda_rig_rnd(&g_rig, (size_t)tot * row, -1, 1), *q = cuda_rig_rnd(&g_rig, qn, -2, 2);
+    float *k = cuda_rig_rnd(&g_rig, (size_t)tot * row, -2, 2), *v = cuda_rig_rnd(&g_rig, (size_t)tot * row, -1, 1),
+          *q = cuda_rig_rnd(&g_rig, qn, -2, 2);
     void *cc = c->alloc(c, tc * (size_t)cap), *cg = g->alloc(g, tg * (size_t)cap);
-    void *dk = cuda_rig_up(g, k, (size_t)tot * row * 4), *dv = cuda_rig_up(g, v, (size_t)tot * row * 4), *dq = cuda_rig_up(g, q, qn * 4);
+    void *dk = cuda_rig_up(g, k, (size_t)tot * row * 4), *dv = cuda_rig_up(g, v, (size_t)tot * row * 4),
+         *dq = cuda_rig_up(g, q, qn * 4);
     const int64_t starts[2] = {0, n0}, counts[2] = {n0, n};
     for (int i = 0; i < 2; i++) {
         if (!counts[i]) continue;

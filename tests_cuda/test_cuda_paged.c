@@ -114,7 +114,8 @@ static void check(prig *r, op_kind op, const char *kernel, int64_t pos0, int n, 
     float *q = malloc(qn * sizeof(float)), *oc = malloc(qn * sizeof(float));
     float *opg = malloc(qn * sizeof(float)), *of = malloc(qn * sizeof(float));
     test_fill_uniform(q, qn, -2, 2, seed);
-    void *dq = cuda_rig_up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float)), *pd = cuda_rig_up(g, &pos0, sizeof pos0);
+    void *dq = cuda_rig_up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float)),
+         *pd = cuda_rig_up(g, &pos0, sizeof pos0);
     const int64_t *pdev = dev ? (const int64_t *)pd : NULL;
     for (int paged = 1; paged >= 0; paged--) {
         cuda_rig_poison(g, dout, qn);
