@@ -89,3 +89,36 @@ TEST(backend_sources_include_nothing_above_them) {
     }
     EXPECT(files > 20, "only %d backend files found", files);
 }
+
+// One environment name per route (docs/routes.md): route variables (FD_ROUTE_<NAME>) are read by engine/routes.c
+// only, so the CUDA backend may read nothing from the environment but its debug and tuning knobs, which select no
+// route. A getenv of anything else in src/cuda (an FD_CUDA_<route> name put back) fails here.
+TEST(cuda_sources_read_no_route_variables) {
+    static const char *const knobs[] = {"FD_CUDA_SYNC", "FD_CUDA_PROFILE", "FD_CUDA_GEMV_BLOCKS_PER_SM"};
+    const char *dir_path = FD_SOURCE_DIR "/src/cuda";
+    DIR *dir = opendir(dir_path);
+    ASSERT(dir, "cannot open %s", dir_path);
+    int reads = 0;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        if (de->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir_path, de->d_name);
+        char *src = fd_read_file(path, NULL);
+        ASSERT(src, "%s", fd_error_msg());
+        for (const char *g = strstr(src, "getenv("); g; g = strstr(g + 1, "getenv(")) {
+            const char *name = g + strlen("getenv(");
+            int known = 0;
+            for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
+                const size_t n = strlen(knobs[k]);
+                known |= name[0] == '"' && !strncmp(name + 1, knobs[k], n) && name[1 + n] == '"';
+            }
+            EXPECT(known, "%s reads '%.40s' from the environment (routes are read by engine/routes.c only)",
+                   de->d_name, name);
+            reads++;
+        }
+        free(src);
+    }
+    closedir(dir);
+    EXPECT(reads >= 3, "only %d getenv calls found under %s: the rule above checked nothing", reads, dir_path);
+}
