@@ -274,6 +274,22 @@ TEST(cli_bench_random_weights) {
     EXPECT(j && strstr(j, "\"computed_prefill_tokens\": 200") && strstr(j, "\"emitted_tokens_per_round\""), "%s",
            j ? j : "");
     free(j);
+    // the round's phases: printed as a table, in the JSON per row; each phase >= 0, draft and verify > 0, and
+    // together no more than the round (the rest is host work between the phases)
+    EXPECT(out && strstr(out, "draft    verify    accept    commit     other"), "%s", out ? out : "");
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je), *jrows = json_object_get(root, "rows");
+    EXPECT(json_array_size(jrows) == 2, "%s", je.text);
+    for (size_t i = 0; i < json_array_size(jrows); i++) {
+        json_t *row = json_array_get(jrows, i), *ph = json_object_get(row, "round_phases_ms");
+        const double round = json_real_value(json_object_get(row, "round_ms"));
+        const double d = json_real_value(json_object_get(ph, "draft")), v = json_real_value(json_object_get(ph, "verify"));
+        const double a = json_real_value(json_object_get(ph, "accept")), c = json_real_value(json_object_get(ph, "commit"));
+        EXPECT(ph && d > 0 && v > 0 && a >= 0 && c >= 0, "row %zu: phases %g %g %g %g", i, d, v, a, c);
+        EXPECT(d + v + a + c <= round * 1.001 + 1e-3, "row %zu: phases sum to %g ms > round %g ms", i, d + v + a + c,
+               round);
+    }
+    json_decref(root);
     free(out);
     free(cmd);
     unlink(js);

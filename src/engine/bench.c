@@ -165,6 +165,7 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         oracle_schedule(o->oracle_tau, s->B, sched, 64);
         fd_spec_oracle orc = {ref, n_ref, sched, 64, 1}; // forced acceptance: tau exact (see dflash.h)
         s->oracle = &orc;
+        s->phase_sync = 1; // one sync per round (~10 us) so the commit's device time is its own phase
         int64_t produced = 1;
         int32_t tok = anchor, emitted[FD_SPEC_MAX_BLOCK];
         sync(e);
@@ -179,14 +180,21 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         sync(e);
         const double ts = fd_time_s() - t0;
         s->oracle = NULL;
+        s->phase_sync = 0;
         if (rc) break;
         r->has_spec = 1;
         r->round_ms = 1e3 * ts / (double)s->st.rounds;
         r->accepted_per_round = (double)s->st.accepted / (double)s->st.rounds;
         r->emitted_per_round = (double)s->st.emitted / (double)s->st.rounds;
         r->spec_tok_s = (double)(produced - 1) / ts;
-        fprintf(stderr, "bench: ctx %lld: dflash (oracle) round %.2f ms, %.2f tokens/round\n", (long long)L, r->round_ms,
-                r->emitted_per_round);
+        const double per = 1e3 / (double)s->st.rounds;
+        r->round_draft_ms = per * s->st.draft_s, r->round_verify_ms = per * s->st.verify_s;
+        r->round_accept_ms = per * s->st.accept_s, r->round_commit_ms = per * s->st.commit_s;
+        fprintf(stderr,
+                "bench: ctx %lld: dflash (oracle) round %.2f ms, %.2f tokens/round (draft %.2f, verify %.2f, accept "
+                "%.2f, commit %.2f ms)\n",
+                (long long)L, r->round_ms, r->emitted_per_round, r->round_draft_ms, r->round_verify_ms,
+                r->round_accept_ms, r->round_commit_ms);
     }
     be->free(be, snap);
     free(logits);
@@ -216,6 +224,20 @@ void bench_print(const fd_bench_opts *o, const fd_bench_row *rows, int n, FILE *
                     r->spec_tok_s);
         else
             fprintf(f, " | %9s %9s %9s %12s\n", "-", "-", "-", "-");
+    }
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= rows[i].has_spec;
+    if (!any) return;
+    // the round's phases (host clock, the round waiting for its commit): draft forward + its ids, verify forward +
+    // its ids (greedy) or logits, acceptance on the host, state commit + drafter context; "other" is the rest
+    fprintf(f, "\n%8s | %9s %9s %9s %9s %9s %9s\n", "ctx", "round ms", "draft", "verify", "accept", "commit", "other");
+    for (int i = 0; i < n; i++) {
+        const fd_bench_row *r = &rows[i];
+        if (!r->has_spec) continue;
+        const double other =
+            r->round_ms - r->round_draft_ms - r->round_verify_ms - r->round_accept_ms - r->round_commit_ms;
+        fprintf(f, "%8lld | %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", (long long)r->ctx, r->round_ms, r->round_draft_ms,
+                r->round_verify_ms, r->round_accept_ms, r->round_commit_ms, other);
     }
 }
 
@@ -248,6 +270,12 @@ int bench_write_json(const char *path, const char *what, const fd_bench_opts *o,
             json_object_set_new(row, "accepted_drafts_per_round", json_real(r->accepted_per_round));
             json_object_set_new(row, "emitted_tokens_per_round", json_real(r->emitted_per_round));
             json_object_set_new(row, "spec_decode_tok_s", json_real(r->spec_tok_s));
+            json_t *ph = json_object();
+            json_object_set_new(ph, "draft", json_real(r->round_draft_ms));
+            json_object_set_new(ph, "verify", json_real(r->round_verify_ms));
+            json_object_set_new(ph, "accept", json_real(r->round_accept_ms));
+            json_object_set_new(ph, "commit", json_real(r->round_commit_ms));
+            json_object_set_new(row, "round_phases_ms", ph);
         }
         json_array_append_new(arr, row);
     }

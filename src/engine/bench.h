@@ -27,6 +27,9 @@ typedef struct {
     int64_t decode_graph_recordings; // recordings made during it (1 on the first context, 0 after)
     int has_spec;
     double round_ms, accepted_per_round, emitted_per_round, spec_tok_s;
+    // where a round's time goes (fd_spec_stats, per round; the rounds wait for their commit): draft, verify,
+    // accept, commit; round_ms less their sum is the host work between rounds
+    double round_draft_ms, round_verify_ms, round_accept_ms, round_commit_ms;
 } fd_bench_row;
 
 // Runs every context length; s may be NULL (no drafter). Prints one progress line per phase to stderr.

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/dflash2.h"
+#include "engine/trace.h"
 
 static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
 static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
@@ -32,6 +33,7 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     s->h_logits = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_q = fd_malloc((size_t)s->B * dr->vocab_size * sizeof(float));
     s->h_p = fd_malloc((size_t)dr->vocab_size * sizeof(float));
+    s->h_ids = fd_malloc((size_t)s->B * sizeof(int32_t));
     if (draft_scratch_init(&s->ds, dr, be, s->B, tgt->opt.max_batch)) {
         dflash_free(s);
         return -1;
@@ -58,6 +60,7 @@ void dflash_free(fd_dflash *s) {
     free(s->h_logits);
     free(s->h_q);
     free(s->h_p);
+    free(s->h_ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -194,7 +197,13 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     block[0] = anchor;
     for (int i = 1; i < L; i++) block[i] = draft[i - 1];
     const int64_t n0 = t->n_past;
-    FD_TRY(engine_verify(t, block, L, s->h_logits));
+    // T > 0 needs the target's distributions on the host; greedy only each row's argmax (the same ids as
+    // engine_argmax over the logits: lowest index on ties), so B ids cross instead of B x V floats.
+    if (sampled)
+        FD_TRY(engine_verify(t, block, L, s->h_logits));
+    else
+        FD_TRY(engine_verify_greedy(t, block, L, s->h_ids));
+    double t2 = fd_time_s();
     int acc = 0;
     int32_t next;
     if (sampled) {
@@ -202,18 +211,20 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     } else if (s->oracle && s->oracle->force) {
         const int a = s->oracle->accept[s->st.rounds % s->oracle->n_accept];
         acc = a < L - 1 ? a : L - 1;
-        next = engine_argmax(s->h_logits + (int64_t)acc * V, V);
+        next = s->h_ids[acc];
     } else {
-        while (acc < L - 1 && engine_argmax(s->h_logits + (int64_t)acc * V, V) == block[acc + 1]) acc++;
-        next = engine_argmax(s->h_logits + (int64_t)acc * V, V);
+        while (acc < L - 1 && s->h_ids[acc] == block[acc + 1]) acc++;
+        next = s->h_ids[acc];
     }
+    double t3 = fd_time_s();
     engine_commit(t, n0, acc + 1);
     dflash_context_append(s, acc + 1);
     if (s->on_commit) s->on_commit(s->on_commit_ctx, s, acc);
+    if (s->phase_sync && t->be->sync) t->be->sync(t->be);
     for (int i = 0; i < acc; i++) emitted[i] = block[i + 1];
     emitted[acc] = next;
     *n_emitted = acc + 1;
-    double t2 = fd_time_s();
+    double t4 = fd_time_s();
     s->st.rounds++;
     s->st.draft_tokens += L - 1;
     s->st.accepted += acc;
@@ -221,7 +232,13 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     for (int i = 0; i < acc; i++) s->st.accepted_per_pos[i]++;
     s->st.draft_s += t1 - t0;
     s->st.verify_s += t2 - t1;
-    s->st.round_s += t2 - t0;
+    s->st.accept_s += t3 - t2;
+    s->st.commit_s += t4 - t3;
+    s->st.round_s += t4 - t0;
+    trace_span(t->be, "round: draft", t0, t1);
+    trace_span(t->be, "round: verify", t1, t2);
+    trace_span(t->be, "round: accept", t2, t3);
+    trace_span(t->be, "round: commit", t3, t4);
     return 0;
 }
 
@@ -254,9 +271,11 @@ void dflash_print_stats(const fd_dflash *s, FILE *f) {
     fprintf(f, "spec: %s drafter, block %d: %lld rounds, %lld draft tokens, %lld accepted\n",
             s->oracle ? "ORACLE" : s->variant->name, s->B, (long long)st->rounds, (long long)st->draft_tokens,
             (long long)st->accepted);
-    fprintf(f, "spec: accepted drafts/round %.3f, emitted tokens/round %.3f, round %.3f ms (draft %.3f, verify %.3f)\n",
+    fprintf(f,
+            "spec: accepted drafts/round %.3f, emitted tokens/round %.3f, round %.3f ms (draft %.3f, verify %.3f, "
+            "accept %.3f, commit %.3f)\n",
             (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,
-            1e3 * st->verify_s / r);
+            1e3 * st->verify_s / r, 1e3 * st->accept_s / r, 1e3 * st->commit_s / r);
     fprintf(f, "spec: accepted per position:");
     for (int i = 0; i < s->B - 1; i++) fprintf(f, " %lld", (long long)st->accepted_per_pos[i]);
     fprintf(f, "\n");

@@ -12,7 +12,11 @@
 typedef struct {
     int64_t rounds, draft_tokens, accepted, emitted;
     int64_t accepted_per_pos[FD_SPEC_MAX_BLOCK]; // rounds whose draft at position i (0-based) was accepted
-    double draft_s, verify_s, round_s;
+    // Where the rounds' time went (host clock): draft = the drafter's forward and its ids on the host; verify = the
+    // target's forward over the block and its argmax ids (greedy) or logits (T > 0) on the host; accept = the
+    // acceptance on the host; commit = the GDN / conv state commit and the drafter's context for the accepted
+    // tokens, launched, and finished only where phase_sync is set (else its device time lands in the next draft).
+    double draft_s, verify_s, accept_s, commit_s, round_s;
 } fd_spec_stats;
 
 // Oracle drafter (tests and the bench): proposes the reference continuation `ref` with a set number of
@@ -40,6 +44,8 @@ typedef struct fd_dflash {
     const fd_draft_variant *variant;
     int32_t *ids_dev;  // [B] the draft block's ids in backend memory (embed reads them there)
     float *h_logits, *h_q, *h_p; // host scratch: verify logits [B, V], draft distributions [B-1, V], one row [V]
+    int32_t *h_ids;              // host scratch: the verify's argmax ids [B] (greedy rounds)
+    int phase_sync;              // the round waits for its commit, so fd_spec_stats.commit_s is the device's (bench)
     const fd_spec_oracle *oracle;
     // How a round proposes its drafts (chosen at init from the drafter): DFlash takes the argmax of each draft row
     // or samples it; DFlash2 walks its candidate selector (sel) over the draft logits. Writes n drafts and, when q

@@ -496,6 +496,15 @@ int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits) {
     return rc;
 }
 
+int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argmax) {
+    if (n < 1 || n > e->spec_block)
+        return fd_error_set("verify of %d tokens: state slots hold %d", n, e->spec_block);
+    e->use_slots = 1;
+    int rc = engine_forward_greedy(e, ids, n, argmax);
+    e->use_slots = 0;
+    return rc;
+}
+
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
     const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;

@@ -144,6 +144,9 @@ int engine_enable_slots(fd_engine *e, int block);
 // Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
 // run the recurrence and record the state after every token. n_past advances by n until engine_commit.
 int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits);
+// The same verify for greedy acceptance: only the argmax of every row (backend argmax_rows, lowest index on
+// ties as engine_argmax) crosses to the host, not the n x V logits.
+int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argmax);
 // Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
 // GDN and conv state are taken from slot keep-1 (no recompute).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);

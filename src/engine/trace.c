@@ -7,7 +7,7 @@
 typedef struct {
     const char *name;
     double t0, dt; // seconds since the trace began
-    int64_t n;     // rows / tokens / elements the op was called with
+    int64_t n;     // rows / tokens / elements the op was called with; -1: a span around ops (trace_span)
 } trace_event;
 
 typedef struct {
@@ -213,6 +213,13 @@ fd_backend *trace_wrap(fd_backend *inner) {
 
 int trace_is_traced(const fd_backend *be) { return be->destroy == tr_destroy; }
 
+void trace_span(fd_backend *be, const char *name, double t0, double t1) {
+    if (!trace_is_traced(be)) return;
+    trace_be *t = T(be);
+    if (t->n_ev == t->cap_ev) t->ev = fd_realloc(t->ev, sizeof(trace_event) * (size_t)(t->cap_ev = t->cap_ev ? 2 * t->cap_ev : 4096));
+    t->ev[t->n_ev++] = (trace_event){name, t0 - t->origin, t1 - t0, -1};
+}
+
 // Layer names like "model.layers.12.mlp.down_proj.weight" are kept whole in the trace; the summary groups by
 // the part after the layer index so all layers of one kind add up.
 static const char *op_kind(const char *name) {
@@ -255,7 +262,10 @@ void trace_print_summary(const fd_backend *traced, FILE *f) {
     op_total *tot = fd_calloc((size_t)(t->n_ev + 1), sizeof *tot);
     int n = 0;
     double all = 0;
+    int64_t n_ops = 0;
     for (int64_t i = 0; i < t->n_ev; i++) {
+        if (t->ev[i].n < 0) continue; // spans contain ops: counting both would count the time twice
+        n_ops++;
         const char *k = op_kind(t->ev[i].name);
         int j = 0;
         while (j < n && strcmp(tot[j].kind, k)) j++;
@@ -265,7 +275,7 @@ void trace_print_summary(const fd_backend *traced, FILE *f) {
         all += t->ev[i].dt;
     }
     qsort(tot, (size_t)n, sizeof *tot, by_time_desc);
-    fprintf(f, "trace: %lld ops, %.3f ms in ops\n%-40s %8s %10s %6s\n", (long long)t->n_ev, 1e3 * all, "op", "calls",
+    fprintf(f, "trace: %lld ops, %.3f ms in ops\n%-40s %8s %10s %6s\n", (long long)n_ops, 1e3 * all, "op", "calls",
             "ms", "share");
     for (int i = 0; i < n; i++)
         fprintf(f, "%-40s %8lld %10.3f %5.1f%%\n", tot[i].kind, (long long)tot[i].calls, 1e3 * tot[i].s,
