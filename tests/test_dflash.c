@@ -231,9 +231,27 @@ TEST(dflash_cli_generate_and_draft_logits) {
         cmd = fd_sprintf("%s generate %s --ids %s -n 8 --draft tests/data/dflash/%s --stats 2>&1 >/dev/null",
                          test_bin(), fx.dir, csv, df->name);
         EXPECT(test_run(cmd, &stats) == 0);
-        EXPECT(stats && strstr(stats, "emitted tokens/round") && strstr(stats, "accepted per position"), "%s",
-               stats ? stats : "");
+        EXPECT(stats && strstr(stats, "emitted tokens/round") && strstr(stats, "accepted per position") &&
+                   strstr(stats, "accept ") && strstr(stats, "commit "),
+               "%s", stats ? stats : "");
         free(cmd);
+        if (i == 0) { // --trace shows the round's phases as spans around their ops
+            char tr[] = "/tmp/fd_rtraceXXXXXX";
+            int tfd = mkstemp(tr);
+            ASSERT(tfd >= 0);
+            close(tfd);
+            cmd = fd_sprintf("%s generate %s --ids %s -n 8 --draft tests/data/dflash/%s --trace %s >/dev/null 2>&1",
+                             test_bin(), fx.dir, csv, df->name, tr);
+            EXPECT(test_run(cmd, NULL) == 0);
+            size_t tl = 0;
+            char *tj = fd_read_file(tr, &tl);
+            EXPECT(tj && strstr(tj, "\"round: draft\"") && strstr(tj, "\"round: verify\"") &&
+                       strstr(tj, "\"round: accept\"") && strstr(tj, "\"round: commit\""),
+                   "%s: no round phases in the trace", df->name);
+            free(tj);
+            free(cmd);
+            unlink(tr);
+        }
         char out[] = "/tmp/fd_draftXXXXXX";
         int fd = mkstemp(out);
         ASSERT(fd >= 0);
