@@ -403,3 +403,30 @@ TEST(cli_retired_route_env_refused) {
     free(out);
     free(cmd);
 }
+
+// flashdelta check: every screen within its bound on the CPU (built-in shapes, a fixture's shapes, an e4m3 KV
+// cache), exit 1 naming the screen when one is made wrong on purpose (FD_CHECK_INJECT), exit 2 on a bad config.
+TEST(cli_check_screens_and_an_injected_fault) {
+    char *out = NULL, *cmd = fd_sprintf("%s check 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "13 screens, 0 failed") && strstr(out, "gdn chunked: state") &&
+               strstr(out, "attention decode") && strstr(out, "determinism"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("%s check tests/data/fixtures/qwen3_next_moe --route kv=e4m3 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "0 failed") && strstr(out, "kv e4m3"), "%s", out ? out : "");
+    free(out), free(cmd);
+    static const char *const screens[] = {"gemm down", "gdn serial", "attention prefill"};
+    for (int i = 0; i < 3; i++) {
+        cmd = fd_sprintf("FD_CHECK_INJECT='%s' %s check 2>&1", screens[i], test_bin());
+        EXPECT(test_run(cmd, &out) == 1 && out, "%s: exit status not 1", screens[i]);
+        int named = 0;
+        for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+            if (!strncmp(l, screens[i], strlen(screens[i])) && strstr(l, "FAIL") && strstr(l, "FAIL") < strchr(l, '\n'))
+                named = 1;
+        EXPECT(named, "%s: no FAIL line names it:\n%s", screens[i], out ? out : "");
+        free(out), free(cmd);
+    }
+    cmd = fd_sprintf("%s check --random-weights /nonexistent.json 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 2 && out && strstr(out, "/nonexistent.json"), "%s", out ? out : "");
+    free(out), free(cmd);
+}

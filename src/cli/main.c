@@ -17,6 +17,7 @@ static const struct {
     {&cmd_logits_spec, cmd_logits},
     {&cmd_draft_logits_spec, cmd_draft_logits},
     {&cmd_bench_spec, cmd_bench},
+    {&cmd_check_spec, cmd_check},
     {&cmd_tokenize_spec, cmd_tokenize},
 };
 
