@@ -144,22 +144,27 @@ TEST(quant_int4_bad_g_idx_and_duplicate_module) {
     int4_rm(t);
 }
 
-// The CUDA backend refuses int4 at upload with the message users need (a CPU build cannot run it: read the
-// source, as test_cuda_sources.c does for other CUDA invariants).
-TEST(quant_int4_cuda_refuses_at_upload) {
+// The CUDA backend sends int4 weights to their own upload (repacked nibbles, src/cuda/gemv_int4.cu) before the
+// dense path could copy the packed words as if they were elements, and its GEMM dispatch sends them to route
+// gemm_int4 before the dense branches (a CPU build cannot run it: read the source, as test_cuda_sources.c does for
+// other CUDA invariants). tests_cuda/test_cuda_int4.c checks the results on the GPU.
+TEST(quant_int4_cuda_dispatch) {
     size_t len;
     char *src = fd_read_file(FD_SOURCE_DIR "/src/cuda/cuda_backend.cu", &len);
     ASSERT(src, "%s", fd_error_msg());
     const char *up = strstr(src, "static void cu_upload_weight(");
     ASSERT(up);
-    // the message is one literal split over two source lines
-    const char *refuse = strstr(up, "if (fd_wfmt_is_int4(w->fmt))"),
-               *msg = strstr(up, "int4 weights are not supported on the cuda backend yet (use --backend cpu, or "
-                                 "an \"\n"),
-               *msg2 = msg ? strstr(msg, "\"FP8 checkpoint)") : NULL;
+    const char *branch = strstr(up, "if (fd_wfmt_is_int4(w->fmt))"), *call = strstr(up, "cu_upload_int4(be, w);");
     const char *first_copy = strstr(up, "cudaMalloc(&dst");
-    EXPECT(refuse && msg && msg2 && first_copy && refuse < first_copy && msg2 < first_copy,
-           "cu_upload_weight must refuse int4 before it copies anything");
+    EXPECT(branch && call && first_copy && branch < call && call < first_copy,
+           "cu_upload_weight must hand int4 to cu_upload_int4 before it copies anything");
+    free(src);
+    src = fd_read_file(FD_SOURCE_DIR "/src/cuda/gemm.cu", &len);
+    ASSERT(src, "%s", fd_error_msg());
+    const char *mm = strstr(src, "void cu_gemm_f32out(");
+    ASSERT(mm);
+    const char *i4 = strstr(mm, "cu_gemm_int4(be, out, x, W, n);"), *dense = strstr(mm, "W->dev_dtype == FD_BF16");
+    EXPECT(i4 && dense && i4 < dense, "cu_gemm_f32out must send int4 weights to cu_gemm_int4 before the dense path");
     free(src);
 }
 
@@ -195,8 +200,8 @@ TEST(quant_int4_good_configs_load) {
     }
 }
 
-// The CLI on an int4 checkpoint: `info` names the format, `generate` on the CPU backend runs it; a CUDA build
-// asked for `--backend cuda` would refuse at upload (quant_int4_cuda_refuses_at_upload).
+// The CLI on an int4 checkpoint: `info` names the format, `generate` on the CPU backend runs it (the CUDA backend
+// runs it too: tests_cuda/test_cuda_int4.c).
 TEST(quant_int4_cli_info_and_generate) {
     int4_spec s = {.awq = 1, .group = 32, .seed = 8, .qc_json = AWQ_QC "}"};
     char t[] = "/tmp/fd_int4cXXXXXX";

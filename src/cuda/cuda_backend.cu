@@ -167,15 +167,9 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
         cu_upload_fp8(be, w);
         return;
     }
-    // int4 (GPTQ / AWQ) has no CUDA kernels yet: refuse at upload, before any op could read the packed words as
-    // something else. upload_weight has no error return, so this ends the run with a user error (exit status 2,
-    // no core dump: the input is unsupported, nothing is broken).
-    if (fd_wfmt_is_int4(w->fmt)) {
-        fprintf(stderr,
-                "flashdelta: error: %s int4 weights are not supported on the cuda backend yet (use --backend cpu, or an "
-                "FP8 checkpoint); first: %s\n",
-                w->fmt == FD_WFMT_GPTQ_INT4 ? "GPTQ" : "AWQ", w->name ? w->name : "?");
-        exit(2);
+    if (fd_wfmt_is_int4(w->fmt)) { // GPTQ / AWQ: repacked at 4 bits (gemv_int4.cu)
+        cu_upload_int4(be, w);
+        return;
     }
     FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %s unsupported", w->name ? w->name : "?", fd_wfmt_name(w->fmt));
     FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
@@ -412,6 +406,13 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant";
     rf->help = "FP8 block-scaled weights: the FP8 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 "
                "GEMM";
+    fd_route *ri = &c->routes[CU_ROUTE_GEMM_INT4];
+    ri->name = "gemm_int4";
+    ri->values[0] = "gemv";
+    ri->values[1] = "dequant";
+    ri->sel = &c->gemm_int4;
+    ri->by_shape = "n > 16 rows, an act-order g_idx (not k / group_size) and unaligned x: always dequant";
+    ri->help = "GPTQ / AWQ int4 weights: the int4 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 GEMM";
     be->routes = c->routes;
     be->n_routes = CU_N_ROUTES;
     // The environment (FD_ROUTE_<NAME>) and --route are applied by engine/routes.c (routes_backend_preset), the

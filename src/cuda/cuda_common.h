@@ -49,7 +49,7 @@ enum {
     CU_SCR_F,
     CU_SCR_G,
     CU_SCR_H,
-    CU_SCR_W, // an FP8 weight dequantized to bf16 (gemm.cu): only the GEMM that made it reads it
+    CU_SCR_W, // an FP8 or int4 weight dequantized to bf16 (gemm.cu): only the GEMM that made it reads it
     CU_SCR_COUNT
 };
 
@@ -93,8 +93,10 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[6]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8 (be->routes); counted at dispatch
+    fd_route routes[7]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4 (be->routes); counted
+                        // at dispatch
     int gemm_fp8;       // CU_GEMM_FP8_*
+    int gemm_int4;      // CU_GEMM_INT4_*
     int pdl;            // CU_PDL_*: GEMVs launched with programmatic stream serialization (cu_launch_early)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
@@ -124,11 +126,15 @@ enum {
     CU_ROUTE_GEMM_SMALL = 3,
     CU_ROUTE_PDL = 4,
     CU_ROUTE_GEMM_FP8 = 5,
+    CU_ROUTE_GEMM_INT4 = 6,
     CU_N_ROUTES
 };
 // Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
 // dequantizes the weight to bf16 and runs the bf16 path (always so for n > 16 and shapes the GEMV does not take).
 enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1 };
+// Route gemm_int4 (gemv_int4.cu): GPTQ / AWQ int4 weights with <= 16 rows run the int4 GEMV, or every call
+// dequantizes the weight and runs the dense path (always so for n > 16 and act-order g_idx).
+enum { CU_GEMM_INT4_GEMV = 0, CU_GEMM_INT4_DEQUANT = 1 };
 // Route pdl: programmatic dependent launch (cu_launch_early). gemv: a small-n GEMV is scheduled as soon as the
 // kernel before it signals (right after that kernel's own wait) and streams its first weights while that kernel
 // runs; it waits in CU_PDL_ENTER (griddepcontrol.wait: the previous grid has completed and its memory is visible)
@@ -313,6 +319,19 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
 // ---- gemv_fp8.cu ----
 // dst [rows, cols] = the dequantized weight (fp8 x block scale): f32 (exact) or rounded to bf16.
 void cu_fp8_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32);
+
+// ---- gemv_int4.cu ----
+// Uploads a GPTQ / AWQ int4 weight: nibbles repacked for the GEMV, scales and zeros as one word per (group, row),
+// a g_idx other than k / group_size kept behind them (a plain one is dropped: w->g_idx = NULL).
+void cu_upload_int4(fd_backend *be, fd_weight *w);
+// 1 when the int4 GEMV can run this call: 1 <= n <= 16, no act-order g_idx, group size 32, 64, a multiple of 128
+// or one group, x 16-byte aligned.
+int cu_gemv_int4_supported(const void *x, const fd_weight *W, int n);
+void cu_gemv_int4(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+// dst [rows, cols] = the dequantized weight s * (q - z): f32 (exact) or rounded to bf16.
+void cu_int4_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32);
+// Route gemm_int4's dispatch (cu_gemm_f32out sends int4 weights here).
+void cu_gemm_int4(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
 
 // ---- norm_rope.cu ----
 void cu_rmsnorm(fd_backend *be, void *out, const void *x, const fd_weight *w, int64_t n, int d, float eps,

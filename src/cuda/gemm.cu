@@ -145,6 +145,10 @@ void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight 
         gemm_fp8(be, out, x, W, n);
         return;
     }
+    if (fd_wfmt_is_int4(W->fmt)) { // route gemm_int4 (gemv_int4.cu)
+        cu_gemm_int4(be, out, x, W, n);
+        return;
+    }
     int m = (int)W->rows, k = (int)W->cols;
     if (W->dev_dtype == FD_BF16) {
         cu_impl *c = cu_of(be);
