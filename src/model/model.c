@@ -303,7 +303,7 @@ void model_print_info(const fd_model *m, FILE *f) {
     if (c->quant.method == FD_QUANT_GPTQ || c->quant.method == FD_QUANT_AWQ) {
         char g[32];
         snprintf(g, sizeof g, c->quant.group_size ? "groups of %d" : "one group per row", c->quant.group_size);
-        fprintf(f, "weights: %s int4, %s%s (as published; cpu backend only)\n",
+        fprintf(f, "weights: %s int4, %s%s (as published)\n",
                 c->quant.method == FD_QUANT_GPTQ ? "GPTQ" : "AWQ gemm", g,
                 c->quant.method == FD_QUANT_GPTQ ? (c->quant.zero_add ? ", checkpoint_format gptq (v1)" : ", gptq_v2")
                                                  : "");
