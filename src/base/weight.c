@@ -212,3 +212,79 @@ void fd_weight_quantize_fp8(const fd_weight *src, int block_rows, int block_cols
     *q = c.q;
     *scale = c.scale;
 }
+
+typedef struct {
+    const fd_weight *src;
+    fd_wfmt fmt;
+    int group;
+    int64_t G;
+    uint32_t *qw, *qz;
+    uint16_t *s;
+} quant4_ctx;
+
+// Rows [8u, 8u + 8) per unit u: 8 rows share the packed zero words (and AWQ's qweight words), so no two threads
+// write one word.
+static void quant4_rows(void *p, int64_t b, int64_t e) {
+    const quant4_ctx *c = p;
+    const int64_t N = c->src->rows, K = c->src->cols, N8 = N / 8;
+    const int awq = c->fmt == FD_WFMT_AWQ_INT4;
+    float *row = fd_malloc((size_t)K * sizeof(float));
+    for (int64_t n = 8 * b; n < 8 * e; n++) {
+        fd_weight_f32(c->src, n * K, K, row);
+        const int pos = awq ? k_awq_nibble[n % 8] : (int)(n % 8);
+        for (int64_t g = 0; g < c->G; g++) {
+            const int64_t k0 = g * c->group, k1 = k0 + c->group < K ? k0 + c->group : K;
+            float lo = 0, hi = 0, amax = 0;
+            for (int64_t k = k0; k < k1; k++) {
+                lo = row[k] < lo ? row[k] : lo;
+                hi = row[k] > hi ? row[k] : hi;
+                amax = fabsf(row[k]) > amax ? fabsf(row[k]) : amax;
+            }
+            // the scale as stored (f16), kept inside f16's normal range so that it is finite and not zero
+            float sc = awq ? (hi - lo) / 15.0f : 2.0f * amax / 15.0f;
+            sc = sc < 6.103515625e-05f ? 6.103515625e-05f : sc > 65504.0f ? 65504.0f : sc;
+            uint16_t s16 = fd_f32_to_f16(sc);
+            if (fd_f16_to_f32(s16) < sc) s16++; // round the step up: every value stays within half a step
+            sc = fd_f16_to_f32(s16);
+            int z = awq ? (int)lrintf(-lo / sc) : 8;
+            z = z < 0 ? 0 : z > 15 ? 15 : z;
+            c->s[g * N + n] = s16;
+            c->qz[g * N8 + n / 8] |= (uint32_t)(awq ? z : z - 1) << (4 * pos); // GPTQ v1 stores z - 1
+            for (int64_t k = k0; k < k1; k++) {
+                long q = lrintf(row[k] / sc) + z;
+                q = q < 0 ? 0 : q > 15 ? 15 : q;
+                if (awq)
+                    c->qw[k * N8 + n / 8] |= (uint32_t)q << (4 * pos);
+                else
+                    c->qw[(k / 8) * N + n] |= (uint32_t)q << (4 * (k % 8));
+            }
+        }
+    }
+    free(row);
+}
+
+void fd_weight_quantize_int4(const fd_weight *src, fd_wfmt fmt, int group, uint32_t **qweight, uint32_t **qzeros,
+                             uint16_t **scales, fd_weight *w_out) {
+    const int64_t N = src->rows, K = src->cols, G = (K + group - 1) / group;
+    FD_CHECK(fd_wfmt_is_int4(fmt) && N % 8 == 0 && K % 8 == 0 && group > 0, "int4 quantization of %s [%lld, %lld]",
+             src->name ? src->name : "?", (long long)N, (long long)K);
+    quant4_ctx c = {src, fmt, group, G, fd_calloc((size_t)(N * K / 8), 4), fd_calloc((size_t)(G * N / 8), 4),
+                    fd_malloc((size_t)(G * N) * 2)};
+    fd_parallel_for(N / 8, 1, quant4_rows, &c);
+    memset(w_out, 0, sizeof *w_out);
+    w_out->name = src->name;
+    w_out->fmt = fmt;
+    w_out->dtype = FD_I32;
+    w_out->rows = N;
+    w_out->cols = K;
+    w_out->data = c.qw;
+    w_out->scale = c.s;
+    w_out->scale_dtype = FD_F16;
+    w_out->qzeros = c.qz;
+    w_out->group_size = group;
+    w_out->zero_add = fmt == FD_WFMT_GPTQ_INT4;
+    w_out->n_groups = G;
+    *qweight = c.qw;
+    *qzeros = c.qz;
+    *scales = c.s;
+}

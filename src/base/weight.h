@@ -75,4 +75,11 @@ int fd_weight_view_rows(const fd_weight *w, int64_t row0, int64_t rows, fd_weigh
 // zeros gets scale 1). *q and *scale are malloc'ed; w_out describes them (name and shape of src).
 void fd_weight_quantize_fp8(const fd_weight *src, int block_rows, int block_cols, uint8_t **q, float **scale,
                             fd_weight *w_out);
+// Quantizes a dense [N, K] weight (N, K multiples of 8) to int4 by rounding to nearest, in groups of `group`
+// inputs (K need not be a multiple of it: the last group is short), in the published layouts of `fmt`:
+// FD_WFMT_GPTQ_INT4 symmetric (z = 8, scale = 2 amax / 15), checkpoint_format gptq (v1: stored zero z - 1), no
+// g_idx; FD_WFMT_AWQ_INT4 asymmetric (scale = (max - min) / 15, z = round(-min / scale)). Scales F16. The three
+// buffers are malloc'ed (qweight, qzeros, scales); w_out describes them (name and shape of src).
+void fd_weight_quantize_int4(const fd_weight *src, fd_wfmt fmt, int group, uint32_t **qweight, uint32_t **qzeros,
+                             uint16_t **scales, fd_weight *w_out);
 #endif

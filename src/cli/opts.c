@@ -40,7 +40,9 @@ static const opt_def k_opts[] = {
     {O_KV_TOKENS, "--kv-tokens", "N", "paged KV cache, tokens (default 262144)"},
     {O_PREFILL_CHUNK, "--prefill-chunk|-b|--batch-size", "K", "token budget of one forward"},
     {O_TRACE, "--trace", "FILE", "Chrome-trace JSON of per-op timings (changes timings)"},
-    {O_QUANTIZE, "--quantize|--quant", "fp8", "linear weights to FP8 e4m3 with 128x128 block scales at load"},
+    {O_QUANTIZE, "--quantize|--quant", "fp8|gptq-int4|awq-int4",
+     "linear weights quantized at load: FP8 e4m3 with 128x128 block scales, or int4 in groups of 128 (GPTQ: "
+     "attention and shared experts stay bf16, as Qwen publishes; AWQ: all)"},
     {O_TOKENIZER, "--tokenizer", "PATH", "tokenizer.json or a directory holding it (default: the model's)"},
     {O_MODEL_NAME, "--model-name|--served-model-name|-a|--alias", "NAME", "model id served and expected"},
     {O_HOST, "--host", "ADDR", "IPv4 address to bind (default 127.0.0.1)"},
@@ -303,8 +305,9 @@ static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v
         o->trace = v;
         return 0;
     case O_QUANTIZE:
-        if (strcmp(v, "fp8")) return bad(name, v, "fp8 (the one format quantized at load)");
-        o->load.quantize_fp8 = 1;
+        o->load.quantize_fp8 = !strcmp(v, "fp8");
+        o->load.quantize_int4 = !strcmp(v, "gptq-int4") ? FD_WFMT_GPTQ_INT4 : !strcmp(v, "awq-int4") ? FD_WFMT_AWQ_INT4 : 0;
+        if (!o->load.quantize_fp8 && !o->load.quantize_int4) return bad(name, v, "fp8, gptq-int4 or awq-int4");
         return 0;
     case O_JSON:
         o->json_out = v;

@@ -264,6 +264,28 @@ int bind_linear(fd_binder *b, fd_weight *w, const char *name, int ndim, const in
         qw.name = w->name;
         *w = qw;
     }
+    // int4 at load: GPTQ leaves what Qwen's GPTQ-Int4 checkpoints leave in bf16 (their `dynamic` rules -:.*attn.*
+    // and -:.*shared_expert.*); AWQ quantizes every linear weight. Fused expert tensors stay dense.
+    const int int4_skip = b->quantize_int4 == FD_WFMT_GPTQ_INT4 && (strstr(name, "attn") || strstr(name, "shared_expert"));
+    if (b->quantize_int4 && ndim == 2 && !int4_skip && w->rows % 8 == 0 && w->cols % 8 == 0) {
+        uint32_t *qw, *qz;
+        uint16_t *sc;
+        fd_weight q4;
+        fd_weight_quantize_int4(w, (fd_wfmt)b->quantize_int4, 128, &qw, &qz, &sc, &q4);
+        own(b, qw);
+        own(b, qz);
+        own(b, sc);
+        if (b->synthetic) { // the bf16 synthetic tensor is no longer needed
+            for (int64_t i = b->n - 1; i >= 0; i--)
+                if (b->data[i] == w->data) {
+                    free(b->data[i]);
+                    b->data[i] = NULL;
+                    break;
+                }
+        }
+        q4.name = w->name;
+        *w = q4;
+    }
     return 0;
 }
 

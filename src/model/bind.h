@@ -19,6 +19,8 @@ typedef struct {
     int64_t n_params;  // elements bound so far
     const fd_quant_config *quant; // the checkpoint's quantization_config (NULL: none)
     int quantize_fp8;             // quantize dense linear weights to FP8 128x128 blocks at load (--quantize fp8)
+    int quantize_int4;            // 0, or FD_WFMT_GPTQ_INT4 / AWQ_INT4: dense linear weights to int4 at load
+                                  // (groups of 128; GPTQ keeps Qwen's exclusions dense: attention, shared experts)
     void **owned;                 // buffers made at load (quantized weights and scales), freed by binder_free
     int64_t n_owned;
 } fd_binder;

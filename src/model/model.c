@@ -182,6 +182,7 @@ int model_random(const char *config_path, uint64_t seed, fd_model *m) {
 int model_random_with(const char *config_path, uint64_t seed, const fd_load_opts *o, fd_model *m) {
     memset(m, 0, sizeof *m);
     m->binder.quantize_fp8 = o && o->quantize_fp8;
+    m->binder.quantize_int4 = o ? o->quantize_int4 : 0;
     size_t len;
     char *text = fd_read_file(config_path, &len);
     if (!text) return -1;
@@ -204,6 +205,7 @@ int model_load(const char *dir, fd_model *m) { return model_load_with(dir, NULL,
 int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m) {
     memset(m, 0, sizeof *m);
     m->binder.quantize_fp8 = o && o->quantize_fp8;
+    m->binder.quantize_int4 = o ? o->quantize_int4 : 0;
     if (cfg_load_dir(dir, &m->cfg) || plan_init(&m->plan, &m->cfg, 0, 1)) return -1;
     if (st_open_dir(dir, &m->st)) return -1;
     if (bind_all(m)) {
@@ -300,6 +302,9 @@ void model_print_info(const fd_model *m, FILE *f) {
         fprintf(f, "weights: FP8 e4m3, %d x %d block scales (%s)\n", m->binder.quantize_fp8 ? 128 : c->quant.block_rows,
                 m->binder.quantize_fp8 ? 128 : c->quant.block_cols,
                 m->binder.quantize_fp8 ? "quantized at load" : "as published");
+    if (m->binder.quantize_int4)
+        fprintf(f, "weights: %s int4, groups of 128 (quantized at load)\n",
+                m->binder.quantize_int4 == FD_WFMT_GPTQ_INT4 ? "GPTQ (Qwen's exclusions)" : "AWQ gemm");
     if (c->quant.method == FD_QUANT_GPTQ || c->quant.method == FD_QUANT_AWQ) {
         char g[32];
         snprintf(g, sizeof g, c->quant.group_size ? "groups of %d" : "one group per row", c->quant.group_size);

@@ -48,8 +48,12 @@ typedef struct {
 
 // Load options. quantize_fp8: dense linear weights (the projections of GDN, attention, FFN, experts given one by
 // one and shared experts) become FP8 e4m3 with 128 x 128 block scales at load (--quantize fp8).
+// quantize_int4: 0, or FD_WFMT_GPTQ_INT4 / FD_WFMT_AWQ_INT4 (--quantize gptq-int4 | awq-int4): dense linear
+// weights become int4 in groups of 128 (round to nearest) in the published layout; AWQ quantizes every one,
+// GPTQ keeps those Qwen's GPTQ-Int4 checkpoints keep in bf16 (every `attn` module and the shared experts).
 typedef struct {
     int quantize_fp8;
+    int quantize_int4;
 } fd_load_opts;
 int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m);
 int model_random_with(const char *config_path, uint64_t seed, const fd_load_opts *o, fd_model *m);
