@@ -9,6 +9,7 @@
 //     128 or 32 (partial chunks), several k slices with a short last one; counted as gemm_int4=gemv;
 //   - batch invariance, bitwise: row j of a 16-row call equals the 1-row call on row j alone;
 //   - the dequant route (n > 16, or selected, and act-order g_idx at any n), counted as gemm_int4=dequant;
+//   - matmul_multi: the int4 weights of a group in one launch, bitwise the separate calls, mixed groups too;
 //   - the int4 HF fixtures (tools/make_int4_fixtures.py) through the engine: logits vs HF, greedy identical;
 //     skipped with a line per fixture while absent.
 // Thresholds as for bf16 / FP8 weights (test_cuda_fp8.c): bf16 activations 2e-2, bf16x2 1e-4. The GEMV's weights
@@ -94,7 +95,7 @@ static i4w mkw(i4_spec sp) {
             if (sp.scale_dtype == FD_BF16) v = fd_bf16_to_f32(fd_f32_to_bf16(v));
             s[(size_t)g * m + n] = v;
             int zz = (int)uz[(size_t)g * m + n] & 15; // [0, 16) may round up to 16
-            if (zero_add && zz == 0) zz = 16; // v1 stores z - 1: z in 1..16 (16: stored 15)
+            if (zero_add && zz == 0) zz = 16;         // v1 stores z - 1: z in 1..16 (16: stored 15)
             z[(size_t)g * m + n] = zz;
             const uint32_t stored = (uint32_t)(zz - zero_add);
             const int pos = awq ? k_awq_nibble[n % 8] : n % 8;
@@ -119,10 +120,19 @@ static i4w mkw(i4_spec sp) {
         for (size_t i = 0; i < ns; i++) h[i] = sp.scale_dtype == FD_BF16 ? fd_f32_to_bf16(s[i]) : fd_f32_to_f16(s[i]);
         w.scales = h;
     }
-    fd_weight d = {.name = awq ? "awq.qweight" : "gptq.qweight", .fmt = awq ? FD_WFMT_AWQ_INT4 : FD_WFMT_GPTQ_INT4,
-                   .dtype = FD_I32, .rows = m, .cols = k, .data = w.qweight, .scale = w.scales,
-                   .scale_dtype = sp.scale_dtype, .qzeros = w.qzeros, .g_idx = awq ? NULL : w.gidx,
-                   .group_size = gs, .zero_add = zero_add, .n_groups = G};
+    fd_weight d = {.name = awq ? "awq.qweight" : "gptq.qweight",
+                   .fmt = awq ? FD_WFMT_AWQ_INT4 : FD_WFMT_GPTQ_INT4,
+                   .dtype = FD_I32,
+                   .rows = m,
+                   .cols = k,
+                   .data = w.qweight,
+                   .scale = w.scales,
+                   .scale_dtype = sp.scale_dtype,
+                   .qzeros = w.qzeros,
+                   .g_idx = awq ? NULL : w.gidx,
+                   .group_size = gs,
+                   .zero_add = zero_add,
+                   .n_groups = G};
     w.c = w.g = d;
     w.ref = (fd_weight){.name = "deq", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = w.deq};
     cpu()->upload_weight(cpu(), &w.c);
@@ -235,7 +245,8 @@ TEST(cuda_int4_gemv_batch_invariant) {
 }
 
 TEST(cuda_int4_dequant_route) {
-    const i4_spec specs[] = {{0, 320, 512, 128, 0, FD_F16}, {2, 320, 512, 64, 0, FD_F16}, {1, 136, 264, 32, 0, FD_BF16}};
+    const i4_spec specs[] = {
+        {0, 320, 512, 128, 0, FD_F16}, {2, 320, 512, 64, 0, FD_F16}, {1, 136, 264, 32, 0, FD_BF16}};
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
         i4w w = mkw(specs[si]);
         const int k = specs[si].k, m = specs[si].m;
@@ -243,8 +254,7 @@ TEST(cuda_int4_dequant_route) {
             ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
             for (int sel = 0; sel < 3; sel++) {
                 // dequant by shape (n > 16: a prefill chunk, then a longer one), then by selection at n = 5
-                ASSERT(fd_cuda_set_route(gpu(), "gemm_int4", sel == 2 ? "dequant" : "gemv") == 0, "%s",
-                       fd_error_msg());
+                ASSERT(fd_cuda_set_route(gpu(), "gemm_int4", sel == 2 ? "dequant" : "gemv") == 0, "%s", fd_error_msg());
                 const int n = sel == 0 ? 40 : sel == 1 ? 300 : 5;
                 float *x = rnd((size_t)n * k, -1.f, 1.f);
                 float *ref = reference(&w, x, n);
@@ -291,6 +301,57 @@ TEST(cuda_int4_act_order) {
     freew(&plain);
 }
 
+// matmul_multi over int4 weights of one k and grouping (FFN gate|up, attention q|k|v under AWQ): one fused launch,
+// each result bitwise the separate call's, each weight counted under gemm_int4=gemv; a group mixing int4 and bf16
+// weights (GDN qkv|z int4 with in_proj_b|a dense) runs the int4 ones fused and the dense ones on their own path.
+TEST(cuda_int4_matmul_multi_fused) {
+    const int k = 1024;
+    i4w a = mkw((i4_spec){2, 1000, k, 128, 0, FD_F16}), b = mkw((i4_spec){2, 520, k, 128, 0, FD_F16}),
+        c = mkw((i4_spec){0, 264, k, 128, 0, FD_F16});
+    float *wd = rnd((size_t)48 * k, -0.05f, 0.05f);
+    uint16_t *wb = fd_malloc((size_t)48 * k * 2);
+    for (size_t i = 0; i < (size_t)48 * k; i++) wb[i] = fd_f32_to_bf16(wd[i]);
+    fd_weight dense = {.name = "dense", .fmt = FD_WFMT_DENSE, .dtype = FD_BF16, .rows = 48, .cols = k, .data = wb};
+    gpu()->upload_weight(gpu(), &dense);
+    const fd_weight *groups[2][4] = {{&a.g, &b.g, &c.g, NULL}, {&a.g, &dense, &b.g, NULL}};
+    const int counts[2] = {3, 3}, launches_want[2] = {1, 2};
+    for (int gi = 0; gi < 2; gi++)
+        for (int n = 1; n <= 9; n += 8) {
+            float *x = rnd((size_t)n * k, -1.f, 1.f);
+            void *dx = gpu()->alloc(gpu(), (size_t)n * k * 4);
+            gpu()->to_device(gpu(), dx, x, (size_t)n * k * 4);
+            void *outs[4];
+            for (int i = 0; i < counts[gi]; i++) {
+                const size_t no = (size_t)n * groups[gi][i]->rows;
+                float *h = fd_malloc(no * 4);
+                for (size_t e = 0; e < no; e++) h[e] = NAN;
+                outs[i] = gpu()->alloc(gpu(), no * 4);
+                gpu()->to_device(gpu(), outs[i], h, no * 4);
+                free(h);
+            }
+            const int64_t launches = fd_cuda_gemv_launches(gpu()), calls = route_calls("gemm_int4", 0);
+            gpu()->matmul_multi(gpu(), outs, groups[gi], counts[gi], dx, n);
+            gpu()->sync(gpu());
+            EXPECT(fd_cuda_gemv_launches(gpu()) - launches == launches_want[gi], "group %d n %d: %lld launches", gi, n,
+                   (long long)(fd_cuda_gemv_launches(gpu()) - launches));
+            EXPECT(route_calls("gemm_int4", 0) - calls == (gi ? 2 : 3), "group %d n %d: int4 calls not counted", gi, n);
+            for (int i = 0; i < counts[gi]; i++) {
+                const size_t no = (size_t)n * groups[gi][i]->rows;
+                float *fused = fd_malloc(no * 4), *alone = gpu_mm(x, groups[gi][i], n);
+                gpu()->to_host(gpu(), fused, outs[i], no * 4);
+                EXPECT(!memcmp(fused, alone, no * 4), "group %d n %d weight %d: fused differs from the single call", gi,
+                       n, i);
+                free(fused), free(alone);
+                gpu()->free(gpu(), outs[i]);
+            }
+            gpu()->free(gpu(), dx);
+            free(x);
+        }
+    gpu()->release_weight(gpu(), &dense);
+    free(wd), free(wb);
+    freew(&a), freew(&b), freew(&c);
+}
+
 // ---- the int4 HF fixtures through the engine on the GPU ----
 static const char *const k_int4_fixtures[] = {"int4_gptq_qwen35_dense",   "int4_awq_qwen35_dense",
                                               "int4_gptq_qwen3_next_moe", "int4_awq_qwen3_next_moe",
@@ -331,8 +392,8 @@ TEST(cuda_int4_fixtures_match_hf) {
             ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 0, lg, 1) == 0, "%s", fd_error_msg());
             double err = test_rel_l2(lg, fx.logits, n), worst = 0;
             for (int t = 0; t < fx.n_ids; t++) {
-                const double et = test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab,
-                                              (size_t)fx.vocab);
+                const double et =
+                    test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab, (size_t)fx.vocab);
                 if (et > worst) worst = et;
             }
             engine_free(&e);
@@ -407,8 +468,9 @@ TEST(bench_cuda_gemv_int4) {
     static const struct {
         int m, k, per_token, ffn;
         const char *what;
-    } shapes[] = {{10240, 5120, 48, 0, "GDN qkv"},     {6144, 5120, 48, 0, "GDN z"},        {5120, 6144, 64, 0, "GDN out, attn o"},
-                  {12288, 5120, 16, 0, "attn q|gate"}, {1024, 5120, 32, 0, "attn k, v"},    {17408, 5120, 128, 1, "FFN gate, up"},
+    } shapes[] = {{10240, 5120, 48, 0, "GDN qkv"},        {6144, 5120, 48, 0, "GDN z"},
+                  {5120, 6144, 64, 0, "GDN out, attn o"}, {12288, 5120, 16, 0, "attn q|gate"},
+                  {1024, 5120, 32, 0, "attn k, v"},       {17408, 5120, 128, 1, "FFN gate, up"},
                   {5120, 17408, 64, 1, "FFN down"}};
     const int ns[] = {1, 8, 16};
     double int4_ms[3] = {0}, bf16_ms[3] = {0}, gptq_ms[3] = {0};
@@ -425,8 +487,16 @@ TEST(bench_cuda_gemv_int4) {
         for (size_t i = 0; i < (size_t)m * k / 8; i++) qw[i] = (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 7);
         for (size_t i = 0; i < (size_t)G * m / 8; i++) qz[i] = 0x88888888u ^ (uint32_t)(i * 40503u);
         for (size_t i = 0; i < (size_t)G * m; i++) sc[i] = fd_f32_to_f16(0.002f + 1e-6f * (float)(i % 1000));
-        fd_weight w = {.name = "bench.qweight", .fmt = FD_WFMT_AWQ_INT4, .dtype = FD_I32, .rows = m, .cols = k,
-                       .data = qw, .scale = sc, .scale_dtype = FD_F16, .qzeros = qz, .group_size = 128,
+        fd_weight w = {.name = "bench.qweight",
+                       .fmt = FD_WFMT_AWQ_INT4,
+                       .dtype = FD_I32,
+                       .rows = m,
+                       .cols = k,
+                       .data = qw,
+                       .scale = sc,
+                       .scale_dtype = FD_F16,
+                       .qzeros = qz,
+                       .group_size = 128,
                        .n_groups = G};
         B()->upload_weight(B(), &w);
         free(qw), free(qz), free(sc);

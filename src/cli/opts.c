@@ -306,7 +306,9 @@ static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v
         return 0;
     case O_QUANTIZE:
         o->load.quantize_fp8 = !strcmp(v, "fp8");
-        o->load.quantize_int4 = !strcmp(v, "gptq-int4") ? FD_WFMT_GPTQ_INT4 : !strcmp(v, "awq-int4") ? FD_WFMT_AWQ_INT4 : 0;
+        o->load.quantize_int4 = !strcmp(v, "gptq-int4")  ? FD_WFMT_GPTQ_INT4
+                                : !strcmp(v, "awq-int4") ? FD_WFMT_AWQ_INT4
+                                                         : 0;
         if (!o->load.quantize_fp8 && !o->load.quantize_int4) return bad(name, v, "fp8, gptq-int4 or awq-int4");
         return 0;
     case O_JSON:

@@ -328,6 +328,15 @@ void cu_upload_int4(fd_backend *be, fd_weight *w);
 // or one group, x 16-byte aligned.
 int cu_gemv_int4_supported(const void *x, const fd_weight *W, int n);
 void cu_gemv_int4(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+// The same for up to CU_GEMV_MAX_SEGS weights sharing x, k and grouping, in one launch (each result bitwise the
+// separate call's).
+int cu_gemv_int4_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
+void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x,
+                        int n);
+// matmul_multi's int4 members (fused when the GEMV takes them all), the rest through cu_matmul_multi; 0 (nothing
+// run) when no weight is int4.
+int cu_matmul_multi_int4(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x,
+                         int n);
 // dst [rows, cols] = the dequantized weight s * (q - z): f32 (exact) or rounded to bf16.
 void cu_int4_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32);
 // Route gemm_int4's dispatch (cu_gemm_f32out sends int4 weights here).

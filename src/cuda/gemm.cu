@@ -190,6 +190,7 @@ void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int
 void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n) {
     cu_impl *c = cu_of(be);
     if (n <= 0 || count <= 0) return;
+    if (cu_matmul_multi_int4(be, outs, Ws, count, x, n)) return; // int4 members fused (gemv_int4.cu), the rest here
     // bf16 groups under gemm_small=gemv, FP8 groups under gemm_fp8=gemv (cu_gemv_multi_supported: one format)
     const int fp8 = Ws[0]->fmt == FD_WFMT_FP8_BLOCK;
     const int route_ok = fp8 ? c->gemm_fp8 == CU_GEMM_FP8_GEMV : c->gemm_small == CU_GEMM_SMALL_GEMV;

@@ -266,7 +266,8 @@ int bind_linear(fd_binder *b, fd_weight *w, const char *name, int ndim, const in
     }
     // int4 at load: GPTQ leaves what Qwen's GPTQ-Int4 checkpoints leave in bf16 (their `dynamic` rules -:.*attn.*
     // and -:.*shared_expert.*); AWQ quantizes every linear weight. Fused expert tensors stay dense.
-    const int int4_skip = b->quantize_int4 == FD_WFMT_GPTQ_INT4 && (strstr(name, "attn") || strstr(name, "shared_expert"));
+    const int int4_skip =
+        b->quantize_int4 == FD_WFMT_GPTQ_INT4 && (strstr(name, "attn") || strstr(name, "shared_expert"));
     if (b->quantize_int4 && ndim == 2 && !int4_skip && w->rows % 8 == 0 && w->cols % 8 == 0) {
         uint32_t *qw, *qz;
         uint16_t *sc;
