@@ -10,21 +10,16 @@
 //   - batch invariance, bitwise: row j of a 16-row call equals the 1-row call on row j alone;
 //   - the dequant route (n > 16, or selected, and act-order g_idx at any n), counted as gemm_int4=dequant;
 //   - matmul_multi: the int4 weights of a group in one launch, bitwise the separate calls, mixed groups too;
-//   - the int4 HF fixtures (tools/make_int4_fixtures.py) through the engine: logits vs HF, greedy identical;
-//     skipped with a line per fixture while absent.
+// Whole models (the int4 HF fixtures, DFlash with an int4 target) are in test_cuda_int4_models.c.
 // Thresholds as for bf16 / FP8 weights (test_cuda_fp8.c): bf16 activations 2e-2, bf16x2 1e-4. The GEMV's weights
 // are exact (integer q - z in bf16, the scale applied in fp32); the dequant route under bf16 rounds s (q - z).
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "../tests/fixture.h"
 #include "../tests/test.h"
 #include "backend.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
-#include "engine/engine.h"
-#include "model/model.h"
 
 #define TOL_BF16   2e-2
 #define TOL_BF16X2 1e-4
@@ -350,71 +345,6 @@ TEST(cuda_int4_matmul_multi_fused) {
     gpu()->release_weight(gpu(), &dense);
     free(wd), free(wb);
     freew(&a), freew(&b), freew(&c);
-}
-
-// ---- the int4 HF fixtures through the engine on the GPU ----
-static const char *const k_int4_fixtures[] = {"int4_gptq_qwen35_dense",   "int4_awq_qwen35_dense",
-                                              "int4_gptq_qwen3_next_moe", "int4_awq_qwen3_next_moe",
-                                              "int4_gptq_qwen35_moe",     "int4_awq_qwen35_moe"};
-
-static int fixture_present(const char *name) {
-    char *p = fd_sprintf("tests/data/fixtures/%s/prompt.json", name);
-    const int have = access(p, R_OK) == 0;
-    free(p);
-    if (!have) printf("    skip: tests/data/fixtures/%s is absent (make it with tools/make_int4_fixtures.py)\n", name);
-    return have;
-}
-
-// Logits at every prompt position within 2e-2 of HF fp32 on the dequantized weights (worst position 5e-2: the
-// fixtures' k = 384 down projections run bf16 activations under gemm_act=auto, as the FP8 fixtures do), greedy
-// identical, under the default routes (int4 GEMV for decode, dequant for the prompt) with the prompt in one
-// chunk and in chunks of 7 (decode-sized GEMMs through the GEMV).
-TEST(cuda_int4_fixtures_match_hf) {
-    const int budgets[] = {0, 7};
-    for (size_t f = 0; f < sizeof k_int4_fixtures / sizeof k_int4_fixtures[0]; f++) {
-        if (!fixture_present(k_int4_fixtures[f])) continue;
-        fixture fx;
-        ASSERT(fixture_load(k_int4_fixtures[f], &fx) == 0, "%s", fd_error_msg());
-        for (int b = 0; b < 2; b++) {
-            const int budget = budgets[b] ? budgets[b] : fx.n_ids;
-            fd_model m;
-            ASSERT(model_load(fx.dir, &m) == 0, "%s: %s", k_int4_fixtures[f], fd_error_msg());
-            model_upload(&m, gpu());
-            fd_engine_opts o;
-            engine_default_opts(&o);
-            o.max_batch = budget;
-            o.capacity = fx.n_ids + fx.n_greedy + 1;
-            fd_engine e;
-            ASSERT(engine_init(&e, &m, gpu(), &o) == 0, "%s", fd_error_msg());
-            const size_t n = (size_t)fx.n_ids * fx.vocab;
-            float *lg = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) lg[i] = NAN;
-            ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 0, lg, 1) == 0, "%s", fd_error_msg());
-            double err = test_rel_l2(lg, fx.logits, n), worst = 0;
-            for (int t = 0; t < fx.n_ids; t++) {
-                const double et =
-                    test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab, (size_t)fx.vocab);
-                if (et > worst) worst = et;
-            }
-            engine_free(&e);
-            ASSERT(engine_init(&e, &m, gpu(), &o) == 0, "%s", fd_error_msg());
-            int32_t *out = calloc((size_t)fx.n_greedy + 1, sizeof *out);
-            ASSERT(engine_generate_greedy(&e, fx.ids, fx.n_ids, budget, fx.n_greedy, out) == 0, "%s", fd_error_msg());
-            int same = 0;
-            while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
-            printf("    %-26s budget %3d: logits rel-L2 vs HF %.2e (worst position %.2e), greedy %d/%d identical\n",
-                   k_int4_fixtures[f], budget, err, worst, same, fx.n_greedy);
-            EXPECT(err <= 2e-2 && worst <= 5e-2, "%s budget %d: rel-L2 %.3g, worst position %.3g", k_int4_fixtures[f],
-                   budget, err, worst);
-            EXPECT(same == fx.n_greedy, "%s budget %d: greedy differs from HF at new token %d", k_int4_fixtures[f],
-                   budget, same);
-            free(out);
-            free(lg);
-            engine_free(&e);
-            model_free(&m); // device copies of the weights stay (backend.h has no model-wide release)
-        }
-        fixture_free(&fx);
-    }
 }
 
 // ---- bench (FD_CUDA_BENCH=1): the int4 GEMV on every linear shape of a 27B decode step, n = 1, 8, 16, beside

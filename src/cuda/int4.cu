@@ -70,6 +70,7 @@ void cu_upload_int4(fd_backend *be, fd_weight *w) {
     if (w->scale_dtype != FD_F16 && w->scale_dtype != FD_BF16 && w->scale_dtype != FD_F32)
         i4_refuse(w, "scales must be F16, BF16 or F32");
     if (K > INT32_MAX / 2) i4_refuse(w, "more than 2^30 inputs");
+    if (w->group_size % 8) i4_refuse(w, "a group size that is not a multiple of 8"); // the loader allows none
     // g_idx k / group_size is the plain grouping: drop it so the GEMV takes the weight (the CPU reads the same).
     int trivial = 1;
     for (int64_t k = 0; w->g_idx && k < K && trivial; k++) trivial = w->g_idx[k] == k / w->group_size;
@@ -123,11 +124,11 @@ __global__ void k_int4_dequant(void *dst, const uint32_t *W, const uint32_t *met
         const int k0 = i4_word_k0(d);
         if (k0 >= k) continue;
         const uint32_t word = W[idx];
+        uint32_t mt = gidx ? 0u : meta[(int64_t)(k0 / gs) * m + r]; // gs % 8 == 0: the 8 inputs share a group
         float f[8];
 #pragma unroll
         for (int p = 0; p < 8; p++) {
-            const int64_t grp = gidx ? gidx[k0 + p] : (k0 + p) / gs;
-            const uint32_t mt = meta[grp * m + r];
+            if (gidx) mt = meta[(int64_t)gidx[k0 + p] * m + r];
             const int z = (int)__uint_as_float(((mt >> 16) & 0x7fffu) << 16) - 128;
             f[p] = i4_scale(mt) * (float)((int)((word >> (4 * p)) & 15u) - z);
         }
