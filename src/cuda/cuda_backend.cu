@@ -264,7 +264,10 @@ static fd_route *route_find(fd_backend *be, const char *route) {
 
 extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *value) {
     fd_route *r = route_find(be, route);
-    if (!r) return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4)", route);
+    if (!r)
+        return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, "
+                            "gemm_int4)",
+                            route);
     char known[64] = "";
     for (int i = 0; r->values[i]; i++) {
         if (!strcmp(value, r->values[i])) {
