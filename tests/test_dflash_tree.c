@@ -94,7 +94,8 @@ TEST(tree_verify_nodes_match_chains_and_commit) {
             worst = fmax(worst, err);
             EXPECT(err <= 1e-5, "%s node %d (depth %d): logits rel-L2 %.3g vs its chain", k_fx[f].name, t, len - 1,
                    err);
-            EXPECT(engine_argmax(tl + (size_t)t * V, V) == engine_argmax(want, V), "%s node %d argmax", k_fx[f].name, t);
+            EXPECT(engine_argmax(tl + (size_t)t * V, V) == engine_argmax(want, V), "%s node %d argmax", k_fx[f].name,
+                   t);
         }
         // commit the deepest non-contiguous path 0-1-3-6-9 and compare with a fresh prefill of prompt + path
         int32_t path[N_NODES], toks[256];
@@ -226,10 +227,7 @@ TEST(tree_refusals) {
 // tree) nothing.
 TEST(tree_sampling_accept_math) {
     enum { V = 8, N = 200000 };
-    fd_spec_tree t = {.n = 5,
-                      .token = {0, 5, 2, 7, 3},
-                      .parent = {-1, 0, 0, 0, 1},
-                      .depth = {0, 1, 1, 1, 2}};
+    fd_spec_tree t = {.n = 5, .token = {0, 5, 2, 7, 3}, .parent = {-1, 0, 0, 0, 1}, .depth = {0, 1, 1, 1, 2}};
     float tl[5 * V], p[5][V], scratch[V];
     uint64_t seed = 11;
     test_fill_uniform(tl, 5 * V, -1.5f, 1.5f, &seed);
@@ -298,4 +296,37 @@ TEST(tree_sampling_is_lossless) {
     free(p);
     engine_free(&ref);
     spec_rig_close(&r);
+}
+
+TEST(tree_cli_generate_stats_and_refusal) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    char *csv = test_ids_csv(fx.ids, fx.n_ids), *plain = NULL, *tree = NULL, *stats = NULL, *bad = NULL;
+    char *cmd = fd_sprintf("%s generate %s --ids %s -n 24 2>/dev/null", test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &plain) == 0);
+    free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids %s -n 24 --draft tests/data/dflash/qwen35_dense_tied_b8 --route "
+                     "spec_verify=tree --tree-budget 12 2>/dev/null",
+                     test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &tree) == 0);
+    EXPECT(plain && tree && !strcmp(plain, tree), "tree output differs:\n%s%s", plain, tree);
+    free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids %s -n 8 --draft tests/data/dflash/qwen35_dense_tied_b8 --route "
+                     "spec_verify=tree --tree-budget 12 --stats 2>&1 >/dev/null",
+                     test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &stats) == 0);
+    EXPECT(stats && strstr(stats, "tree verify (budget 12)") && strstr(stats, "nodes verified/round") &&
+               strstr(stats, "emitted tokens/round"),
+           "%s", stats ? stats : "");
+    free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids %s -n 8 --tree-budget 12 2>&1", test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &bad) != 0);
+    EXPECT(bad && strstr(bad, "--tree-budget") && strstr(bad, "--draft"), "%s", bad ? bad : "");
+    free(cmd);
+    free(plain);
+    free(tree);
+    free(stats);
+    free(bad);
+    free(csv);
+    fixture_free(&fx);
 }

@@ -282,6 +282,11 @@ void dflash_print_stats(const fd_dflash *s, FILE *f) {
             "accept %.3f, commit %.3f)\n",
             (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,
             1e3 * st->verify_s / r, 1e3 * st->accept_s / r, 1e3 * st->commit_s / r);
+    if (st->tree_rounds)
+        fprintf(f, "spec: tree verify (budget %d): %lld tree rounds, nodes verified/round %.3f, accepted depth/round "
+                   "%.3f\n",
+                s->tree_budget, (long long)st->tree_rounds, (double)st->draft_tokens / r + 1.0,
+                (double)st->accepted / r);
     fprintf(f, "spec: accepted per position:");
     for (int i = 0; i < s->B - 1; i++) fprintf(f, " %lld", (long long)st->accepted_per_pos[i]);
     fprintf(f, "\n");

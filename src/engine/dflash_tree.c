@@ -66,8 +66,8 @@ int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int ro
         t->depth[node] = c.depth;
         t->logq[node] = c.score;
         if (c.rank + 1 < k)
-            cand[n_cand++] = (tree_cand){t->logq[c.parent] + lp[(c.depth - 1) * k + c.rank + 1], c.parent, c.depth,
-                                         c.rank + 1};
+            cand[n_cand++] =
+                (tree_cand){t->logq[c.parent] + lp[(c.depth - 1) * k + c.rank + 1], c.parent, c.depth, c.rank + 1};
         if (c.depth < rows) cand[n_cand++] = (tree_cand){c.score + lp[c.depth * k], node, c.depth + 1, 0};
     }
     free(top);
@@ -104,7 +104,8 @@ int spec_tree_accept_sampled(fd_sampler *smp, const fd_spec_tree *t, const float
             if (t->parent[c] != u) continue;
             const int32_t x = t->token[c];
             if (p[x] <= 0) continue; // r(x) = 0: rejected without a draw
-            if (sampler_uniform(smp) * rest < p[x]) child = c;
+            if (sampler_uniform(smp) * rest < p[x])
+                child = c;
             else {
                 rest -= p[x];
                 p[x] = 0;

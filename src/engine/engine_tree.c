@@ -15,7 +15,8 @@ int engine_tree_supported(const fd_engine *e) {
 
 int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits) {
     FD_TRY(engine_tree_supported(e));
-    if (n < 1 || n > e->spec_block) return fd_error_set("tree verify of %d nodes: state slots hold %d", n, e->spec_block);
+    if (n < 1 || n > e->spec_block)
+        return fd_error_set("tree verify of %d nodes: state slots hold %d", n, e->spec_block);
     int32_t *depth = fd_malloc(sizeof(int32_t) * (size_t)n);
     for (int t = 0; t < n; t++) {
         const int ok = t == 0 ? parent[0] == -1 : parent[t] >= 0 && parent[t] < t;
@@ -59,8 +60,8 @@ void engine_commit_tree(fd_engine *e, int64_t n_past_before_verify, const int32_
                 be->kv_copy(be, &kv, n0 + d, &kv, n0 + path[d], 1, p->kv_heads, p->head_dim);
             }
         if (e->taps)
-            be->copy_rows(be, (char *)e->taps + tap_row * (size_t)d, tap_row, (char *)e->taps + tap_row * (size_t)path[d],
-                          tap_row, 1, tap_row);
+            be->copy_rows(be, (char *)e->taps + tap_row * (size_t)d, tap_row,
+                          (char *)e->taps + tap_row * (size_t)path[d], tap_row, 1, tap_row);
     }
     e->n_past = n0 + keep; // K/V past n_past is stale and never read
     // the tree left the committed state as it was: the accepted node's slot is the state after the path
