@@ -198,6 +198,25 @@ struct fd_backend {
     void (*attention_window)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
                              int Hkv, int hd, float scale, int window);
 
+    // ---- tree verify (spec_verify=tree; optional: NULL where a backend lacks them, the engine then refuses the
+    // route) ----
+    // A verify tree of n nodes of one sequence in topological order: parent_dev[t] (backend memory, int32 [n]) is
+    // node t's parent, < t, and -1 for the root, whose parent is the sequence's committed state. Node t's state is
+    // computed from its parent's: the committed state for the root, else state slot parent_dev[t]; the committed
+    // state itself is not changed (the commit copies the accepted node's slot). Along any root-to-node path the
+    // results are those of the chain op over that path (cpu: bitwise).
+    // conv1d_silu over the tree: as conv1d_silu with state_slots (f32 [n, C, K-1]) required.
+    void (*conv1d_silu_tree)(fd_backend *be, void *out, const void *x, const fd_weight *w, const float *conv_state,
+                             int n, int C, int K, float *state_slots, const int32_t *parent_dev);
+    // gdn_core over the tree (the recurrence): as gdn_core with state_slots (f32 [n, Hv, dk, dv]) required.
+    void (*gdn_core_tree)(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                          const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv,
+                          int dk, int dv, float *state_slots, const int32_t *parent_dev);
+    // Attention with the tree mask: node t's key/value sits at position pos0 + t of kv; query t sees the context
+    // keys [0, pos0) and the keys of its ancestors and itself, in position order -> out [n, H*hd].
+    void (*attention_tree)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                           int Hkv, int hd, float scale, const int32_t *parent_dev);
+
     // ---- greedy decoding ----
     // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest
     // index wins ties (as engine_argmax). Only the ids cross to the host.

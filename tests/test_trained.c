@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/dflash.h"
+#include "engine/dflash_tree.h"
 #include "fixture.h"
 #include "io/tokenizer.h"
 #include "test.h"
@@ -189,5 +190,75 @@ TEST(trained_tokenizer_matches_hf_on_held_out_code) {
         free(want);
     }
     tok_free(t);
+    ref_free(&ref);
+}
+
+// Tree verify (spec_verify=tree) on the trained pair: greedy output identical to plain greedy on every held-out
+// prompt at several budgets, and emitted tokens/round against the chain's at block 8 (issue 22 asks >= 1.3x).
+TEST(trained_tree_greedy_identical_and_tokens_per_round) {
+    trained_ref ref;
+    ASSERT(ref_load(&ref) == 0, "reference data missing under " DATA_DIR);
+    fd_model m;
+    fd_drafter d;
+    ASSERT(model_load(TARGET_DIR, &m) == 0, "%s", fd_error_msg());
+    model_upload(&m, cpu());
+    ASSERT(drafter_load(DRAFT_DIR, &m, &d) == 0, "%s", fd_error_msg());
+    drafter_upload(&d, cpu());
+    const int n_new = 48, budgets[] = {0, 4, 16, 32}; // 0: the chain
+    enum { N_B = 4 };
+    const int np = (int)json_array_size(ref.prompts);
+    int64_t rounds[N_B] = {0}, emitted[N_B] = {0}, nodes[N_B] = {0};
+    double secs[N_B] = {0};
+    int mismatches = 0;
+    for (int i = 0; i < np; i++) {
+        int n;
+        int32_t *ids = json_ids(json_object_get(json_array_get(ref.prompts, (size_t)i), "ids"), &n);
+        fd_engine e;
+        fd_engine_opts o;
+        engine_default_opts(&o);
+        o.capacity = n + n_new + 64;
+        o.max_batch = 64;
+        ASSERT(engine_init(&e, &m, cpu(), &o) == 0, "%s", fd_error_msg());
+        int32_t *plain = calloc(n_new, sizeof *plain), *spec = calloc(n_new, sizeof *spec);
+        ASSERT(engine_generate_greedy(&e, ids, n, 0, n_new, plain) == 0, "%s", fd_error_msg());
+        for (int b = 0; b < N_B; b++) {
+            fd_dflash s;
+            engine_reset(&e);
+            ASSERT(dflash_init(&s, &e, &d, 8) == 0, "%s", fd_error_msg());
+            e.spec_verify_sel = budgets[b] > 0;
+            s.tree_budget = budgets[b];
+            const double t0 = fd_time_s();
+            ASSERT(dflash_generate(&s, ids, n, 64, n_new, NULL, spec) == 0, "%s", fd_error_msg());
+            secs[b] += fd_time_s() - t0;
+            const int same = !memcmp(spec, plain, sizeof(int32_t) * n_new);
+            EXPECT(same, "prompt %d budget %d: speculative output differs from greedy", i, budgets[b]);
+            mismatches += !same;
+            rounds[b] += s.st.rounds;
+            emitted[b] += s.st.emitted;
+            nodes[b] += s.st.draft_tokens;
+            dflash_free(&s);
+        }
+        free(plain);
+        free(spec);
+        free(ids);
+        engine_free(&e);
+    }
+    const double chain = (double)emitted[0] / (double)rounds[0];
+    for (int b = 0; b < N_B; b++) {
+        const double tau = (double)emitted[b] / (double)rounds[b];
+        char what[32];
+        snprintf(what, sizeof what, budgets[b] ? "budget %d" : "chain", budgets[b]);
+        printf("    %d prompts, block 8, %-9s: %.3f emitted tokens/round (%.2fx chain), %.1f draft nodes/round, "
+               "%.1f ms/round (cpu)\n",
+               np, what, tau, tau / chain,
+               (double)nodes[b] / (double)rounds[b], 1e3 * secs[b] / (double)rounds[b]);
+    }
+    EXPECT(mismatches == 0);
+    // the default budget must reach the issue's bar on these prompts
+    const double tau_default = (double)emitted[3] / (double)rounds[3];
+    EXPECT(budgets[3] == FD_TREE_BUDGET_DEFAULT && tau_default >= 1.3 * chain,
+           "tree (budget %d) %.3f vs chain %.3f emitted tokens/round", budgets[3], tau_default, chain);
+    drafter_free(&d);
+    model_free(&m);
     ref_free(&ref);
 }

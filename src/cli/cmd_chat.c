@@ -19,7 +19,7 @@
 static const char *chat_why_not(opt_id id) {
     return id == O_IDS ? "chat reads text from the terminal" : id == O_PROMPT ? "type the messages instead" : NULL;
 }
-static const opt_id k_chat_opts[] = {O_MODEL,      O_TOKENIZER,     O_DRAFT,       O_BLOCK_SIZE, O_SYSTEM,
+static const opt_id k_chat_opts[] = {O_MODEL,      O_TOKENIZER,     O_DRAFT,       O_BLOCK_SIZE, O_TREE_BUDGET, O_SYSTEM,
                                      O_IGNORE_EOS, O_N_NEW,         O_TEMPERATURE, O_TOP_K,      O_TOP_P,
                                      O_SEED,       CLI_ENGINE_OPTS, O_COUNT};
 const cmd_spec cmd_chat_spec = {

@@ -137,7 +137,7 @@ static const char *generate_why_not(opt_id id) {
 }
 static const opt_id k_generate_opts[] = {O_MODEL, O_IDS,        O_PROMPT,        O_N_NEW, O_TEMPERATURE,
                                          O_TOP_K, O_TOP_P,      O_SEED,          O_DRAFT, O_BLOCK_SIZE,
-                                         O_STATS, O_IGNORE_EOS, CLI_ENGINE_OPTS, O_TRACE, O_COUNT};
+                                         O_TREE_BUDGET, O_STATS, O_IGNORE_EOS, CLI_ENGINE_OPTS, O_TRACE, O_COUNT};
 const cmd_spec cmd_generate_spec = {
     "generate", "MODEL_DIR (--ids 1,2,3 | -p TEXT)",
     "-p TEXT ('-' = stdin): the continuation as text, streamed (ends at the model's eos); --ids: the N new ids on "

@@ -22,6 +22,7 @@ static const opt_def k_opts[] = {
     {O_SEED, "--seed", "S", "random seed (sampling; random weights)"},
     {O_DRAFT, "--draft", "DIR", "DFlash drafter: speculative decoding"},
     {O_BLOCK_SIZE, "--block-size", "B", "DFlash block, 2..64 (default: the drafter's)"},
+    {O_TREE_BUDGET, "--tree-budget", "N", "draft nodes per tree round, 1..63 (route spec_verify=tree; default 32)"},
     {O_STATS, "--stats", NULL, "print DFlash, route and graph statistics on stderr"},
     {O_IGNORE_EOS, "--ignore-eos", NULL, "go on past end-of-sequence tokens (up to -n)"},
     {O_RANDOM_WEIGHTS, "--random-weights", "CONFIG.json", "a synthetic target instead of MODEL_DIR"},
@@ -349,6 +350,10 @@ static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v
         if (opt_int(v, 2, FD_SPEC_MAX_BLOCK, &x)) return bad(name, v, "in 2..64");
         o->block_size = (int)x;
         return 0;
+    case O_TREE_BUDGET:
+        if (opt_int(v, 1, FD_SPEC_MAX_BLOCK - 1, &x)) return bad(name, v, "in 1..63");
+        o->tree_budget = (int)x;
+        return 0;
     case O_STATS:
         o->stats = 1;
         return 0;
@@ -406,5 +411,7 @@ int cli_check_sampling(const cli_opts *o) {
                              opts_def(samp[i])->names);
     if (o->given >> O_BLOCK_SIZE & 1 && !o->draft_dir && !o->draft_random)
         return cli_error("--block-size is the DFlash block: give --draft DIR too");
+    if (o->given >> O_TREE_BUDGET & 1 && !o->draft_dir && !o->draft_random)
+        return cli_error("--tree-budget sizes a DFlash tree round: give --draft DIR (and --route spec_verify=tree)");
     return 0;
 }

@@ -23,6 +23,7 @@ typedef enum {
     O_SEED,
     O_DRAFT,
     O_BLOCK_SIZE,
+    O_TREE_BUDGET,
     O_STATS,
     O_IGNORE_EOS,
     O_RANDOM_WEIGHTS,
@@ -138,6 +139,7 @@ typedef struct {
     const char *trace;     // --trace FILE: Chrome-trace JSON of per-op timings
     const char *draft_dir; // DFlash drafter
     int block_size;        // 0 = the drafter's
+    int tree_budget;       // draft nodes of a tree round (route spec_verify=tree); 0 = the default
     int stats;
     int ignore_eos; // text commands: generate to -n even past an end-of-sequence token
     uint64_t given; // bit id: the option was given

@@ -117,6 +117,7 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     }
     if (engine_init(&s->eng, &s->model, s->be, &eo)) return fail(1);
     if (s->has_draft && dflash_init(&s->spec, &s->eng, &s->dr, o->block_size)) return fail(1);
+    if (s->has_draft && o->tree_budget) s->spec.tree_budget = o->tree_budget;
     // Routes: defaults, then the environment (FD_ROUTE_<NAME>), then --route; impossible combinations refused.
     int bad = routes_from_env(&s->eng);
     for (int i = 0; !bad && i < o->n_routes; i++) bad = routes_set(&s->eng, o->route_specs[i]);

@@ -161,6 +161,7 @@ typedef struct {
     float scale;
     int causal;
     int window; // > 0: only keys with |query position - key| < window (DFlash2's sliding layers)
+    const int32_t *parent; // a verify tree (backend.h: attention_tree), else NULL
 } attn_ctx;
 
 // Key or value row (position j, kv head h) as fp32 into tmp (e4m3) or in place (f32).
@@ -237,6 +238,68 @@ void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_vi
     free(c);
 }
 
+// The tree mask: query t sees the context [0, pos0) and its ancestors and itself at pos0 + node. The keys are
+// visited in position order (ancestors have lower indices), with the same arithmetic as attn_rows, so a node's
+// result is bitwise the causal chain's over its root-to-node path.
+static void attn_rows_tree(void *p, int64_t b, int64_t e) {
+    attn_ctx *c = p;
+    const int hd = c->hd, group = c->H / c->Hkv;
+    const int64_t span = c->pos0 + c->n;
+    float *sc = fd_malloc((size_t)span * 4), *tmp = fd_malloc((size_t)hd * 4);
+    int64_t *keys = fd_malloc((size_t)span * sizeof(int64_t));
+    for (int64_t idx = b; idx < e; idx++) {
+        const int64_t t = idx / c->H;
+        const int h = (int)(idx % c->H), kvh = h / group;
+        int64_t nk = c->pos0, path = 0;
+        for (int64_t a = t; a >= 0; a = c->parent[a]) path++; // the path's length, then its nodes root first
+        for (int64_t a = t, i = nk + path - 1; a >= 0; a = c->parent[a], i--) keys[i] = c->pos0 + a;
+        for (int64_t j = 0; j < nk; j++) keys[j] = j;
+        nk += path;
+        const float *q = c->q + idx * hd;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < nk; i++) {
+            const float *kr = kv_row(c, 0, keys[i], kvh, tmp);
+            float d = 0;
+            for (int x = 0; x < hd; x++) d += q[x] * kr[x];
+            sc[i] = d * c->scale;
+            if (sc[i] > mx) mx = sc[i];
+        }
+        double sum = 0;
+        for (int64_t i = 0; i < nk; i++) sum += sc[i] = expf(sc[i] - mx);
+        const float inv = (float)(1.0 / sum);
+        float *o = c->out + (t * c->H + h) * hd;
+        for (int x = 0; x < hd; x++) o[x] = 0;
+        for (int64_t i = 0; i < nk; i++) {
+            const float *vr = kv_row(c, 1, keys[i], kvh, tmp), w = sc[i] * inv;
+            for (int x = 0; x < hd; x++) o[x] += w * vr[x];
+        }
+    }
+    free(sc);
+    free(tmp);
+    free(keys);
+}
+
+static void cpu_attention_tree(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n,
+                               int H, int Hkv, int hd, float scale, const int32_t *parent_dev) {
+    FD_CHECK(pos0 >= 0 && pos0 + n <= kv->capacity && parent_dev, "attention_tree: keys [0, %lld) beyond capacity %lld",
+             (long long)(pos0 + n), (long long)kv->capacity);
+    for (int t = 0; t < n; t++)
+        FD_CHECK(parent_dev[t] < t && (t > 0 || parent_dev[t] < 0) && parent_dev[t] >= -1,
+                 "attention_tree: node %d has parent %d", t, parent_dev[t]);
+    attn_ctx *c = fd_calloc(1, sizeof *c);
+    *c = (attn_ctx){.out = out, .q = q, .kv = kv, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd,
+                    .scale = scale, .causal = 1, .parent = parent_dev};
+    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+        c->p8 = kv8_planes(kv, Hkv, hd);
+        for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
+    } else {
+        c->K = kv->base;
+        c->V = c->K + kv->slots * Hkv * hd;
+    }
+    fd_parallel_for((int64_t)n * H, 1, attn_rows_tree, c);
+    free(c);
+}
+
 // pos_dev is host memory on this backend: the position is read when the op runs, which on the CPU is now.
 static void cpu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0,
                           const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal) {
@@ -251,4 +314,5 @@ void cpu_install_attn(fd_backend *be) {
     be->kv_store = cpu_kv_store;
     be->kv_copy = cpu_kv_copy;
     be->attention = cpu_attention;
+    be->attention_tree = cpu_attention_tree;
 }

@@ -39,6 +39,7 @@ typedef struct {
     float *state;
     float *slots; // [n, C, K-1] or NULL
     int n, C, K;
+    const int32_t *parent; // a verify tree (backend.h): node t starts from its parent's slot; NULL: a chain
 } conv_ctx;
 
 static void conv_channels(void *p, int64_t c0, int64_t c1) {
@@ -50,6 +51,11 @@ static void conv_channels(void *p, int64_t c0, int64_t c1) {
         float *st = c->state + ch * (K - 1);
         for (int j = 0; j < K - 1; j++) win[j] = st[j];
         for (int t = 0; t < n; t++) {
+            if (c->parent) { // the window left by the parent (the chain's is the one left by token t - 1)
+                const int pa = c->parent[t];
+                const float *from = pa < 0 ? st : c->slots + ((int64_t)pa * C + ch) * (K - 1);
+                for (int j = 0; j < K - 1; j++) win[j] = from[j];
+            }
             win[K - 1] = c->x[(int64_t)t * C + ch];
             float s = 0;
             for (int j = 0; j < K; j++) s += w[j] * win[j];
@@ -58,7 +64,8 @@ static void conv_channels(void *p, int64_t c0, int64_t c1) {
             if (c->slots)
                 for (int j = 0; j < K - 1; j++) c->slots[((int64_t)t * C + ch) * (K - 1) + j] = win[j];
         }
-        for (int j = 0; j < K - 1; j++) st[j] = win[j];
+        if (!c->parent) // a tree leaves the committed state alone
+            for (int j = 0; j < K - 1; j++) st[j] = win[j];
     }
 }
 
@@ -66,7 +73,16 @@ static void cpu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_w
                             int C, int K, float *state_slots) {
     (void)be;
     FD_CHECK(K >= 1 && K <= 16, "conv kernel %d", K);
-    conv_ctx c = {out, x, w, conv_state, state_slots, n, C, K};
+    conv_ctx c = {out, x, w, conv_state, state_slots, n, C, K, NULL};
+    fd_parallel_for(C, 64, conv_channels, &c);
+}
+
+static void cpu_conv1d_silu_tree(fd_backend *be, void *out, const void *x, const fd_weight *w,
+                                 const float *conv_state, int n, int C, int K, float *state_slots,
+                                 const int32_t *parent_dev) {
+    (void)be;
+    FD_CHECK(K >= 1 && K <= 16 && state_slots && parent_dev, "conv tree: kernel %d, slots and parents required", K);
+    conv_ctx c = {out, x, w, (float *)conv_state, state_slots, n, C, K, parent_dev}; // state only read
     fd_parallel_for(C, 64, conv_channels, &c);
 }
 
@@ -79,6 +95,7 @@ typedef struct {
     float *state;         // [Hv, dk, dv]
     float *slots;         // [n, Hv, dk, dv] or NULL: the state after every token
     int n, Hk, Hv, dk, dv, conv_dim;
+    const int32_t *parent; // a verify tree (backend.h): node t starts from its parent's slot; NULL: a chain
 } gdn_ctx;
 
 static inline const float *gdn_v(const gdn_ctx *c, int t, int h) {
@@ -88,11 +105,17 @@ static inline const float *gdn_v(const gdn_ctx *c, int t, int h) {
 static void gdn_serial_heads(void *p, int64_t h0, int64_t h1) {
     gdn_ctx *c = p;
     const int dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
-    float *kv = fd_malloc((size_t)dv * 4);
+    float *kv = fd_malloc((size_t)dv * 4), *work = c->parent ? fd_malloc((size_t)dk * dv * 4) : NULL;
     for (int64_t h = h0; h < h1; h++) {
-        float *S = c->state + h * dk * dv;
+        // a chain updates the committed state in place; a tree updates a copy of its parent's state per node
+        float *S = work ? work : c->state + h * dk * dv;
         const int kh = (int)(h / r);
         for (int t = 0; t < c->n; t++) {
+            if (work) {
+                const int pa = c->parent[t];
+                const float *from = pa < 0 ? c->state + h * dk * dv : c->slots + ((int64_t)pa * c->Hv + h) * dk * dv;
+                memcpy(S, from, (size_t)dk * dv * sizeof(float));
+            }
             const float *q = c->q + ((int64_t)t * c->Hk + kh) * dk, *k = c->k + ((int64_t)t * c->Hk + kh) * dk;
             const float *v = gdn_v(c, t, (int)h);
             const float decay = expf(c->g[(int64_t)t * c->Hv + h]), beta = c->beta[(int64_t)t * c->Hv + h];
@@ -111,6 +134,7 @@ static void gdn_serial_heads(void *p, int64_t h0, int64_t h1) {
         }
     }
     free(kv);
+    free(work);
 }
 
 // Chunked form per chunk of c tokens (γ = in-chunk cumsum of g, Γ_ij = exp(γ_i − γ_j) for j ≤ i):
@@ -201,10 +225,9 @@ static void gdn_chunked_heads(void *p, int64_t h0, int64_t h1) {
     free(Vn);
 }
 
-static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
+static void gdn_core_run(fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                          const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                         int dv, float *state_slots) {
-    (void)be;
+                         int dv, float *state_slots, const int32_t *parent) {
     const int conv_dim = 2 * Hk * dk + Hv * dv;
     const float *X = qkv, *B = b, *A = a;
     float *q = fd_malloc((size_t)n * Hk * dk * 4), *k = fd_malloc((size_t)n * Hk * dk * 4);
@@ -233,7 +256,7 @@ static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void
             beta[i] = cpu_sigmoid(B[i]);
         }
     }
-    gdn_ctx c = {o, q, k, X, g, beta, state, state_slots, n, Hk, Hv, dk, dv, conv_dim};
+    gdn_ctx c = {o, q, k, X, g, beta, state, state_slots, n, Hk, Hv, dk, dv, conv_dim, parent};
     // Per-token state slots only exist in the recurrence; the engine asks for them with FD_GDN_SERIAL.
     FD_CHECK(!state_slots || route == FD_GDN_SERIAL || n == 1, "GDN state slots need the serial route");
     fd_parallel_for(Hv, 1, route == FD_GDN_SERIAL || n == 1 ? gdn_serial_heads : gdn_chunked_heads, &c);
@@ -241,6 +264,23 @@ static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void
     free(k);
     free(g);
     free(beta);
+}
+
+static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
+                         const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
+                         int dv, float *state_slots) {
+    (void)be;
+    gdn_core_run(route, o, qkv, b, a, A_log, dt_bias, state, n, Hk, Hv, dk, dv, state_slots, NULL);
+}
+
+static void cpu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                              const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk,
+                              int Hv, int dk, int dv, float *state_slots, const int32_t *parent_dev) {
+    (void)be;
+    FD_CHECK(state_slots && parent_dev, "GDN tree: slots and parents required");
+    // the state is only read (gdn_serial_heads copies it per node)
+    gdn_core_run(FD_GDN_SERIAL, o, qkv, b, a, A_log, dt_bias, (float *)state, n, Hk, Hv, dk, dv, state_slots,
+                 parent_dev);
 }
 
 static void cpu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w,
@@ -262,5 +302,7 @@ void cpu_install_gdn(fd_backend *be) {
     be->gdn_split_qkvz = cpu_gdn_split_qkvz;
     be->conv1d_silu = cpu_conv1d_silu;
     be->gdn_core = cpu_gdn_core;
+    be->conv1d_silu_tree = cpu_conv1d_silu_tree;
+    be->gdn_core_tree = cpu_gdn_core_tree;
     be->gated_rmsnorm = cpu_gated_rmsnorm;
 }

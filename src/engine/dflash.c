@@ -8,6 +8,8 @@
 
 #include "engine/dflash2.h"
 #include "engine/trace.h"
+#include "engine/dflash_tree.h"
+#include "engine/routes.h"
 
 static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
 static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
@@ -18,6 +20,7 @@ int dflash_init(fd_dflash *s, fd_engine *tgt, fd_drafter *dr, int block_size) {
     s->dr = dr;
     s->be = tgt->be;
     s->B = block_size > 0 ? block_size : dr->block_size;
+    s->tree_budget = FD_TREE_BUDGET_DEFAULT;
     if (s->B < 2 || s->B > FD_SPEC_MAX_BLOCK)
         return fd_error_set("block size %d: must be 2..%d", s->B, FD_SPEC_MAX_BLOCK);
     if (s->B > tgt->opt.max_batch)
@@ -61,6 +64,7 @@ void dflash_free(fd_dflash *s) {
     free(s->h_q);
     free(s->h_p);
     free(s->h_ids);
+    free(s->h_tree_logits);
     memset(s, 0, sizeof *s);
 }
 
@@ -189,6 +193,7 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     const int sampled = smp && !sampler_is_greedy(smp);
     if (L < 1 || L > s->B) return fd_error_set("verify length %d: must be 1..%d", L, s->B);
     if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
+    if (t->spec_verify_sel == 1) return dflash_round_tree(s, anchor, L, smp, emitted, n_emitted);
     int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
     double t0 = fd_time_s();
     FD_TRY(s->propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));
@@ -203,6 +208,7 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
         FD_TRY(engine_verify(t, block, L, s->h_logits));
     else
         FD_TRY(engine_verify_greedy(t, block, L, s->h_ids));
+    routes_count(&t->routes[FD_ROUTE_SPEC_VERIFY], 0, L);
     double t2 = fd_time_s();
     int acc = 0;
     int32_t next;
@@ -276,6 +282,11 @@ void dflash_print_stats(const fd_dflash *s, FILE *f) {
             "accept %.3f, commit %.3f)\n",
             (double)st->accepted / r, (double)st->emitted / r, 1e3 * st->round_s / r, 1e3 * st->draft_s / r,
             1e3 * st->verify_s / r, 1e3 * st->accept_s / r, 1e3 * st->commit_s / r);
+    if (st->tree_rounds)
+        fprintf(f, "spec: tree verify (budget %d): %lld tree rounds, nodes verified/round %.3f, accepted depth/round "
+                   "%.3f\n",
+                s->tree_budget, (long long)st->tree_rounds, (double)st->draft_tokens / r + 1.0,
+                (double)st->accepted / r);
     fprintf(f, "spec: accepted per position:");
     for (int i = 0; i < s->B - 1; i++) fprintf(f, " %lld", (long long)st->accepted_per_pos[i]);
     fprintf(f, "\n");

@@ -12,6 +12,7 @@
 typedef struct {
     int64_t rounds, draft_tokens, accepted, emitted;
     int64_t accepted_per_pos[FD_SPEC_MAX_BLOCK]; // rounds whose draft at position i (0-based) was accepted
+    int64_t tree_rounds; // rounds that verified a tree (spec_verify=tree; draft_tokens then counts its nodes)
     // Where the rounds' time went (host clock): draft = the drafter's forward and its ids on the host; verify = the
     // target's forward over the block and its argmax ids (greedy) or logits (T > 0) on the host; accept = the
     // acceptance on the host; commit = the GDN / conv state commit and the drafter's context for the accepted
@@ -52,6 +53,9 @@ typedef struct fd_dflash {
     // is not NULL (sampling), their distributions q [n, V].
     int (*propose)(struct fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
     struct fd_dflash2_selector *sel; // DFlash2 drafters only (engine/dflash2.h), else NULL
+    int tree_budget;     // spec_verify=tree: draft nodes per tree (engine/dflash_tree.h), set at init to the default
+    float *h_tree_logits; // host [h_tree_rows, V]: a tree verify's logits (made at the first tree round)
+    int h_tree_rows;
     fd_spec_stats st;
     // called after every commit (tests check the committed state against a fresh prefill)
     void (*on_commit)(void *ctx, const struct fd_dflash *s, int accepted);

@@ -49,6 +49,12 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
                                                 .values = {"serial"},
                                                 .sel = &e->gdn_decode_sel,
                                                 .help = "GDN for decode steps and verify blocks (per-token states)"};
+    e->routes[FD_ROUTE_SPEC_VERIFY] = (fd_route){
+        .name = "spec_verify",
+        .values = {"chain", "tree"},
+        .sel = &e->spec_verify_sel,
+        .help = "a DFlash round verifies the drafter's argmax chain, or a best-first tree of its likeliest "
+                "continuations under --tree-budget nodes (cpu only for now)"};
     // Graphs need the backend's recording entry points (cuda, not under --trace / FD_CUDA_SYNC / FD_CUDA_PROFILE);
     // a MoE layer copies its routing to the host mid-forward, which a recording cannot hold.
     e->graphs_capable = be->graph_begin && be->graph_end && be->graph_launch && be->graph_free &&
@@ -136,6 +142,7 @@ void engine_free(fd_engine *e) {
     }
     free(e->gdn_slots);
     free(e->conv_slots);
+    if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
     if (e->taps) be->free(be, e->taps);
     free(e->conv_state);
     free(e->gdn_state);
@@ -165,7 +172,8 @@ static fd_fwd_seg seg_of(fd_engine *q, int row0, int n) {
                         .conv_slots = q->use_slots ? q->conv_slots : NULL,
                         .gdn_slots = q->use_slots ? q->gdn_slots : NULL,
                         .kv_view = seq_kv_view,
-                        .seq = q};
+                        .seq = q,
+                        .tree = q->tree};
 }
 
 static int check_ids(const fd_config *c, const int32_t *ids, int n) {
@@ -254,7 +262,8 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *con
                                           .tap_col = e->tap_col,
                                           .n_taps = e->n_taps,
                                           .taps = e->taps}};
-    const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N;
+    // a tree verify is not recorded: its shape (the parents) changes every round
+    const int eligible = e->graphs_capable && n_segs == 1 && n <= FD_GRAPH_MAX_N && !seqs[0]->tree;
     if (eligible) routes_count(&e->routes[FD_ROUTE_GRAPHS], e->graphs_sel, n); // under the selected value
     if (eligible && engine_graphs_on(e)) {
         // The position is read on the device (attention then sizes its grid from the capacity: one launch shape
@@ -474,12 +483,18 @@ int engine_enable_slots(fd_engine *e, int block) {
     if (block < 1 || block > e->opt.max_batch)
         return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
                             e->opt.max_batch);
-    if (e->gdn_slots) return block <= e->spec_block ? 0 : fd_error_set("state slots already sized for %d", e->spec_block);
-    engine_graphs_drop(e);
-    e->gdn_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
-    e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    if (e->gdn_slots && block <= e->spec_block) return 0;
+    engine_graphs_drop(e); // recorded verify forwards point at the old slots
+    if (!e->gdn_slots) {
+        e->gdn_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+        e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+    }
+    if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
+    e->tree_parent_dev = be->alloc(be, (size_t)block * sizeof(int32_t));
     for (int i = 0; i < p->num_layers; i++)
         if (p->layers[i].kind == FD_LAYER_GDN) {
+            if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
+            if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
             e->gdn_slots[i] = be->alloc(be, (size_t)plan_gdn_state_bytes(p) * (size_t)block);
             e->conv_slots[i] = be->alloc(be, (size_t)plan_conv_state_bytes(p) * (size_t)block);
         }

@@ -12,7 +12,7 @@ typedef struct {
 } fd_route_count;
 
 // The engine's own routes (the backend adds its own).
-enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ROUTE_GRAPHS, FD_ENGINE_ROUTES };
+enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ROUTE_GRAPHS, FD_ROUTE_SPEC_VERIFY, FD_ENGINE_ROUTES };
 
 // Forwards of at most this many rows of one sequence (decode steps, verify blocks) are recorded once and replayed
 // as a CUDA graph when route graphs is on; they then read their position from backend memory (pos_dev) so a
@@ -65,6 +65,11 @@ typedef struct {
     float **gdn_slots;          // [num_layers] f32 [spec_block, Hv, dk, dv]
     float **conv_slots;         // [num_layers] f32 [spec_block, conv_dim, K-1]
     int use_slots;              // set for the duration of engine_verify
+    // route spec_verify (chain | tree): what a DFlash round verifies (engine/dflash_tree.h); a tree verify's
+    // shape (set for the duration of engine_verify_tree) and its parents in backend memory [spec_block]
+    int spec_verify_sel;
+    const fd_fwd_tree *tree;
+    int32_t *tree_parent_dev;
     // Device-side step inputs (backend memory), written with one to_device before every forward: the position
     // n_past (pos_dev, int64) and the forward's token ids (ids_dev, int32 [max_batch]). Kernels read them when
     // they run, so a replayed graph computes the current step; n_past may be set freely between forwards
@@ -139,7 +144,8 @@ int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, stru
 // ---- speculative decoding ----
 // Every forward from now on also writes the outputs of `layers` (HF hidden_states[i+1]) to e->taps.
 int engine_set_taps(fd_engine *e, const int *layers, int n);
-// Allocates per-token GDN and conv state slots for verify blocks of up to `block` tokens.
+// Allocates per-token GDN and conv state slots for verify blocks (or trees) of up to `block` tokens; a larger
+// block than the slots hold reallocates them (recorded forwards are dropped).
 int engine_enable_slots(fd_engine *e, int block);
 // Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
 // run the recurrence and record the state after every token. n_past advances by n until engine_commit.
@@ -150,4 +156,13 @@ int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argma
 // Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
 // GDN and conv state are taken from slot keep-1 (no recompute).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
+// Tree verify (route spec_verify=tree; engine_tree.c): the n nodes of a tree (forward.h: fd_fwd_tree; parent[0]
+// == -1, parent[t] < t) with ids, in one forward at n_past..; all-node logits into host `logits` [n, V]. Node t's
+// logits are those of the chain of its root-to-node path. n_past advances by n until engine_commit_tree.
+int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits);
+// Keeps the root-to-node path path[0..keep-1] (path[0] = 0, path[d] a child of path[d-1]) of the last tree
+// verify: its K/V and taps move to positions / rows d, GDN and conv state come from slot path[keep-1].
+void engine_commit_tree(fd_engine *e, int64_t n_past_before_verify, const int32_t *path, int keep);
+// 0 when this backend runs tree verify, else -1 saying why.
+int engine_tree_supported(const fd_engine *e);
 #endif

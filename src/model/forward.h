@@ -27,6 +27,16 @@ typedef struct {
 void fwd_scratch_init(fd_fwd_scratch *s, const fd_model *m, fd_backend *be, int rows);
 void fwd_scratch_free(fd_fwd_scratch *s, fd_backend *be);
 
+// A verify tree over a segment's rows (spec_verify=tree): row t is node t, its parent's row parent[t] < t (-1 for
+// the root, whose parent is the committed state). Node t's RoPE position is pos + depth[t]; its K/V are stored at
+// position pos + t (the commit moves the accepted path's to pos + depth); attention sees the context and the
+// node's ancestors; its GDN / conv state comes from its parent's slot and lands in slot t (conv_slots / gdn_slots
+// required); the committed state is left as it was.
+typedef struct {
+    const int32_t *parent, *depth; // [n] host
+    const int32_t *parent_dev;     // [n] the parents in backend memory (the ops read them there)
+} fd_fwd_tree;
+
 // One sequence's rows of a forward, and where its per-sequence state lives. A forward runs its projections over
 // all rows at once and the per-sequence work (conv and GDN state, RoPE position, KV cache, attention) segment by
 // segment.
@@ -39,6 +49,7 @@ typedef struct {
     float *const *conv_slots, *const *gdn_slots; // per-token states (verify blocks), or NULL
     fd_kv_view (*kv_view)(const void *seq, int layer); // attention layer `layer`'s cache of the sequence
     const void *seq;
+    const fd_fwd_tree *tree; // NULL: the rows are a chain (row i at pos + i), as every forward but a tree verify
 } fd_fwd_seg;
 
 typedef struct {

@@ -23,6 +23,18 @@ void gdn_in_proj_grouped(const fd_rank_plan *p, const fd_layer *L, fd_backend *b
                        p->gdn_k_dim, p->gdn_v_dim);
 }
 
+// One verify tree's conv and GDN core (forward.h: fd_fwd_tree), into the same scratch rows as the chain's.
+static void gdn_tree_segment(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be, fd_fwd_scratch *s,
+                             const fd_fwd_seg *q) {
+    const int Hk = p->gdn_k_heads, Hv = p->gdn_v_heads, dk = p->gdn_k_dim, dv = p->gdn_v_dim;
+    const int C = p->conv_channels, ab = be->act_bytes, r0 = q->row0, m = q->n;
+    be->conv1d_silu_tree(be, row(s->t[0], r0, C, ab), row(s->t[1], r0, C, ab), &L->conv_w, q->conv_state[li], m, C,
+                         p->conv_kernel, q->conv_slots[li], q->tree->parent_dev);
+    be->gdn_core_tree(be, row(s->t[5], r0, (int64_t)Hv * dv, ab), row(s->t[0], r0, C, ab), row(s->t[3], r0, Hv, ab),
+                      row(s->t[4], r0, Hv, ab), &L->A_log, &L->dt_bias, q->gdn_state[li], m, Hk, Hv, dk, dv,
+                      q->gdn_slots[li], q->tree->parent_dev);
+}
+
 void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be, fd_fwd_scratch *s,
                const fd_fwd_batch *b, fd_gdn_in_proj in_proj) {
     const int Hk = p->gdn_k_heads, Hv = p->gdn_v_heads, dk = p->gdn_k_dim, dv = p->gdn_v_dim;
@@ -32,6 +44,10 @@ void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be,
     for (int k = 0; k < b->n_segs; k++) {
         const fd_fwd_seg *q = &b->segs[k];
         const int r0 = q->row0, m = q->n;
+        if (q->tree) {
+            gdn_tree_segment(p, L, li, be, s, q);
+            continue;
+        }
         be->conv1d_silu(be, row(s->t[0], r0, C, ab), row(s->t[1], r0, C, ab), &L->conv_w, q->conv_state[li], m, C,
                         p->conv_kernel, q->conv_slots ? q->conv_slots[li] : NULL);
         be->gdn_core(be, q->gdn_route, row(s->t[5], r0, (int64_t)Hv * dv, ab), row(s->t[0], r0, C, ab),
@@ -40,6 +56,23 @@ void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be,
     }
     be->gated_rmsnorm(be, s->t[5], s->t[5], s->t[2], &L->gdn_norm, (int64_t)b->n * Hv, dv, p->eps);
     be->matmul(be, s->y, s->t[5], &L->out_proj, b->n, 0);
+}
+
+// A verify tree's attention: RoPE at each node's depth (one row at a time: the rows of a tree are not consecutive
+// positions; per row the op gives the bits it gives inside a block), K/V stored at pos + node, the tree mask.
+static void tree_attention(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be, fd_fwd_scratch *s,
+                           const fd_fwd_seg *q) {
+    const int H = p->q_heads, Hkv = p->kv_heads, hd = p->head_dim, ab = be->act_bytes, r0 = q->row0, m = q->n;
+    for (int t = r0; t < r0 + m; t++)
+        be->qk_norm_rope(be, row(s->t[2], t, (int64_t)H * hd, ab), row(s->t[3], t, (int64_t)H * hd, ab),
+                         row(s->t[4], t, (int64_t)Hkv * hd, ab), row(s->t[0], t, (int64_t)2 * H * hd, ab), &L->q_norm,
+                         &L->k_norm, 1, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps,
+                         q->pos + q->tree->depth[t - r0], NULL);
+    const fd_kv_view kv = q->kv_view(q->seq, li);
+    be->kv_store(be, &kv, row(s->t[4], r0, (int64_t)Hkv * hd, ab), row(s->t[5], r0, (int64_t)Hkv * hd, ab), q->pos,
+                 NULL, m, Hkv, hd);
+    be->attention_tree(be, row(s->t[1], r0, (int64_t)H * hd, ab), row(s->t[2], r0, (int64_t)H * hd, ab), &kv, q->pos,
+                       m, H, Hkv, hd, 1.0f / sqrtf((float)hd), q->tree->parent_dev);
 }
 
 void gated_attn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be, fd_fwd_scratch *s,
@@ -56,6 +89,10 @@ void gated_attn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backe
         const int r0 = q->row0, m = q->n;
         void *qr = row(s->t[2], r0, (int64_t)H * hd, ab), *kr = row(s->t[4], r0, (int64_t)Hkv * hd, ab);
         const int64_t *pd = q->pos_dev;
+        if (q->tree) {
+            tree_attention(p, L, li, be, s, q);
+            continue;
+        }
         // split of q|gate, q/k norms and RoPE in one op per segment (RoPE needs the segment's position)
         be->qk_norm_rope(be, qr, row(s->t[3], r0, (int64_t)H * hd, ab), kr, row(s->t[0], r0, (int64_t)2 * H * hd, ab),
                          &L->q_norm, &L->k_norm, m, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps, q->pos, pd);
