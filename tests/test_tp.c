@@ -270,3 +270,34 @@ TEST(tp_refusals) {
     EXPECT(tp_set_init(&t, &m, pair, 2) != 0 && strstr(fd_error_msg(), "one backend"), "%s", fd_error_msg());
     model_free(&m);
 }
+
+// The CLI: run --tp 2 prints tp 1's ids; --tp 4 on a fixture whose heads do not split exits 1 naming the field;
+// bench --tp 2 prints one route table per rank and passes its route check.
+TEST(tp_cli_run_refusal_and_bench) {
+    const char *F = "tests/data/fixtures/qwen3_next_moe";
+    char *cmd, *out1 = NULL, *out2 = NULL, *err = NULL, *bench = NULL;
+    cmd = fd_sprintf("%s run %s --ids 1,2,3,4,5 -n 8 --tp 1 2>/dev/null", test_bin(), F);
+    EXPECT(test_run(cmd, &out1) == 0);
+    free(cmd);
+    cmd = fd_sprintf("%s run %s --ids 1,2,3,4,5 -n 8 --tp 2 2>/dev/null", test_bin(), F);
+    EXPECT(test_run(cmd, &out2) == 0);
+    free(cmd);
+    ASSERT(out1 && out2);
+    EXPECT(strstr(out1, "generated ids:") && !strncmp(strstr(out1, "generated ids:"), strstr(out2, "generated ids:"), 40),
+           "tp 1: %s / tp 2: %s", out1, out2);
+    cmd = fd_sprintf("%s run %s --ids 1,2,3 -n 2 --tp 4 2>&1", test_bin(), F);
+    EXPECT(test_run(cmd, &err) == 1);
+    free(cmd);
+    EXPECT(err && strstr(err, "linear_num_key_heads = 2 is not a multiple of 4"), "%s", err ? err : "");
+    cmd = fd_sprintf("%s bench --random-weights tests/data/tp/next_moe_tp4.json --contexts 16 --decode 4 --tp 2 "
+                     "2>/dev/null", test_bin());
+    EXPECT(test_run(cmd, &bench) == 0);
+    free(cmd);
+    EXPECT(bench && strstr(bench, "rank 0 of 2: route hits") && strstr(bench, "rank 1 of 2: route hits") &&
+               strstr(bench, "route check: every counted call ran its selected route"),
+           "%s", bench ? bench : "");
+    free(out1);
+    free(out2);
+    free(err);
+    free(bench);
+}

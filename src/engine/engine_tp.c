@@ -13,7 +13,6 @@ struct fd_engine_tp {
 int tp_set_init(fd_tp_set *t, const fd_model *full, fd_backend *const *bes, int tp) {
     memset(t, 0, sizeof *t);
     if (tp < 1 || tp > FD_TP_MAX) return fd_error_set("--tp %d: 1..%d ranks", tp, FD_TP_MAX);
-    for (int r = 0; r < tp; r++) t->bes[r] = bes[r];
     if (!bes[0]->group_join)
         return fd_error_set("--tp %d: backend %s has no in-process tensor-parallel group (it runs --tp 1 only for now; "
                             "NCCL is the next step)", tp, bes[0]->name);
@@ -27,7 +26,10 @@ int tp_set_init(fd_tp_set *t, const fd_model *full, fd_backend *const *bes, int 
         for (int r = 0; r < tp; r++) model_free(&t->shards[r]);
         return -1;
     }
-    for (int r = 0; r < tp; r++) model_upload(&t->shards[r], bes[r]);
+    for (int r = 0; r < tp; r++) {
+        model_upload(&t->shards[r], bes[r]);
+        t->bes[r] = bes[r];
+    }
     t->tp = tp;
     return 0;
 }
@@ -58,6 +60,10 @@ int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_en
     e->opt = *opt;
     e->tp = g;
     e->pool = g->ranks[0].pool; // for what callers print; the leader holds no pages
+    // Rank 0's route table, selections shared (they point into rank 0; the other ranks follow them each forward);
+    // its counters stay the ranks' own (engine_tp_rank).
+    memcpy(e->routes, g->ranks[0].routes, sizeof e->routes);
+    e->graphs_sel = g->ranks[0].graphs_sel;
     for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
     return 0;
 }
