@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
     fd_config cfg;
-    fd_rank_plan plan; // this rank's shapes (rank 0 of 1: tensor parallelism is not run yet)
+    fd_rank_plan plan; // this rank's shapes (rank 0 of 1, or a shard's: model_shard)
     st_set st;
     fd_weight embed;   // [V, d]
     fd_weight lm_head; // [V, d] (== embed data when tied)
