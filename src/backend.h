@@ -182,6 +182,16 @@ struct fd_backend {
     void (*attention)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0,
                       const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal);
 
+    // ---- tensor parallelism (optional: NULL on a backend that is not one rank of a group) ----
+    // x [count] act += the same buffer of every other rank of the group: every rank ends with the sum over ranks
+    // 0, 1, ..., tp - 1 added in that order (the same bits on every rank, run after run). Every rank of the group
+    // must make the same calls in the same order (the decoder does: one after each row-parallel projection).
+    void (*all_reduce)(fd_backend *be, void *x, int64_t count);
+    // Makes ranks[0..tp) (backends of this kind, ranks[0] == be, none in a group yet) one group: ranks[r] is rank r
+    // and has all_reduce from then on. Returns 0, or -1 with fd_error set. NULL: this backend has no in-process
+    // group (cuda: NCCL is the next step).
+    int (*group_join)(fd_backend *be, fd_backend *const *ranks, int tp);
+
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)
     void (*moe)(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);

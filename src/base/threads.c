@@ -20,7 +20,13 @@ static struct {
     fd_range_fn fn;
     void *ctx;
     int64_t total, per;
-} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+    // One job at a time: callers on several threads (the ranks of an in-process tensor-parallel group) take turns
+    // on the pool instead of overwriting each other's job.
+    pthread_mutex_t job;
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+            .go = PTHREAD_COND_INITIALIZER,
+            .done = PTHREAD_COND_INITIALIZER,
+            .job = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int t_in_worker;
 
@@ -73,6 +79,7 @@ void fd_parallel_for(int64_t n, int64_t min_chunk, fd_range_fn fn, void *ctx) {
         fn(ctx, 0, n);
         return;
     }
+    pthread_mutex_lock(&g_pool.job);
     pthread_mutex_lock(&g_pool.mu);
     g_pool.fn = fn;
     g_pool.ctx = ctx;
@@ -88,6 +95,7 @@ void fd_parallel_for(int64_t n, int64_t min_chunk, fd_range_fn fn, void *ctx) {
     pthread_mutex_lock(&g_pool.mu);
     while (g_pool.pending > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
     pthread_mutex_unlock(&g_pool.mu);
+    pthread_mutex_unlock(&g_pool.job);
 }
 
 void fd_threads_shutdown(void) {

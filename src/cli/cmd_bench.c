@@ -21,7 +21,7 @@ static const char *bench_why_not(opt_id id) {
 }
 static const opt_id k_bench_opts[] = {O_MODEL,    O_RANDOM_WEIGHTS, O_DRAFT,         O_DRAFT_RANDOM, O_BLOCK_SIZE,
                                       O_CONTEXTS, O_DECODE_TOKENS,  O_ORACLE_TAU,    O_GEMM_CEILING, O_COPY_CEILING,
-                                      O_JSON,     O_SEED,           CLI_ENGINE_OPTS, O_COUNT};
+                                      O_JSON,     O_SEED,           O_TP,            CLI_ENGINE_OPTS, O_COUNT};
 const cmd_spec cmd_bench_spec = {
     "bench", "(MODEL_DIR | --random-weights CONFIG.json)",
     "cold prefill tok/s, decode tok/s, roofline ratios, determinism and (with a drafter) DFlash rounds of the ORACLE "
@@ -66,9 +66,16 @@ int cmd_bench(int argc, char **argv) {
                o.random_cfg ? o.random_cfg : o.model_dir, s.be->name, o.bench.prefill_chunk, o.bench.decode_tokens,
                s.has_draft ? ", DFlash columns from the ORACLE drafter (forced acceptance)" : "");
         bench_print(&o.bench, rows, o.bench.n_ctx, stdout);
-        routes_print_hits(&s.eng, stdout);
-        engine_graphs_print(&s.eng, stdout);
-        if (routes_verify(&s.eng)) { // the bench must have measured the routes it names
+        // one table per tensor-parallel rank (a plain engine is its own rank 0)
+        const int tp = engine_tp_size(&s.eng);
+        int bad = 0;
+        for (int r = 0; r < tp; r++) {
+            if (tp > 1) printf("rank %d of %d: ", r, tp);
+            routes_print_hits(engine_tp_rank(&s.eng, r), stdout);
+            if (!bad) bad = routes_verify(engine_tp_rank(&s.eng, r)); // the bench measured the routes it names
+        }
+        engine_graphs_print(engine_tp_rank(&s.eng, 0), stdout);
+        if (bad) {
             fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
             rc = 1;
         } else {

@@ -91,7 +91,7 @@ static int prompt_of(cli_opts *o, const char *cmd, tok_tokenizer **tok) {
     return rc;
 }
 
-static const opt_id k_logits_opts[] = {O_MODEL, O_IDS, O_PROMPT, O_OUT, CLI_ENGINE_OPTS, O_TRACE, O_COUNT};
+static const opt_id k_logits_opts[] = {O_MODEL, O_IDS, O_PROMPT, O_OUT, O_TP, CLI_ENGINE_OPTS, O_TRACE, O_COUNT};
 const cmd_spec cmd_logits_spec = {"logits", "MODEL_DIR (--ids 1,2,3 | -p TEXT) --out FILE",
                                   "float32 logits of every prompt position, [n_ids x vocab]", k_logits_opts, NULL};
 
@@ -137,7 +137,8 @@ static const char *generate_why_not(opt_id id) {
 }
 static const opt_id k_generate_opts[] = {O_MODEL, O_IDS,        O_PROMPT,        O_N_NEW, O_TEMPERATURE,
                                          O_TOP_K, O_TOP_P,      O_SEED,          O_DRAFT, O_BLOCK_SIZE,
-                                         O_TREE_BUDGET, O_STATS, O_IGNORE_EOS, CLI_ENGINE_OPTS, O_TRACE, O_COUNT};
+                                         O_TREE_BUDGET, O_STATS, O_IGNORE_EOS, O_TP, CLI_ENGINE_OPTS, O_TRACE,
+                                         O_COUNT};
 const cmd_spec cmd_generate_spec = {
     "generate", "MODEL_DIR (--ids 1,2,3 | -p TEXT)",
     "-p TEXT ('-' = stdin): the continuation as text, streamed (ends at the model's eos); --ids: the N new ids on "

@@ -213,7 +213,7 @@ static const char *run_why_not(opt_id id) {
         return NULL;
     }
 }
-static const opt_id k_run_opts[] = {O_MODEL, O_IDS, O_PROMPT, O_N_NEW, CLI_ENGINE_OPTS, O_COUNT};
+static const opt_id k_run_opts[] = {O_MODEL, O_IDS, O_PROMPT, O_N_NEW, O_TP, CLI_ENGINE_OPTS, O_COUNT};
 const cmd_spec cmd_run_spec = {
     "run", "[MODEL_DIR [-p TEXT | --ids 1,2,3]]",
     "the demo (models/ when present); with MODEL_DIR: greedy continuation of -p TEXT (or stdin) streamed as text",

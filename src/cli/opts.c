@@ -35,6 +35,7 @@ static const opt_def k_opts[] = {
     {O_JSON, "--json", "FILE", "results as JSON"},
     {O_BACKEND, "--backend", "cpu|cuda", "backend (default cpu)"},
     {O_THREADS, "--threads|-t", "N", "CPU backend threads (env FD_THREADS)"},
+    {O_TP, "--tp", "N", "tensor-parallel ranks: 1, 2, 4 or 8 (cpu backend, one host thread per rank)"},
     {O_ROUTE, "--route", "NAME=VALUE", "an execution route (docs/routes.md; env FD_ROUTE_<NAME>); repeatable"},
     {O_GDN_PREFILL, "--gdn-prefill", "chunked|serial", "shorthand for --route gdn_prefill=..."},
     {O_CTX, "--ctx|-c|--max-model-len", "N", "context capacity, tokens"},
@@ -259,6 +260,10 @@ static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v
     case O_PREFILL_CHUNK:
         if (opt_int(v, 1, 1 << 20, &x)) return bad(name, v, "in 1..1048576");
         o->prefill_chunk = (int)x;
+        return 0;
+    case O_TP:
+        if (opt_int(v, 1, 8, &x) || (x & (x - 1))) return bad(name, v, "1, 2, 4 or 8");
+        o->tp = (int)x;
         return 0;
     case O_THREADS:
         if (opt_int(v, 1, 256, &x)) return bad(name, v, "in 1..256");

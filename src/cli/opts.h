@@ -37,6 +37,7 @@ typedef enum {
     // common engine options
     O_BACKEND,
     O_THREADS,
+    O_TP,
     O_ROUTE,
     O_GDN_PREFILL,
     O_CTX,
@@ -123,6 +124,7 @@ typedef struct {
     int n_new, n_given; // -n and whether it was given
     int prefill_chunk;  // 0 = default budget
     int threads;
+    int tp;                     // --tp: tensor-parallel ranks (0 = 1)
     int64_t ctx;                // 0 = the command's default
     int64_t kv_tokens;          // paged KV pool (0 = FD_KV_TOKENS_DEFAULT)
     const char *route_specs[8]; // --route NAME=VALUE, applied after FD_ROUTE_* from the environment

@@ -32,6 +32,11 @@ void session_close(session *s) {
     }
     dflash_free(&s->spec);
     engine_free(&s->eng);
+    fd_backend *ranks[FD_TP_MAX] = {0};
+    memcpy(ranks, s->tp.bes, sizeof ranks);
+    if (s->tp.tp) tp_set_free(&s->tp);
+    for (int r = 1; r < FD_TP_MAX; r++) // rank 0's backend is s->be
+        if (ranks[r]) ranks[r]->destroy(ranks[r]);
     if (s->be) model_release(&s->model, s->be);
     if (s->be && s->has_draft) drafter_release(&s->dr, s->be);
     if (s->has_draft) drafter_free(&s->dr);
@@ -66,6 +71,26 @@ static int64_t pick_capacity(const cli_opts *o, const fd_config *c, int64_t toke
     return cap > 0 ? cap : 1;
 }
 
+// --tp N > 1: a backend per further rank, the shards (the plan's refusals name the config field) and the group.
+static int tp_open(session *s, const cli_opts *o) {
+    if (s->trace) {
+        fprintf(stderr, "flashdelta: error: --trace records one backend; it does not run with --tp %d\n", o->tp);
+        return 1;
+    }
+    fd_backend *bes[FD_TP_MAX] = {s->be};
+    for (int r = 1; r < o->tp; r++)
+        if (!(bes[r] = cli_make_backend(o->backend, o->threads))) {
+            for (int q = 1; q < r; q++) bes[q]->destroy(bes[q]);
+            return 1;
+        }
+    if (tp_set_init(&s->tp, &s->model, bes, o->tp)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        for (int r = 1; r < o->tp; r++) bes[r]->destroy(bes[r]);
+        return 1;
+    }
+    return 0;
+}
+
 static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     memset(s, 0, sizeof *s);
     cli_progress load;
@@ -97,9 +122,14 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
         s->trace = o->trace;
     }
     model_upload(&s->model, s->be);
+    if (o->tp > 1 && tp_open(s, o)) {
+        if (load.on) fputc('\n', stderr);
+        return 1;
+    }
     if (load.on)
         fprintf(stderr, " %.2f M parameters in %.1f s\n", (double)s->model.n_params / 1e6, fd_time_s() - load.t0);
-    if (routes_backend_preset(s->be, o->route_specs, o->n_routes)) return fail(2); // before any cache is sized
+    for (int r = 0; r < (s->tp.tp ? s->tp.tp : 1); r++) // before any cache is sized
+        if (routes_backend_preset(r ? s->tp.bes[r] : s->be, o->route_specs, o->n_routes)) return fail(2);
     fd_engine_opts eo;
     engine_default_opts(&eo);
     eo.kv_tokens = o->kv_tokens ? o->kv_tokens : FD_KV_TOKENS_DEFAULT;
@@ -115,13 +145,15 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
         const int B = o->block_size ? o->block_size : s->dr.block_size;
         if (eo.max_batch < B) eo.max_batch = B; // a verify block is one forward
     }
-    if (engine_init(&s->eng, &s->model, s->be, &eo)) return fail(1);
+    if (s->tp.tp ? engine_init_tp(&s->eng, &s->model, &s->tp, &eo) : engine_init(&s->eng, &s->model, s->be, &eo))
+        return fail(1);
     if (s->has_draft && dflash_init(&s->spec, &s->eng, &s->dr, o->block_size)) return fail(1);
     if (s->has_draft && o->tree_budget) s->spec.tree_budget = o->tree_budget;
     // Routes: defaults, then the environment (FD_ROUTE_<NAME>), then --route; impossible combinations refused.
     int bad = routes_from_env(&s->eng);
     for (int i = 0; !bad && i < o->n_routes; i++) bad = routes_set(&s->eng, o->route_specs[i]);
     if (bad || routes_check(&s->eng)) return fail(2);
+    if (s->tp.tp) FD_INFO("tensor parallelism: %d ranks, one host thread each", s->tp.tp);
     FD_INFO("backend %s, %d threads, capacity %lld tokens (KV pool %lld), prefill budget %d", s->be->name,
             fd_threads_count(), (long long)eo.capacity, (long long)kv_pool_tokens(s->eng.pool), eo.max_batch);
     if (fd_log_level_enabled(FD_LOG_INFO)) routes_print(&s->eng, stderr);

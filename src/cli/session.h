@@ -5,13 +5,15 @@
 #include "cli/opts.h"
 #include "engine/dflash.h"
 #include "engine/engine.h"
+#include "engine/engine_tp.h"
 #include "io/tokenizer.h"
 
 typedef struct {
     const char *trace; // write the trace here at close
     fd_model model;
     fd_backend *be;
-    fd_engine eng;
+    fd_engine eng;       // with --tp N > 1 a tensor-parallel leader over tp's ranks
+    fd_tp_set tp;        // --tp N > 1: the shards and the ranks' backends (bes[0] == be; the others are ours)
     fd_drafter dr;
     fd_dflash spec;
     int has_draft;

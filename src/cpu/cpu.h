@@ -20,9 +20,16 @@ static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // CPU backend state: its routes.
 enum { CPU_KV_F32 = 0, CPU_KV_E4M3 = 1 };
+struct cpu_group;
 typedef struct {
     int kv;             // route kv: CPU_KV_*
     fd_route routes[1]; // kv
+    // tensor parallelism (cpu_group.c): the group this backend is rank `rank` of (NULL: none), and its private
+    // buffer for the sum
+    struct cpu_group *group;
+    int rank;
+    float *sum;
+    int64_t sum_cap;
 } cpu_impl;
 static inline cpu_impl *cpu_of(fd_backend *be) { return (cpu_impl *)be->impl; }
 
@@ -36,4 +43,6 @@ void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_vi
 void cpu_install_moe(fd_backend *be);
 void cpu_install_dflash2(fd_backend *be);
 void cpu_install_sample(fd_backend *be);
+void cpu_install_group(fd_backend *be);
+void cpu_group_leave(fd_backend *be); // at destroy: the last rank out frees the group
 #endif

@@ -32,6 +32,7 @@ static void cpu_release_weight(fd_backend *be, fd_weight *w) {
 }
 static void cpu_sync(fd_backend *be) { (void)be; }
 static void cpu_destroy(fd_backend *be) {
+    cpu_group_leave(be);
     free(be->impl);
     free(be);
 }
@@ -65,5 +66,6 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
     cpu_install_moe(be);
     cpu_install_dflash2(be);
     cpu_install_sample(be);
+    cpu_install_group(be);
     return be;
 }

@@ -9,6 +9,7 @@
 #include "engine/dflash2.h"
 #include "engine/trace.h"
 #include "engine/dflash_tree.h"
+#include "engine/engine_tp.h"
 #include "engine/routes.h"
 
 static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q);
@@ -193,7 +194,9 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     const int sampled = smp && !sampler_is_greedy(smp);
     if (L < 1 || L > s->B) return fd_error_set("verify length %d: must be 1..%d", L, s->B);
     if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
-    if (t->spec_verify_sel == 1) return dflash_round_tree(s, anchor, L, smp, emitted, n_emitted);
+    // the route table users see and set: a tensor-parallel leader's is rank 0's (routes.c)
+    fd_engine *rt = t->tp ? engine_tp_rank(t, 0) : t;
+    if (rt->spec_verify_sel == 1) return dflash_round_tree(s, anchor, L, smp, emitted, n_emitted);
     int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
     double t0 = fd_time_s();
     FD_TRY(s->propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));
@@ -208,7 +211,7 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
         FD_TRY(engine_verify(t, block, L, s->h_logits));
     else
         FD_TRY(engine_verify_greedy(t, block, L, s->h_ids));
-    routes_count(&t->routes[FD_ROUTE_SPEC_VERIFY], 0, L);
+    routes_count(&rt->routes[FD_ROUTE_SPEC_VERIFY], 0, L);
     double t2 = fd_time_s();
     int acc = 0;
     int32_t next;

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include "engine/engine_graphs.h"
+#include "engine/engine_tp.h"
 #include "engine/routes.h"
 #include "engine/sampling.h"
 
@@ -101,6 +102,10 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
 }
 
 void engine_reset(fd_engine *e) {
+    if (e->tp) {
+        engine_tp_reset(e);
+        return;
+    }
     const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;
     for (int i = 0; i < p->num_layers; i++)
@@ -117,16 +122,22 @@ int engine_reserve(fd_engine *e, int64_t positions) {
     if (positions > e->opt.capacity)
         return fd_error_set("sequence of %lld tokens does not fit the context capacity of %lld tokens",
                             (long long)positions, (long long)e->opt.capacity);
+    if (e->tp) return engine_tp_reserve(e, positions);
     return kv_pages_reserve(&e->pages, e->pool, positions);
 }
 
 fd_kv_view engine_kv_view(const fd_engine *e, int li) {
+    FD_CHECK(!e->tp, "KV view of a tensor-parallel leader (its ranks hold the caches)");
     return kv_pages_view(&e->pages, e->pool, li);
 }
 
 void engine_free(fd_engine *e) {
     fd_backend *be = e->be;
     if (!be) return;
+    if (e->tp) {
+        engine_tp_free(e);
+        return;
+    }
     engine_graphs_free(e); // before the buffers they point at
     const int num_layers = e->m->plan.num_layers;
     if (e->pages.host) kv_pages_release(&e->pages, e->pool); // a shared pool outlives this engine
@@ -215,15 +226,7 @@ int engine_graphs_on(const fd_engine *e) {
     return e->graphs_capable && !strcmp(r->values[*r->sel], "on");
 }
 
-// Where the outputs of rows [first, n) of a forward go: host logits, or one id per row picked on the backend —
-// sampled with params[r] and uniforms[r] (sample_rows), or the argmax (argmax_rows) when params is NULL — so only
-// the ids cross to the host. All NULL: nothing.
-typedef struct {
-    float *logits;
-    int32_t *ids;
-    const fd_sample_params *params;
-    const double *uniforms;
-} logits_sink;
+// Where the outputs go: engine_sink (engine_tp.h).
 
 // The prompt announced by engine_prompt_begin advanced: tell on_progress (ends the announcement when complete).
 static void report_progress(fd_engine *e) {
@@ -236,12 +239,29 @@ static void report_progress(fd_engine *e) {
 }
 
 // The forward over n rows of e's scratch, outputs to the sink: one segment of all n rows for seqs[0] (n_segs 1),
-// or one row each for n_segs = n sequences (a batched decode step).
+// or one row each for n_segs = n sequences (a batched decode step). A tensor-parallel leader runs it on its ranks.
 static void forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
-                         const logits_sink *sink, int first) {
+                         const engine_sink *sink, int first) {
+    if (!e->tp) {
+        engine_forward_rows(e, ids, n, seqs, n_segs, sink, first);
+        return;
+    }
+    engine_tp_forward(e, ids, n, seqs, n_segs, sink, first);
+    for (int k = 0; k < n_segs; k++) {
+        const int rows = n_segs == 1 ? n : 1;
+        seqs[k]->n_past += rows;
+        seqs[k]->tokens_computed += rows;
+    }
+    if (n_segs == 1 && e->prompt_total > 0) report_progress(e);
+}
+
+void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
+                         const engine_sink *sink, int first) {
     const fd_config *c = &e->m->cfg;
+    const fd_rank_plan *p = &e->m->plan;
     fd_backend *be = e->be;
-    const int V = c->vocab_size;
+    // the LM head's rows of this rank: all V at tp 1
+    const int V = c->vocab_size, vb = p->vocab_begin, Vl = p->vocab_end - p->vocab_begin;
     // Step inputs to the device in one copy: the position (one sequence) and the ids.
     int64_t pos = seqs[0]->n_past;
     memcpy(e->step_host, &pos, sizeof pos);
@@ -286,13 +306,22 @@ static void forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *con
         const int rows = n - r0 < ENGINE_LOGIT_ROWS ? n - r0 : ENGINE_LOGIT_ROWS;
         if (!head_in_body) model_lm_head(e->m, be, &e->scratch, r0, rows, e->logits_dev); // final norm left in h
         const int k = r0 - first;
-        if (sink->logits)
+        if (sink->logits && Vl == V) {
             be->to_host(be, sink->logits + (int64_t)k * V, e->logits_dev, (size_t)rows * V * sizeof(float));
-        else if (sink->params)
+        } else if (sink->logits) { // a rank's columns of the caller's full rows
+            for (int i = 0; i < rows; i++)
+                be->to_host(be, sink->logits + (int64_t)(k + i) * V + vb, e->logits_dev + (int64_t)i * Vl,
+                            (size_t)Vl * sizeof(float));
+        } else if (sink->params) {
             be->sample_rows(be, sink->ids + k, e->logits_dev, rows, V, sink->params + k,
                             sink->uniforms ? sink->uniforms + k : NULL);
-        else
-            be->argmax_rows(be, sink->ids + k, e->logits_dev, rows, V);
+        } else {
+            be->argmax_rows(be, sink->ids + k, e->logits_dev, rows, Vl);
+            for (int i = 0; sink->best && i < rows; i++) { // a rank's pick: its logit, and the id made global
+                be->to_host(be, &sink->best[k + i], e->logits_dev + (int64_t)i * Vl + sink->ids[k + i], sizeof(float));
+                sink->ids[k + i] += vb;
+            }
+        }
     }
 }
 
@@ -308,14 +337,14 @@ static int check_forward(fd_engine *e, const int32_t *ids, int n) {
 
 int engine_forward(fd_engine *e, const int32_t *ids, int n, float *logits, int all_logits) {
     FD_TRY(check_forward(e, ids, n));
-    const logits_sink sink = {.logits = logits};
+    const engine_sink sink = {.logits = logits};
     forward_rows(e, ids, n, &e, 1, &sink, all_logits ? 0 : n - 1);
     return 0;
 }
 
 int engine_forward_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *out_ids) {
     FD_TRY(check_forward(e, ids, n));
-    const logits_sink sink = {.ids = out_ids};
+    const engine_sink sink = {.ids = out_ids};
     forward_rows(e, ids, n, &e, 1, &sink, 0);
     return 0;
 }
@@ -329,12 +358,12 @@ int engine_forward_sample(fd_engine *e, const int32_t *ids, int n, fd_sampler *s
     FD_TRY(check_forward(e, ids, n));
     const fd_sample_params params = sampler_params(smp);
     const double u = draw_uniform(smp);
-    const logits_sink sink = {.ids = out, .params = &params, .uniforms = &u};
+    const engine_sink sink = {.ids = out, .params = &params, .uniforms = &u};
     forward_rows(e, ids, n, &e, 1, &sink, n - 1);
     return 0;
 }
 
-static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logits_sink *sink) {
+static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const engine_sink *sink) {
     if (n < 1) return fd_error_set("decode batch of %d sequences", n);
     fd_engine *e = seqs[0];
     if (n > e->opt.max_batch)
@@ -361,7 +390,7 @@ static int decode_batch(fd_engine **seqs, const int32_t *ids, int n, const logit
 }
 
 int engine_decode_batch(fd_engine **seqs, const int32_t *ids, int n, float *logits) {
-    const logits_sink sink = {.logits = logits};
+    const engine_sink sink = {.logits = logits};
     return decode_batch(seqs, ids, n, &sink);
 }
 
@@ -376,7 +405,7 @@ int engine_decode_batch_sample(fd_engine **seqs, const int32_t *ids, int n, fd_s
         params[i] = sampler_params(smps[i]);
         u[i] = draw_uniform(smps[i]);
     }
-    const logits_sink sink = {.ids = out, .params = params, .uniforms = u};
+    const engine_sink sink = {.ids = out, .params = params, .uniforms = u};
     const int rc = decode_batch(seqs, ids, n, &sink);
     for (int i = 0; rc && i < n; i++) *smps[i] = saved[i]; // a refused step must not consume the uniforms
     free(params);
@@ -428,7 +457,7 @@ static int generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
             FD_TRY(engine_forward(e, ids + i, len, NULL, 0));
         } else { // the last chunk: only its last row's pick
             FD_TRY(check_forward(e, ids + i, len));
-            const logits_sink sink = {.ids = out};
+            const engine_sink sink = {.ids = out};
             forward_rows(e, ids + i, len, &e, 1, &sink, len - 1);
         }
     }
@@ -463,6 +492,7 @@ int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chun
 int engine_set_taps(fd_engine *e, const int *layers, int n) {
     const fd_config *c = &e->m->cfg;
     if (n < 1 || n > c->num_layers) return fd_error_set("%d tap layers for a %d-layer target", n, c->num_layers);
+    if (e->tp) return engine_tp_set_taps(e, layers, n);
     for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
     for (int j = 0; j < n; j++) {
         if (layers[j] < 0 || layers[j] >= c->num_layers)
@@ -483,6 +513,7 @@ int engine_enable_slots(fd_engine *e, int block) {
     if (block < 1 || block > e->opt.max_batch)
         return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
                             e->opt.max_batch);
+    if (e->tp) return engine_tp_enable_slots(e, block);
     if (e->gdn_slots && block <= e->spec_block) return 0;
     engine_graphs_drop(e); // recorded verify forwards point at the old slots
     if (!e->gdn_slots) {
@@ -525,6 +556,10 @@ void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
     fd_backend *be = e->be;
     FD_CHECK(keep >= 1 && n_past_before_verify + keep <= e->n_past, "commit %d of %lld verified tokens", keep,
              (long long)(e->n_past - n_past_before_verify));
+    if (e->tp) {
+        engine_tp_commit(e, n_past_before_verify, keep);
+        return;
+    }
     const int n_verified = (int)(e->n_past - n_past_before_verify);
     e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
     if (keep == n_verified) return;           // the live state is already the state after the last token

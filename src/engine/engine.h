@@ -89,6 +89,9 @@ typedef struct {
     void (*on_progress)(void *ud, int64_t done, int64_t total);
     void *progress_ud;
     int64_t prompt_base, prompt_total; // n_past when the prompt began; its length (0: no prompt under way)
+    // Tensor parallelism (engine_tp.h): set on a group leader, which runs every forward on its rank engines and
+    // holds no cache of its own; NULL on a plain engine (and on every rank engine).
+    struct fd_engine_tp *tp;
 } fd_engine;
 
 void engine_default_opts(fd_engine_opts *o);

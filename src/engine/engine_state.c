@@ -5,6 +5,8 @@
 // scales) and any page placement snapshots the same way.
 #include "engine/engine_state.h"
 
+#include "engine/engine_tp.h"
+
 #include <string.h>
 
 void es_geom_init(es_geom *g, const fd_engine *e) {
@@ -22,7 +24,26 @@ void es_geom_init(es_geom *g, const fd_engine *e) {
 
 size_t es_kv_bytes(const es_geom *g, int64_t n) { return (size_t)g->n_attn * g->kv_token_bytes * (size_t)n; }
 
+// A tensor-parallel leader's snapshot is its ranks' one after another: each rank's state is 1 / tp of the full
+// model's (the plan splits every GDN head and conv channel), so the leader's geometry sizes the whole.
+static size_t rank_state_bytes(fd_engine *rank) {
+    es_geom g;
+    es_geom_init(&g, rank);
+    return g.state_bytes;
+}
+
 void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
+    if (e->tp) {
+        char *p = dst;
+        for (int r = 0; r < engine_tp_size(e); r++) {
+            fd_engine *q = engine_tp_rank(e, r);
+            es_geom rg;
+            es_geom_init(&rg, q);
+            es_state_save(q, &rg, p);
+            p += rank_state_bytes(q);
+        }
+        return;
+    }
     const fd_rank_plan *plan = &e->m->plan;
     char *p = dst;
     for (int i = 0; i < plan->num_layers; i++) {
@@ -35,6 +56,17 @@ void es_state_save(fd_engine *e, const es_geom *g, void *dst) {
 }
 
 void es_state_load(fd_engine *e, const es_geom *g, const void *src) {
+    if (e->tp) {
+        const char *p = src;
+        for (int r = 0; r < engine_tp_size(e); r++) {
+            fd_engine *q = engine_tp_rank(e, r);
+            es_geom rg;
+            es_geom_init(&rg, q);
+            es_state_load(q, &rg, p);
+            p += rank_state_bytes(q);
+        }
+        return;
+    }
     const fd_rank_plan *plan = &e->m->plan;
     const char *p = src;
     for (int i = 0; i < plan->num_layers; i++) {
@@ -59,6 +91,7 @@ size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, v
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
+    FD_CHECK(!e->tp, "KV snapshots of a tensor-parallel engine are not implemented (its ranks hold the caches)");
     const fd_rank_plan *p = &e->m->plan;
     for (int i = 0; i < p->num_layers; i++)
         if (p->layers[i].kind == FD_LAYER_ATTN) {

@@ -7,6 +7,7 @@
 
 int engine_tree_supported(const fd_engine *e) {
     const fd_backend *be = e->be;
+    if (e->tp) return fd_error_set("spec_verify=tree does not run under --tp yet (its ops are per rank): use spec_verify=chain");
     if (be->conv1d_silu_tree && be->gdn_core_tree && be->attention_tree) return 0;
     return fd_error_set("spec_verify=tree: backend %s has no tree verify ops yet (conv1d_silu_tree, gdn_core_tree, "
                         "attention_tree; the cpu backend has them): use spec_verify=chain",

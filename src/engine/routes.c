@@ -1,11 +1,14 @@
 // Route table (see routes.h).
 #include "engine/routes.h"
 
+#include "engine/engine_tp.h"
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 int routes_list(fd_engine *e, fd_route **out) {
+    if (e->tp) e = engine_tp_rank(e, 0); // a tensor-parallel leader's routes are rank 0's (the others follow them)
     int n = 0;
     for (int i = 0; i < FD_ENGINE_ROUTES && n < FD_MAX_ROUTES; i++) out[n++] = &e->routes[i];
     for (int i = 0; i < e->be->n_routes && n < FD_MAX_ROUTES; i++) out[n++] = &e->be->routes[i];

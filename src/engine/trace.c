@@ -165,6 +165,8 @@ fd_backend *trace_wrap(fd_backend *inner) {
     fd_backend *be = &t->pub;
     *be = *inner; // names and sizes; every function pointer is replaced below
     be->impl = t;
+    be->all_reduce = NULL; // a traced backend records one rank: it joins no tensor-parallel group
+    be->group_join = NULL;
     be->alloc = tr_alloc;
     be->free = tr_free;
     be->zero = tr_zero;

@@ -4,8 +4,10 @@
 // dense or MoE FFN, each residual add fused with the norm that reads its result (add_rmsnorm): the mixer's with
 // post_norm, the FFN's with the next layer's input_norm or, after the last layer, the final norm (which is why that
 // norm covers every row, not only the LM head's: it costs one extra row pass and saves a launch). The members of
-// the family differ only in their GDN in-projections (k_arch). Tensor parallelism (issue 17) adds the all-reduce
-// after each row-parallel projection (out_proj, o_proj, down_proj, the experts) here.
+// the family differ only in their GDN in-projections (k_arch). Under tensor parallelism each rank's mixer and FFN
+// end in a row-parallel projection (out_proj / o_proj, down_proj / the experts' and shared expert's down) that
+// leaves a partial sum in s->y: one all-reduce after each makes y the full output on every rank (never called at
+// tp 1, so one rank runs exactly the ops it ran before tensor parallelism existed).
 #include "model/forward.h"
 
 #include <string.h>
@@ -31,6 +33,11 @@ static const arch_forward k_arch[FD_ARCH_COUNT] = {
 
 static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)base + r * width * ab; }
 
+// The sum of the ranks' partial outputs y [n, hidden].
+static void reduce_partial(const fd_rank_plan *p, fd_backend *be, void *y, int n) {
+    if (p->tp_size > 1) be->all_reduce(be, y, (int64_t)n * p->hidden);
+}
+
 static void hybrid_forward(const fd_model *m, fd_backend *be, fd_fwd_scratch *s, const fd_fwd_batch *b,
                            fd_gdn_in_proj gdn_in_proj) {
     const fd_rank_plan *p = &m->plan;
@@ -42,9 +49,11 @@ static void hybrid_forward(const fd_model *m, fd_backend *be, fd_fwd_scratch *s,
         const fd_layer_plan *lp = &p->layers[li];
         if (lp->kind == FD_LAYER_GDN) gdn_mixer(p, L, li, be, s, b, gdn_in_proj);
         else gated_attn_mixer(p, L, li, be, s, b);
+        reduce_partial(p, be, s->y, n);
         be->add_rmsnorm(be, s->h, s->x, s->y, &L->post_norm, n, d, p->eps, 1);
         if (lp->ffn == FD_FFN_MOE) moe_ffn(p, L, be, s, n);
         else swiglu_ffn(be, s->y, s->h, s->t[0], s->t[1], &L->gate_proj, &L->up_proj, &L->down_proj, n, p->ffn_width);
+        reduce_partial(p, be, s->y, n);
         const fd_weight *next_norm = li + 1 < p->num_layers ? &m->layers[li + 1].input_norm : &m->final_norm;
         be->add_rmsnorm(be, s->h, s->x, s->y, next_norm, n, d, p->eps, 1);
         if (b->tap_col && b->tap_col[li] >= 0) {
@@ -59,6 +68,8 @@ void model_forward(const fd_model *m, fd_backend *be, fd_fwd_scratch *s, const f
     const arch_forward *a = &k_arch[m->plan.arch];
     FD_CHECK(b->n >= 1 && b->n <= s->rows && a->forward, "forward of %d rows (scratch %d) for architecture %s", b->n,
              s->rows, cfg_arch_name(m->plan.arch));
+    FD_CHECK(m->plan.tp_size == 1 || be->all_reduce, "rank %d of %d on backend %s, which is in no tensor-parallel group",
+             m->plan.tp_rank, m->plan.tp_size, be->name);
     a->forward(m, be, s, b, a->gdn_in_proj);
 }
 

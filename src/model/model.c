@@ -217,11 +217,16 @@ int model_load_with(const char *dir, const fd_load_opts *o, fd_model *m) {
     return 0;
 }
 
+// A tied LM head is the embedding itself (a tensor-parallel rank's head is a slice of it: a weight of its own).
+static int lm_head_is_embed(const fd_model *m) {
+    return m->lm_head.data == m->embed.data && m->lm_head.rows == m->embed.rows;
+}
+
 // Every weight of the model except the tied LM head (which is the embedding), in one place for upload and release.
 static void for_each_weight(fd_model *m, fd_backend *be, void (*fn)(fd_backend *, fd_weight *)) {
     if (!m->layers) return; // not (or no longer) bound
     fn(be, &m->embed);
-    if (m->lm_head.data != m->embed.data) fn(be, &m->lm_head);
+    if (!lm_head_is_embed(m)) fn(be, &m->lm_head);
     fn(be, &m->final_norm);
     for (int i = 0; i < m->cfg.num_layers; i++) {
         fd_layer *L = &m->layers[i];
@@ -249,12 +254,12 @@ static void release(fd_backend *be, fd_weight *w) {
 
 void model_upload(fd_model *m, fd_backend *be) {
     for_each_weight(m, be, upload);
-    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed; // tied: share the device copy too
+    if (lm_head_is_embed(m)) m->lm_head = m->embed; // tied: share the device copy too
 }
 
 void model_release(fd_model *m, fd_backend *be) {
     for_each_weight(m, be, release);
-    if (m->lm_head.data == m->embed.data) m->lm_head = m->embed;
+    if (lm_head_is_embed(m)) m->lm_head = m->embed;
 }
 
 void model_free(fd_model *m) {

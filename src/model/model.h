@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
     fd_config cfg;
-    fd_rank_plan plan; // this rank's shapes (rank 0 of 1: tensor parallelism is not run yet)
+    fd_rank_plan plan; // this rank's shapes (rank 0 of 1, or a shard's: model_shard)
     st_set st;
     fd_weight embed;   // [V, d]
     fd_weight lm_head; // [V, d] (== embed data when tied)
@@ -66,6 +66,14 @@ void model_upload(fd_model *m, fd_backend *be);
 // Frees the backend's copies (before the backend is destroyed).
 void model_release(fd_model *m, fd_backend *be);
 void model_free(fd_model *m);
+// Rank `rank` of `tp` of a bound model (model/shard.c): its plan (plan_init's refusals apply) and its slice of every
+// weight, as vLLM shards these models: column-parallel in-projections by output rows, row-parallel out-projections
+// by input columns, attention by query heads (KV heads split, or replicated past their count), GDN by key/value
+// head groups with the conv channels following, each expert's FFN (and the shared expert's) by its width, the LM
+// head by vocabulary rows; embedding, norms and router replicated. Slices are views of `full`'s tensors where the
+// layout allows, copies otherwise (owned by the shard). `full` (tp 1) must outlive the shard. 0, or -1 with
+// fd_error set.
+int model_shard(const fd_model *full, int rank, int tp, fd_model *out);
 // One-line-per-fact summary (for `flashdelta info`).
 void model_print_info(const fd_model *m, FILE *f);
 #endif

@@ -4,7 +4,8 @@
 // (local = total / tp); the hidden size, the norms and the router are replicated. A KV head count below tp is
 // replicated instead (each rank holds one head; tp must then be a multiple of it), as vLLM's QKV projection does.
 // The forward (model/forward.h) reads its shapes from here, never from fd_config, and the engine sizes scratch and
-// per-sequence state from here. Only tp_size = 1 is run today; plan_init refuses a split the shapes do not allow.
+// per-sequence state from here. plan_init refuses a split the shapes do not allow; model_shard (model/shard.c)
+// slices the weights to a rank's plan and engine_tp.h runs the ranks.
 #ifndef FD_MODEL_PLAN_H
 #define FD_MODEL_PLAN_H
 #include <stdint.h>

@@ -1,0 +1,319 @@
+// Tensor parallelism on the CPU (engine_tp.h, model/shard.c): --tp 2, 4 and 8 against --tp 1 and against HF's
+// fp32 references. Logits are compared by relative L2 over every row (test_rel_l2), bound 1e-5 against tp 1 (the
+// ranks' partial sums change only the fp32 summation order) and 1e-4 against HF (the bound test_models uses);
+// greedy ids must be identical. Fixtures whose heads do not split at N must be refused, naming the field.
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/dflash.h"
+#include "engine/engine_tp.h"
+#include "engine/sampling.h"
+#include "fixture.h"
+#include "test.h"
+
+#define TP_VS_TP1 1e-5
+#define TP_VS_HF 1e-4
+
+// A model (from a fixture dir, or random weights from a config) at tp 1 and its shards over tp ranks.
+typedef struct {
+    fd_model full;
+    fd_backend *bes[FD_TP_MAX];
+    fd_tp_set set;
+    int tp;
+} tp_rig;
+
+static fd_backend *cpu0(void) {
+    static fd_backend *be;
+    if (!be) be = fd_backend_cpu_create(0);
+    return be;
+}
+
+// 0, or -1 with fd_error set (the shard refusal included). random_cfg: random weights from that config.
+static int rig_open(tp_rig *r, const char *dir, const char *random_cfg, int quantize_fp8, int tp) {
+    memset(r, 0, sizeof *r);
+    const fd_load_opts lo = {.quantize_fp8 = quantize_fp8};
+    if (random_cfg ? model_random_with(random_cfg, 7, &lo, &r->full) : model_load(dir, &r->full)) return -1;
+    r->tp = tp;
+    r->bes[0] = fd_backend_cpu_create(0); // a backend of its own: it joins a group
+    for (int i = 1; i < tp; i++) r->bes[i] = fd_backend_cpu_create(0);
+    model_upload(&r->full, r->bes[0]);
+    if (tp > 1 && tp_set_init(&r->set, &r->full, r->bes, tp)) return -1;
+    return 0;
+}
+
+static void rig_close(tp_rig *r) {
+    if (r->set.tp) tp_set_free(&r->set);
+    if (r->bes[0]) model_release(&r->full, r->bes[0]);
+    model_free(&r->full);
+    for (int i = 0; i < r->tp; i++)
+        if (r->bes[i]) r->bes[i]->destroy(r->bes[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static int rig_engine(tp_rig *r, fd_engine *e, int budget, int64_t cap) {
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.max_batch = budget;
+    o.capacity = cap;
+    return r->tp > 1 ? engine_init_tp(e, &r->full, &r->set, &o) : engine_init(e, &r->full, r->bes[0], &o);
+}
+
+// Prefill of `ids` in chunks of `chunk` with every row's logits, then `steps` greedy decode steps (their logits
+// too): [n + steps, V] into out, the greedy ids into gen.
+static void run_logits(tp_rig *r, const int32_t *ids, int n, int chunk, int steps, float *out, int32_t *gen) {
+    fd_engine e;
+    ASSERT(rig_engine(r, &e, chunk, n + steps + 1) == 0, "%s", fd_error_msg());
+    const int V = r->full.cfg.vocab_size;
+    ASSERT(engine_prefill(&e, ids, n, chunk, out, 1) == 0, "%s", fd_error_msg());
+    int32_t tok = engine_argmax(out + (int64_t)(n - 1) * V, V);
+    for (int s = 0; s < steps; s++) {
+        gen[s] = tok;
+        float *row = out + (int64_t)(n + s) * V;
+        ASSERT(engine_forward(&e, &tok, 1, row, 0) == 0, "%s", fd_error_msg());
+        tok = engine_argmax(row, V);
+    }
+    engine_free(&e);
+}
+
+static void ids_of(int32_t *ids, int n, int V, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+    }
+}
+
+// tp ranks against tp 1 on one model: logits of a chunked prefill (chunk 7: several chunks, both GDN forms) and
+// decode steps, greedy ids of engine_generate (the rank-argmax combine), the HF reference where there is one.
+static void check_model(const char *what, const char *dir, const char *random_cfg, int fp8, int tp, const fixture *fx) {
+    int32_t rnd[24];
+    tp_rig r1, rt;
+    ASSERT(rig_open(&r1, dir, random_cfg, fp8, 1) == 0, "%s: %s", what, fd_error_msg());
+    const int V = r1.full.cfg.vocab_size, steps = 6;
+    const int32_t *ids = fx ? fx->ids : rnd;
+    const int n = fx ? fx->n_ids : 24;
+    if (!fx) ids_of(rnd, n, V, 11);
+    float *l1 = malloc(sizeof(float) * (size_t)(n + steps) * V), *lt = malloc(sizeof(float) * (size_t)(n + steps) * V);
+    int32_t g1[8], gt[8];
+    run_logits(&r1, ids, n, 7, steps, l1, g1);
+    ASSERT(rig_open(&rt, dir, random_cfg, fp8, tp) == 0, "%s --tp %d: %s", what, tp, fd_error_msg());
+    for (size_t i = 0; i < (size_t)(n + steps) * V; i++) lt[i] = NAN;
+    run_logits(&rt, ids, n, 7, steps, lt, gt);
+    const double err = test_rel_l2(lt, l1, (size_t)(n + steps) * V);
+    const double hf = fx ? test_rel_l2(lt, fx->logits, (size_t)n * V) : 0;
+    printf("    %-22s --tp %d: logits rel-L2 vs tp 1 %.2e%s", what, tp, err, fx ? "" : "\n");
+    if (fx) printf(", vs HF %.2e\n", hf);
+    EXPECT(err <= TP_VS_TP1, "%s --tp %d: rel-L2 %.3g vs tp 1", what, tp, err);
+    EXPECT(hf <= TP_VS_HF, "%s --tp %d: rel-L2 %.3g vs HF", what, tp, hf);
+    EXPECT(!memcmp(g1, gt, sizeof(int32_t) * steps), "%s --tp %d: greedy decode ids differ", what, tp);
+    // greedy through the backend argmax: every rank's best of its vocabulary slice, combined
+    const int n_new = fx ? fx->n_greedy : 8;
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)n_new), *got = malloc(sizeof(int32_t) * (size_t)n_new);
+    fd_engine e1, et;
+    ASSERT(rig_engine(&r1, &e1, 5, n + n_new + 1) == 0 && rig_engine(&rt, &et, 5, n + n_new + 1) == 0, "%s",
+           fd_error_msg());
+    ASSERT(engine_generate_greedy(&e1, ids, n, 5, n_new, want) == 0, "%s", fd_error_msg());
+    ASSERT(engine_generate_greedy(&et, ids, n, 5, n_new, got) == 0, "%s", fd_error_msg());
+    EXPECT(!memcmp(want, got, sizeof(int32_t) * (size_t)n_new), "%s --tp %d: engine_generate_greedy differs", what, tp);
+    if (fx) EXPECT(!memcmp(fx->greedy, got, sizeof(int32_t) * (size_t)n_new), "%s --tp %d: greedy differs from HF", what, tp);
+    engine_free(&e1);
+    engine_free(&et);
+    free(want);
+    free(got);
+    free(l1);
+    free(lt);
+    rig_close(&rt);
+    rig_close(&r1);
+}
+
+// Every fixture at tp 2 and 4: run where the heads split, refused (naming a config field) where they do not.
+TEST(tp_fixtures_match_tp1_and_hf) {
+    int ran = 0, refused = 0;
+    for (int f = 0; k_all_fixture_names[f]; f++)
+        for (int tp = 2; tp <= 4; tp *= 2) {
+            fixture fx;
+            ASSERT(fixture_load(k_all_fixture_names[f], &fx) == 0, "%s", fd_error_msg());
+            fd_model m;
+            ASSERT(model_load(fx.dir, &m) == 0, "%s", fd_error_msg());
+            fd_rank_plan p;
+            const int splits = plan_init(&p, &m.cfg, 0, tp) == 0;
+            model_free(&m);
+            if (splits) {
+                check_model(k_all_fixture_names[f], fx.dir, NULL, 0, tp, &fx);
+                ran++;
+            } else {
+                tp_rig r;
+                EXPECT(rig_open(&r, fx.dir, NULL, 0, tp) != 0, "%s --tp %d: not refused", fx.dir, tp);
+                const char *msg = fd_error_msg();
+                printf("    %-22s --tp %d: refused: %s\n", k_all_fixture_names[f], tp, msg);
+                EXPECT(strstr(msg, "is not a multiple of") && strstr(msg, "tensor parallelism"), "%s", msg);
+                rig_close(&r);
+                refused++;
+            }
+            fixture_free(&fx);
+        }
+    EXPECT(ran >= 5 && refused >= 1, "%d fixtures ran, %d refused", ran, refused);
+}
+
+// Geometries that split at 4 and 8 (random weights): qwen3_5 dense with tied embeddings and an uneven vocabulary
+// slice (509 rows), KV heads replicated past 2 ranks; qwen3_next MoE; the dense one again in FP8 (quantized at
+// load: its 128 x 128 blocks do not fall on the rank cuts, so the copies are the decoded f32 values).
+TEST(tp_random_geometries_at_4_and_8) {
+    check_model("dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 0, 4, NULL);
+    check_model("dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 0, 8, NULL);
+    check_model("next_moe_tp4", NULL, "tests/data/tp/next_moe_tp4.json", 0, 2, NULL);
+    check_model("next_moe_tp4", NULL, "tests/data/tp/next_moe_tp4.json", 0, 4, NULL);
+    check_model("dense_tp8 fp8", NULL, "tests/data/tp/dense_tp8.json", 1, 2, NULL);
+}
+
+// A batched decode step of three sequences at tp 2 gives tp 1's logits.
+TEST(tp_batched_decode_matches_tp1) {
+    fixture fx;
+    ASSERT(fixture_load("qwen3_next_moe", &fx) == 0, "%s", fd_error_msg());
+    const int V = fx.vocab, B = 3;
+    float *want = malloc(sizeof(float) * B * V), *got = malloc(sizeof(float) * B * V);
+    for (int tp = 1; tp <= 2; tp++) {
+        tp_rig r;
+        ASSERT(rig_open(&r, fx.dir, NULL, 0, tp) == 0, "%s", fd_error_msg());
+        fd_engine e[3], *seqs[3];
+        int32_t next[3];
+        for (int s = 0; s < B; s++) {
+            ASSERT(rig_engine(&r, &e[s], 16, 64) == 0, "%s", fd_error_msg());
+            seqs[s] = &e[s];
+            ASSERT(engine_prefill(&e[s], fx.ids + s, 6 + 3 * s, 4, NULL, 0) == 0, "%s", fd_error_msg());
+            next[s] = fx.ids[10 + s];
+        }
+        ASSERT(engine_decode_batch(seqs, next, B, tp == 1 ? want : got) == 0, "%s", fd_error_msg());
+        for (int s = 0; s < B; s++) engine_free(&e[s]);
+        rig_close(&r);
+    }
+    const double err = test_rel_l2(got, want, (size_t)B * V);
+    EXPECT(err <= TP_VS_TP1, "batched decode at tp 2: rel-L2 %.3g", err);
+    for (int s = 0; s < B; s++)
+        EXPECT(engine_argmax(got + s * V, V) == engine_argmax(want + s * V, V), "sequence %d: argmax differs", s);
+    free(want);
+    free(got);
+    fixture_free(&fx);
+}
+
+// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed.
+TEST(tp_sampling_matches_tp1) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    int32_t out[2][12];
+    for (int tp = 1; tp <= 2; tp++) {
+        tp_rig r;
+        ASSERT(rig_open(&r, fx.dir, NULL, 0, tp) == 0, "%s", fd_error_msg());
+        fd_engine e;
+        ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 16) == 0, "%s", fd_error_msg());
+        fd_sampler smp;
+        sampler_init(&smp, 0.9f, 40, 0.9f, 1234);
+        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[tp - 1]) == 0, "%s", fd_error_msg());
+        engine_free(&e);
+        rig_close(&r);
+    }
+    EXPECT(!memcmp(out[0], out[1], sizeof out[0]), "top-k/top-p sampled ids differ at tp 2");
+    fixture_free(&fx);
+}
+
+// DFlash over a tp 2 target (the drafter replicated on rank 0's backend, reading rank 0's taps): the greedy
+// continuation is plain greedy's (HF's), at every block size the drafter allows.
+TEST(tp_dflash_greedy_matches_plain) {
+    const struct {
+        const char *drafter, *target;
+    } k[] = {{"qwen35_dense_tied_b8", "qwen35_dense_tied"}, {"qwen3_next_moe_b4", "qwen3_next_moe"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        fixture fx;
+        ASSERT(fixture_load(k[i].target, &fx) == 0, "%s", fd_error_msg());
+        tp_rig r;
+        ASSERT(rig_open(&r, fx.dir, NULL, 0, 2) == 0, "%s", fd_error_msg());
+        fd_drafter d;
+        char *dir = fd_sprintf("tests/data/dflash/%s", k[i].drafter);
+        ASSERT(drafter_load(dir, &r.full, &d) == 0, "%s", fd_error_msg());
+        free(dir);
+        drafter_upload(&d, r.bes[0]);
+        fd_engine e;
+        ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 64) == 0, "%s", fd_error_msg());
+        fd_dflash s;
+        ASSERT(dflash_init(&s, &e, &d, 0) == 0, "%s", fd_error_msg());
+        int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
+        ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
+        int same = 0;
+        while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
+        EXPECT(same == fx.n_greedy, "%s at tp 2: differs from greedy at token %d", k[i].drafter, same);
+        EXPECT(s.st.rounds >= 1);
+        free(out);
+        dflash_free(&s);
+        engine_free(&e);
+        drafter_release(&d, r.bes[0]);
+        drafter_free(&d);
+        rig_close(&r);
+        fixture_free(&fx);
+    }
+}
+
+// Refusals: a rank count outside 1..8, a split the heads do not allow (message names the field), a backend
+// already in a group.
+TEST(tp_refusals) {
+    tp_rig r;
+    EXPECT(rig_open(&r, "tests/data/fixtures/qwen35_dense_tied", NULL, 0, 3) != 0);
+    EXPECT(strstr(fd_error_msg(), "num_attention_heads = 4 is not a multiple of 3"), "%s", fd_error_msg());
+    rig_close(&r);
+    EXPECT(rig_open(&r, "tests/data/fixtures/fp8_qwen35_dense", NULL, 0, 2) != 0);
+    EXPECT(strstr(fd_error_msg(), "linear_num_key_heads = 1 is not a multiple of 2"), "%s", fd_error_msg());
+    rig_close(&r);
+    fd_model m;
+    ASSERT(model_load("tests/data/fixtures/qwen35_dense_tied", &m) == 0, "%s", fd_error_msg());
+    fd_tp_set t;
+    fd_backend *bes[FD_TP_MAX + 1] = {cpu0()};
+    EXPECT(tp_set_init(&t, &m, bes, FD_TP_MAX + 1) != 0 && strstr(fd_error_msg(), "1..8"), "%s", fd_error_msg());
+    fd_backend *pair[2] = {cpu0(), cpu0()};
+    EXPECT(tp_set_init(&t, &m, pair, 2) != 0 && strstr(fd_error_msg(), "one backend"), "%s", fd_error_msg());
+    model_free(&m);
+}
+
+// The CLI: run --tp 2 prints tp 1's ids; --tp 4 on a fixture whose heads do not split exits 1 naming the field;
+// bench --tp 2 prints one route table per rank and passes its route check.
+TEST(tp_cli_run_refusal_and_bench) {
+    const char *F = "tests/data/fixtures/qwen3_next_moe";
+    char *cmd, *out1 = NULL, *out2 = NULL, *err = NULL, *bench = NULL;
+    cmd = fd_sprintf("%s run %s --ids 1,2,3,4,5 -n 8 --tp 1 2>/dev/null", test_bin(), F);
+    EXPECT(test_run(cmd, &out1) == 0);
+    free(cmd);
+    cmd = fd_sprintf("%s run %s --ids 1,2,3,4,5 -n 8 --tp 2 2>/dev/null", test_bin(), F);
+    EXPECT(test_run(cmd, &out2) == 0);
+    free(cmd);
+    ASSERT(out1 && out2);
+    EXPECT(strstr(out1, "generated ids:") && !strncmp(strstr(out1, "generated ids:"), strstr(out2, "generated ids:"), 40),
+           "tp 1: %s / tp 2: %s", out1, out2);
+    cmd = fd_sprintf("%s run %s --ids 1,2,3 -n 2 --tp 4 2>&1", test_bin(), F);
+    EXPECT(test_run(cmd, &err) == 1);
+    free(cmd);
+    EXPECT(err && strstr(err, "linear_num_key_heads = 2 is not a multiple of 4"), "%s", err ? err : "");
+    cmd = fd_sprintf("%s bench --random-weights tests/data/tp/next_moe_tp4.json --contexts 16 --decode 4 --tp 2 "
+                     "2>/dev/null", test_bin());
+    EXPECT(test_run(cmd, &bench) == 0);
+    free(cmd);
+    EXPECT(bench && strstr(bench, "rank 0 of 2: route hits") && strstr(bench, "rank 1 of 2: route hits") &&
+               strstr(bench, "route check: every counted call ran its selected route"),
+           "%s", bench ? bench : "");
+    free(out1);
+    free(out2);
+    free(err);
+    free(bench);
+}
+
+// Under --tp the route table users see and set is rank 0's: a chain round is counted there, and spec_verify=tree
+// (whose ops run per sequence, not per rank yet) is refused by name, never run as a chain while printed as a tree.
+TEST(tp_spec_verify_route_is_rank0s) {
+    const char *F = "tests/data/fixtures/qwen35_dense_tied", *D = "tests/data/dflash/qwen35_dense_tied_b8";
+    char *out = NULL, *cmd = fd_sprintf("%s generate %s --ids 1,2,3 -n 8 --tp 2 --draft %s --stats 2>&1", test_bin(), F, D);
+    const char *row = NULL;
+    EXPECT(test_run(cmd, &out) == 0 && out && (row = strstr(out, "spec_verify    selected chain")) &&
+               strncmp(strstr(row, "selected chain") + 14, "     chain 0 / 0", 16),
+           "the chain rounds are not counted in the table shown: %s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids 1,2,3 -n 8 --tp 2 --draft %s --route spec_verify=tree 2>&1", test_bin(), F, D);
+    EXPECT(test_run(cmd, &out) != 0 && out && strstr(out, "spec_verify=tree does not run under --tp"), "%s",
+           out ? out : "");
+    free(out), free(cmd);
+}
