@@ -8,12 +8,13 @@
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
 #   hfnoise HF's own bf16-vs-fp32 logits noise on the fixtures (tools/hf_bf16_noise.py)
 #   tiny   the trained tiny target +- its DFlash drafter on the GPU (tokens/s, emitted tokens/round)
+#   check  flashdelta check --backend cuda at the 27B's shapes (float64 screens; exit 0 only if all pass)
 # Binaries come prebuilt (make CUDA=1 STATIC_HOSTLIBS=1 BUILD=.dev/build .dev/build/fd_cuda_tests
 # .dev/build/flashdelta): the GPU machine has no -dev packages. Logs go to $OUT; a summary is printed last.
 set -u
 BIN=${BIN:-.dev/build}
 OUT=${OUT:-/tmp/fd_out}
-STAGES=${STAGES:-tests bench sanit e2e tiny}
+STAGES=${STAGES:-tests bench sanit check e2e tiny}
 E2E_CTX=${E2E_CTX:-1024,65536}
 E2E_ARGS=${E2E_ARGS:-}
 SANIT_EXTRA=${SANIT_EXTRA:-}
@@ -45,7 +46,7 @@ if has nosync; then
 fi
 if has bench; then
     stamp "bench"
-    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
@@ -71,6 +72,12 @@ if has e2e; then
         --contexts "$E2E_CTX" --json "$OUT/bench27b.json" $E2E_ARGS >"$OUT/e2e.log" 2>&1
     echo "exit $?"
     grep -vE '^\s*$' "$OUT/e2e.log" | tail -n 30
+fi
+if has check; then
+    stamp "flashdelta check at the 27B's shapes"
+    timeout 120 "$BIN/flashdelta" check --backend cuda --random-weights bench/configs/qwen3.5-27b.json >"$OUT/check.log" 2>&1
+    echo "check exit $?"
+    tail -n 16 "$OUT/check.log"
 fi
 if has tiny; then
     stamp "tiny trained model (8 held-out prompts, 64 new tokens, block 8)"
