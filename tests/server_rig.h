@@ -27,4 +27,6 @@ int http(const srv_proc *p, const char *method, const char *path, const char *bo
          char **out);
 int http_json(const srv_proc *p, const char *path, const char *body, json_t **out);
 int64_t metric(const srv_proc *p, const char *name_and_labels); // -1 if absent
+// Runs tests/server/SCRIPT with node against the server (npm ci first if needed); env: extra VAR=value words.
+void run_node(srv_proc *p, const char *script, const char *env);
 #endif

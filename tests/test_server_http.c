@@ -425,7 +425,7 @@ static int npm_ready(void) {
     return rc == 0 && npm_have();
 }
 
-static void run_node(srv_proc *p, const char *script, const char *env) {
+void run_node(srv_proc *p, const char *script, const char *env) {
     ASSERT(npm_ready(), "npm ci in tests/server failed (the openai npm package is needed)");
     char *bin = abs_path(test_bin()), *model = abs_path(SRV_MODEL), *tok = abs_path(SRV_TOK);
     char *cmd = fd_sprintf("cd tests/server && FD_URL=http://127.0.0.1:%d FD_MODEL_NAME=qwen35_dense_tied FD_BIN=%s "
@@ -584,3 +584,4 @@ static void kv_full_body(srv_proc *p) {
 TEST(server_http_kv_pool_full_503) {
     with_server("--ctx 2048 --slots 2 --kv-tokens 512", kv_full_body);
 }
+

@@ -144,7 +144,7 @@ static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
     case O_HTTP_THREADS:
         NUM(1, 256, http_threads);
     case O_SLOTS:
-        NUM(1, 256, slots);
+        NUM(1, 4096, slots);
     case O_CTX:
         a->ctx_given = 1;
         NUM(2, 1 << 24, ctx);

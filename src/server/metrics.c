@@ -31,7 +31,11 @@ void srv_metrics_init(srv_metrics *m) {
     hist_init(&m->queue, e2e, (int)(sizeof e2e / sizeof *e2e));
 }
 
-void srv_metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void srv_metrics_destroy(srv_metrics *m) {
+    free(m->route_hits);
+    m->route_hits = NULL;
+    pthread_mutex_destroy(&m->mu);
+}
 
 void srv_hist_observe(srv_hist *h, double v) {
     int b = 0;

@@ -34,11 +34,11 @@ typedef struct {
     int64_t pc_nodes, pc_snapshots, pc_evictions;
     double pc_bytes, pc_budget;
     // routes: every value of every route of the route table (engine routes summed over the slots' engines,
-    // backend routes once), copied by the scheduler
-    struct {
+    // backend routes once), copied by the scheduler into an array it sizes from the table (freed by destroy)
+    struct srv_route_hit {
         const char *route, *value;
         int64_t calls, tokens;
-    } route_hits[64];
+    } *route_hits;
     int n_route_hits;
     int64_t decode_steps, prefill_chunks;
     // speculative decoding (no drafter yet: stay 0, exported so dashboards have the series)
