@@ -41,6 +41,7 @@ static const opt_id k_serve_opts[] = {O_MODEL,
                                       O_MAX_CONNS,
                                       O_MAX_CONNS_PER_IP,
                                       O_API_KEY,
+                                      O_ALLOWED_ORIGINS,
                                       O_CHAT_TEMPLATE,
                                       O_ADMIN_KEY,
                                       O_CACHE_SALT_API_KEY,
@@ -104,6 +105,9 @@ static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
         return 0;
     case O_API_KEY:
         c->api_key = v;
+        return 0;
+    case O_ALLOWED_ORIGINS:
+        c->allowed_origins = v;
         return 0;
     case O_CHAT_TEMPLATE:
         c->chat_template = v;

@@ -32,12 +32,21 @@ typedef struct {
     int logged_error; // an error response was queued (for the log line)
     char model_id[256]; // GET /v1/models/{id}
     char why[320];
+    char allow_origin[256]; // Access-Control-Allow-Origin of every response ("" = none: CORS off, or not allowed)
 } conn_ctx;
+
+// CORS: an allowed origin may read the response (errors included, so a browser app sees why it failed).
+static void add_cors_headers(const conn_ctx *cx, struct MHD_Response *r) {
+    if (!cx->allow_origin[0]) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cx->allow_origin);
+    if (strcmp(cx->allow_origin, "*")) MHD_add_response_header(r, "Vary", "Origin"); // the answer depends on Origin
+}
 
 static enum MHD_Result send_text(conn_ctx *cx, struct MHD_Connection *c, int status, const char *type,
                                  const char *text) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(r, "Content-Type", type);
+    add_cors_headers(cx, r);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cx->status = status;
@@ -141,6 +150,7 @@ static enum MHD_Result stream_start(conn_ctx *cx, struct MHD_Connection *c, srv_
                                                                   stream_free);
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    add_cors_headers(cx, resp);
     enum MHD_Result ok = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     cx->status = 200;
@@ -427,6 +437,31 @@ static enum MHD_Result simple_route(srv_server *S, conn_ctx *cx, struct MHD_Conn
     }
 }
 
+// A CORS preflight (OPTIONS with Access-Control-Request-Method, --allowed-origins set): answered here, before the
+// API key is asked for (browsers send no credentials on a preflight). A route that exists, an allowed origin and
+// method: 204 with the Access-Control-Allow-* headers; else 404 / 400 without them, so the browser refuses.
+static enum MHD_Result preflight(conn_ctx *cx, struct MHD_Connection *c, int route_exists) {
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    const char *headers = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    if (!route_exists) return fail(cx, c, 404, "invalid_request_error", "not_found", "no such route");
+    if (!cx->allow_origin[0]) return fail(cx, c, 400, "invalid_request_error", NULL, "Disallowed CORS origin");
+    if (!srv_cors_method_ok(want)) {
+        cx->allow_origin[0] = 0;
+        return fail(cx, c, 400, "invalid_request_error", NULL, "Disallowed CORS method");
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    add_cors_headers(cx, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", SRV_CORS_METHODS);
+    // the headers asked for, echoed (any header is allowed, as vLLM's default allowed_headers ["*"])
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            headers && headers[0] ? headers : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ok = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    cx->status = 204;
+    return ok;
+}
+
 static srv_route find_route(const char *url, const char *method, int *bad_method) {
     static const struct {
         const char *url, *method;
@@ -461,6 +496,16 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
         *con_cls = cx;
         int bad_method;
         cx->route = find_route(url, method, &bad_method);
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        const char *allow = srv_cors_allow(&S->cors, origin);
+        if (allow && strlen(allow) < sizeof cx->allow_origin) strcpy(cx->allow_origin, allow);
+        if (srv_cors_enabled(&S->cors) && !strcmp(method, "OPTIONS") && origin &&
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method")) {
+            int other; // the route the preflight asks about, by the URL alone (OPTIONS itself is no route's method)
+            const int exists = find_route(url, "GET", &other) != R_NONE || find_route(url, "POST", &other) != R_NONE;
+            cx->route = R_NONE;
+            return preflight(cx, c, exists);
+        }
         if (cx->route == R_NONE)
             return bad_method ? fail(cx, c, 405, "invalid_request_error", "method_not_allowed",
                                      "method not allowed on this route")

@@ -2,6 +2,7 @@
 #ifndef FD_SERVER_HTTP_H
 #define FD_SERVER_HTTP_H
 #include "model/model.h"
+#include "server/cors.h"
 #include "server/server_internal.h"
 
 typedef struct {
@@ -10,6 +11,7 @@ typedef struct {
     srv_sched *sched;
     tok_tokenizer *tok;
     chat_template *tpl; // the model's chat template (or the built-in one)
+    srv_cors cors;      // --allowed-origins (off: no CORS headers)
     srv_metrics met;
     int32_t vocab;
     const char *model_name;

@@ -2,6 +2,7 @@
 // then stop in the order that lets every open request end cleanly (new connections refused, jobs ended with 503,
 // suspended connections resumed, daemon stopped) and free everything (the tests run it under LSan).
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -108,25 +109,60 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     fprintf(stderr, "flashdelta: http: %s\n", buf);
 }
 
+// The address to listen on: IPv4 ("0.0.0.0"), IPv6 ("::1", "::", or bracketed as in URLs, "[::1]"), or a host
+// name ("localhost": its first address). 0, or -1 with fd_error_set.
+static int listen_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
+    char name[256];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') host++, n -= 2;
+    if (n == 0 || n >= sizeof name) return fd_error_set("--host '%s' is not an address", host);
+    memcpy(name, host, n);
+    name[n] = 0;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    const int rc = getaddrinfo(name, service, &hints, &res);
+    if (rc || !res)
+        return fd_error_set("--host '%s' is not an IPv4 or IPv6 address or a known host name (%s)", name,
+                            gai_strerror(rc));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+// The listening address as a URL's host part: IPv6 in brackets.
+static void addr_text(const struct sockaddr_storage *ss, char *out, size_t cap) {
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ss->ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof ip);
+        snprintf(out, cap, "[%s]", ip);
+    } else {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof ip);
+        snprintf(out, cap, "%s", ip);
+    }
+}
+
 // Why the daemon could not start: bind the address ourselves (as libmicrohttpd does, SO_REUSEADDR) for the errno.
-static const char *listen_error(const struct sockaddr_in *addr) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+static const char *listen_error(const struct sockaddr_storage *addr, socklen_t len) {
+    int fd = socket(addr->ss_family, SOCK_STREAM, 0), one = 1;
     if (fd < 0) return strerror(errno);
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    const char *why = bind(fd, (const struct sockaddr *)addr, sizeof *addr) || listen(fd, 1)
+    const char *why = bind(fd, (const struct sockaddr *)addr, len) || listen(fd, 1)
                           ? strerror(errno)
                           : "libmicrohttpd could not start (see its message above)";
     close(fd);
     return why;
 }
 
-int srv_main(const srv_config *cfg) {
-    if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2 ||
-        cfg->kv_tokens < 1) {
-        fprintf(stderr, "flashdelta: error: serve: bad limits (--prefix-checkpoint must be a multiple of "
-                        "--prefix-block; --slots, --prefill-chunk, --kv-tokens >= 1; --ctx >= 2)\n");
-        return 2;
-    }
+// The server proper, once the options that need no model were checked (srv_main).
+static int run_server(const srv_config *cfg, const srv_cors *cors, const struct sockaddr_storage *listen_at,
+                      socklen_t addr_len) {
+    struct sockaddr_storage addr = *listen_at; // libmicrohttpd takes a non-const pointer
     // Signals go to sigwait() below only: block them before any thread starts.
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -138,6 +174,7 @@ int srv_main(const srv_config *cfg) {
     static srv_server S; // static: the callbacks reach it through cls, and it outlives every thread
     memset(&S, 0, sizeof S);
     S.cfg = cfg;
+    S.cors = *cors;
     fd_model model;
     fd_load_opts lo = {.quantize_fp8 = cfg->quantize_fp8};
     if (model_load_with(cfg->model_dir, &lo, &model)) {
@@ -211,20 +248,13 @@ int srv_main(const srv_config *cfg) {
         rc = 1;
         goto out;
     }
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "flashdelta: error: --host '%s' is not an IPv4 address\n", cfg->host);
-        rc = 2;
-        goto out;
-    }
     conns = srv_conns_create(cfg->recv_timeout);
     // Slow clients: at most --max-conns-per-ip connections from one address and --max-conns in all, each cut if
     // idle for --conn-timeout or if its request has not arrived whole within --recv-timeout (conn.c).
     S.daemon = MHD_start_daemon(
-        MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+            (addr.ss_family == AF_INET6 ? MHD_USE_DUAL_STACK : 0), // "::" takes IPv4 clients too, as on Linux
+        0, NULL, NULL,
         srv_on_request, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)cfg->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns,
@@ -232,16 +262,19 @@ int srv_main(const srv_config *cfg) {
         (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION,
         srv_conns_notify, conns, MHD_OPTION_END);
     if (!S.daemon) {
-        fprintf(stderr, "flashdelta: error: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, listen_error(&addr));
+        fprintf(stderr, "flashdelta: error: cannot listen on %s port %d: %s\n", cfg->host, cfg->port,
+                listen_error(&addr, addr_len));
         rc = 1;
         goto out;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S.daemon, MHD_DAEMON_INFO_BIND_PORT);
     const int port = di ? di->port : cfg->port;
+    char host_text[INET6_ADDRSTRLEN + 2];
+    addr_text(&addr, host_text, sizeof host_text);
     FD_INFO("serving %s (%s, vocab %d) on http://%s:%d: backend %s, %d slots x %lld tokens (KV pool %lld tokens), "
             "prefill budget %d, "
             "routes gdn_prefill=%s, prefix cache %s (block %d, snapshot every %d, %zu MiB), speculative decoding: %s",
-            S.model_name, cfg->model_dir, S.vocab, cfg->host, port, be->name, cfg->slots, (long long)cfg->ctx,
+            S.model_name, cfg->model_dir, S.vocab, host_text, port, be->name, cfg->slots, (long long)cfg->ctx,
             (long long)sched_kv_tokens(cfg), cfg->prefill_chunk,
             cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", cfg->prefix_cache ? "on" : "off", cfg->pc_block,
             cfg->pc_checkpoint, cfg->pc_budget >> 20, has_draft ? cfg->draft_dir : "off");
@@ -275,5 +308,29 @@ out:
     chat_template_free(S.tpl);
     tok_free(S.tok);
     model_free(&model);
+    return rc;
+}
+
+int srv_main(const srv_config *cfg) {
+    if (cfg->pc_checkpoint % cfg->pc_block || cfg->prefill_chunk < 1 || cfg->slots < 1 || cfg->ctx < 2 ||
+        cfg->kv_tokens < 1) {
+        fprintf(stderr, "flashdelta: error: serve: bad limits (--prefix-checkpoint must be a multiple of "
+                        "--prefix-block; --slots, --prefill-chunk, --kv-tokens >= 1; --ctx >= 2)\n");
+        return 2;
+    }
+    struct sockaddr_storage addr;
+    socklen_t addr_len = 0;
+    if (listen_addr(cfg->host, cfg->port, &addr, &addr_len)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 2;
+    }
+    srv_cors cors;
+    if (srv_cors_parse(cfg->allowed_origins, &cors)) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 2;
+    }
+    if (srv_cors_enabled(&cors)) FD_INFO("CORS: %d allowed origin(s)%s", cors.n, cors.any ? " (any origin)" : "");
+    const int rc = run_server(cfg, &cors, &addr, addr_len);
+    srv_cors_free(&cors);
     return rc;
 }

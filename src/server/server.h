@@ -12,7 +12,8 @@ typedef struct {
     const char *model_name;  // the id served by /v1/models (default: last path component of model_dir)
     const char *api_key;       // --api-key (or FLASHDELTA_API_KEY): required as "Authorization: Bearer" on /v1/*
     const char *chat_template; // --chat-template FILE (default: the model's own, else the built-in Qwen3 one)
-    const char *host;        // bind address; loopback by default
+    const char *host;        // bind address (IPv4, IPv6 as ::1 or [::1], or a host name); loopback by default
+    const char *allowed_origins; // --allowed-origins: CORS for these browser origins ("*" = any); NULL = off
     int port;                // 0 = any free port (see port_file)
     const char *port_file;   // if set, the bound port is written there once the server listens
     const char *backend;     // "cpu" | "cuda"
