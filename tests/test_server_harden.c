@@ -304,14 +304,15 @@ TEST(server_harden_half_close) { with_server("--ctx 4096 --slots 2", half_close_
 
 TEST(server_harden_metrics_label_escaping) {
     srv_metrics m;
-    srv_metrics_init(&m);
+    srv_metrics_init(&m, 4096);
     char *t = srv_metrics_render(&m, "evil\"} 1\nflashdelta:injected{a=\"\\");
     int lines = 0, bad = 0;
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
         lines++;
         if (line[0] == '#') continue;
-        bad += strncmp(line, "flashdelta:", 11) != 0 || !strstr(line, "{model_name=\"evil\\\"} 1\\nflashdelta:"
-                                                                      "injected{a=\\\"\\\\\"");
+        // both families (flashdelta: and vllm:) carry the escaped name
+        bad += (strncmp(line, "flashdelta:", 11) && strncmp(line, "vllm:", 5)) ||
+               !strstr(line, "{model_name=\"evil\\\"} 1\\nflashdelta:injected{a=\\\"\\\\\"");
         bad += strncmp(line, "flashdelta:injected", 19) == 0;
     }
     EXPECT(lines > 50 && bad == 0, "%d of %d lines malformed", bad, lines);

@@ -233,6 +233,7 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     free(met->route_hits);
     met->route_hits = fd_calloc((size_t)s->n_route_values + 1, sizeof *met->route_hits);
     met->n_route_hits = 0;
+    met->spec_block = dr ? s->slots[0].spec.B : 0;
     pthread_mutex_unlock(&met->mu);
     sched_sync_route_metrics(s); // /metrics lists every route from the start
     FD_CHECK(pthread_create(&s->th, NULL, sched_main, s) == 0);

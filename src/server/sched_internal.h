@@ -24,7 +24,7 @@ typedef struct {
     size_t emitted; // bytes of text already published to a stream
     int n_gen;
     int32_t next; // sampled token to feed at the next decode step
-    double t_last, t_peek;
+    double t_last, t_peek, t_first_token;
     int probed; // the half-close probe was sent (client_gone)
     fd_sampler smp;   // the request's temperature / top-k / top-p and seeded generator (tokens are sampled on the
                       // backend: engine_forward_sample / engine_decode_batch_sample; only the ids come back)
@@ -73,7 +73,7 @@ struct srv_sched {
 // ---- sched_slot.c ----
 pc_cache *sched_pc_for(srv_sched *s, const srv_job *j); // the prefix cache as this job's tenant sees it
 void sched_job_fail(srv_job *j, int status, const char *type, const char *code, const char *msg);
-void sched_met_finish(srv_sched *s, int kind, const srv_job *j, double now);
+void sched_met_finish(srv_sched *s, int kind, const slot *sl, double now); // the sequence ends: its metrics
 int sched_is_eos(const srv_sched *s, int32_t t);
 // A slot takes choice `choice` of job j (a reference for choices after the first); refused (503) when the pool
 // cannot hold the prompt's KV pages.

@@ -33,11 +33,19 @@ void sched_job_fail(srv_job *j, int status, const char *type, const char *code, 
     pthread_mutex_unlock(&j->mu);
 }
 
-void sched_met_finish(srv_sched *s, int kind, const srv_job *j, double now) {
+void sched_met_finish(srv_sched *s, int kind, const slot *sl, double now) {
+    const srv_job *j = sl->job;
     pthread_mutex_lock(&s->met->mu);
     s->met->finished[kind]++;
     s->met->running--;
     srv_hist_observe(&s->met->e2e, now - j->t_arrival);
+    if (sl->n_gen > 0) { // vLLM's per-request series, for a sequence that got to its first token
+        srv_hist_observe(&s->met->req_prompt, j->n_prompt);
+        srv_hist_observe(&s->met->req_gen, sl->n_gen);
+        srv_hist_observe(&s->met->prefill_time, sl->t_first_token - sl->t_prefill);
+        srv_hist_observe(&s->met->decode_time, sl->t_last - sl->t_first_token);
+        srv_hist_observe(&s->met->inference_time, sl->t_last - sl->t_prefill);
+    }
     pthread_mutex_unlock(&s->met->mu);
 }
 
@@ -64,7 +72,7 @@ void slot_release(srv_sched *s, slot *sl) {
 void slot_fail(srv_sched *s, slot *sl, int status, const char *type, const char *code, const char *msg,
                       int kind) {
     sched_job_fail(sl->job, status, type, code, msg);
-    sched_met_finish(s, kind, sl->job, fd_time_s());
+    sched_met_finish(s, kind, sl, fd_time_s());
     slot_release(s, sl);
 }
 
@@ -164,6 +172,7 @@ void slot_take_token(srv_sched *s, slot *sl, int32_t t) {
     else srv_hist_observe(&s->met->itl, now - sl->t_last);
     pthread_mutex_unlock(&s->met->mu);
     if (sl->n_gen == 1) {
+        sl->t_first_token = now;
         pthread_mutex_lock(&j->mu);
         j->t_first = now;
         pthread_mutex_unlock(&j->mu);
@@ -202,7 +211,7 @@ void slot_take_token(srv_sched *s, slot *sl, int32_t t) {
     }
     publish(s, sl, fin);
     if (fin) {
-        sched_met_finish(s, fin == SRV_FINISH_STOP ? SRV_FIN_STOP : SRV_FIN_LENGTH, j, now);
+        sched_met_finish(s, fin == SRV_FINISH_STOP ? SRV_FIN_STOP : SRV_FIN_LENGTH, sl, now);
         slot_release(s, sl);
     }
 }

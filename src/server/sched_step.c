@@ -79,7 +79,7 @@ static void spec_round(srv_sched *s, slot *sl) {
     s->met->spec_drafts++;
     s->met->spec_draft_tokens += L - 1;
     s->met->spec_accepted += ne - 1;
-    for (int i = 0; i < ne - 1 && i < SRV_SPEC_POS; i++) s->met->spec_accepted_pos[i]++;
+    for (int i = 0; i < ne - 1 && i < SRV_SPEC_POS_MAX; i++) s->met->spec_accepted_pos[i]++;
     pthread_mutex_unlock(&s->met->mu);
     for (int i = 0; i < ne && sl->job == j; i++) slot_take_token(s, sl, em[i]); // stops when the request ends
 }
@@ -207,6 +207,8 @@ void sched_sync_route_metrics(srv_sched *s) {
             }
         }
     s->met->n_route_hits = k;
+    const int64_t pool = kv_pool_tokens(&s->pool);
+    s->met->kv_usage = pool > 0 ? 1.0 - (double)kv_pool_free_tokens(&s->pool) / (double)pool : 0;
     pthread_mutex_unlock(&s->met->mu);
     pc_stats ps = {0};
     if (s->pc) pc_get_stats(s->pc, &ps);
@@ -225,7 +227,7 @@ void sched_step(srv_sched *s) {
         slot *sl = &s->slots[i];
         if (sl->st == SLOT_FREE) continue;
         if (sl->job->done) { // another choice of the request failed: the request is over
-            sched_met_finish(s, SRV_FIN_ABORT, sl->job, now);
+            sched_met_finish(s, SRV_FIN_ABORT, sl, now);
             slot_release(s, sl);
             continue;
         }

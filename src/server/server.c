@@ -239,7 +239,7 @@ static int run_server(const srv_config *cfg, const srv_cors *cors, const struct 
     S.boot_time = (long)time(NULL);
     S.boot_nonce = (uint64_t)S.boot_time * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 17 ^
                    (uint64_t)(fd_time_s() * 1e9);
-    srv_metrics_init(&S.met);
+    srv_metrics_init(&S.met, cfg->ctx);
     int rc = 0;
     srv_conns *conns = NULL;
     S.sched = sched_create(cfg, &model, be, S.tok, has_draft ? &dr : NULL, eos, n_eos, &S.met);
