@@ -19,9 +19,11 @@ typedef struct {
 } srv_proc;
 
 int srv_start(srv_proc *p, const char *extra);
+int srv_start_model(srv_proc *p, const char *model, const char *tokenizer, const char *extra); // another model
 int srv_stop(srv_proc *p); // the exit status (-1: killed or signalled)
 // Runs body with a started server and stops the server afterwards, also when body leaves through ASSERT.
 void with_server(const char *args, void (*body)(srv_proc *));
+void with_server_model(const char *model, const char *tokenizer, const char *args, void (*body)(srv_proc *));
 // One curl request: the HTTP status (-1 on failure), the body in *out (malloc'ed) when out is given.
 int http(const srv_proc *p, const char *method, const char *path, const char *body, size_t len, const char *extra,
          char **out);

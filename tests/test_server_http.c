@@ -22,14 +22,16 @@ static char *abs_path(const char *p) {
     return fd_strdup(realpath(p, buf) ? buf : p);
 }
 
-int srv_start(srv_proc *p, const char *extra) {
+int srv_start(srv_proc *p, const char *extra) { return srv_start_model(p, SRV_MODEL, SRV_TOK, extra); }
+
+int srv_start_model(srv_proc *p, const char *model, const char *tokenizer, const char *extra) {
     memset(p, 0, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "/tmp/fd_srv_XXXXXX");
     if (!mkdtemp(p->dir)) return -1;
     snprintf(p->log, sizeof p->log, "%s/server.log", p->dir);
     char *cmd = fd_sprintf("exec %s serve --model %s --tokenizer %s --host 127.0.0.1 --port 0 --port-file %s/port "
                            "--threads 2 %s >%s 2>&1",
-                           test_bin(), SRV_MODEL, SRV_TOK, p->dir, extra, p->log);
+                           test_bin(), model, tokenizer, p->dir, extra, p->log);
     p->pid = fork();
     if (p->pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -87,9 +89,11 @@ int srv_stop(srv_proc *p) {
 }
 
 // Runs body with a started server and stops the server afterwards, also when body leaves through ASSERT.
-void with_server(const char *args, void (*body)(srv_proc *)) {
+void with_server(const char *args, void (*body)(srv_proc *)) { with_server_model(SRV_MODEL, SRV_TOK, args, body); }
+
+void with_server_model(const char *model, const char *tokenizer, const char *args, void (*body)(srv_proc *)) {
     srv_proc p;
-    if (srv_start(&p, args)) {
+    if (srv_start_model(&p, model, tokenizer, args)) {
         show_log(&p, 40);
         srv_stop(&p);
         ASSERT(0, "the server did not start (%s)", args);

@@ -1,5 +1,6 @@
 // Operations of `flashdelta serve` beyond the OpenAI routes: scheduler limits from the configuration, CORS, IPv6
 // listening, the vLLM-named metrics (tests/test_server_http.c has the rig).
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -408,4 +409,27 @@ static void vllm_spec_body(srv_proc *p) {
 }
 TEST(server_ops_vllm_spec_decode_metrics) {
     with_server("--ctx 1024 --slots 1 --draft tests/data/dflash/qwen35_dense_tied_b8", vllm_spec_body);
+}
+
+// ---- real clients against the trained model (tests/server/trained.mjs) ----
+
+#define TRAINED "models/tiny-qwen35"
+
+static void trained_env_run(srv_proc *p, int draft) {
+    char buf[PATH_MAX];
+    char *tok = fd_strdup(realpath(TRAINED "/tokenizer.json", buf) ? buf : TRAINED "/tokenizer.json");
+    char *env = fd_sprintf("FD_MODEL_NAME=tiny-qwen35 FD_TOKENIZER=%s FD_API_KEY=test-key FD_DRAFT=%d", tok, draft);
+    run_node(p, "trained.mjs", env);
+    free(env);
+    free(tok);
+}
+static void trained_body(srv_proc *p) { trained_env_run(p, 0); }
+static void trained_draft_body(srv_proc *p) { trained_env_run(p, 1); }
+TEST(server_ops_trained_model_clients) {
+    with_server_model(TRAINED, TRAINED, "--ctx 2048 --slots 2 --api-key test-key", trained_body);
+}
+// the same greedy answer (HF's) with the trained DFlash drafter, and vLLM's spec-decode series over its rounds
+TEST(server_ops_trained_model_dflash) {
+    with_server_model(TRAINED, TRAINED, "--ctx 2048 --slots 1 --api-key test-key --draft models/tiny-qwen35-dflash",
+                      trained_draft_body);
 }
