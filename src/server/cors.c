@@ -91,3 +91,19 @@ const char *srv_cors_allow(const srv_cors *c, const char *origin) {
 int srv_cors_method_ok(const char *method) {
     return method && (!strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "OPTIONS"));
 }
+
+void srv_cors_add_headers(struct MHD_Response *r, const char *allow_origin) {
+    if (!allow_origin || !allow_origin[0]) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", allow_origin);
+    if (strcmp(allow_origin, "*")) MHD_add_response_header(r, "Vary", "Origin"); // the answer depends on Origin
+}
+
+struct MHD_Response *srv_cors_preflight_response(const char *allow_origin, const char *requested_headers) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    srv_cors_add_headers(r, allow_origin);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", SRV_CORS_METHODS);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            requested_headers && requested_headers[0] ? requested_headers : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    return r;
+}

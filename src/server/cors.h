@@ -2,6 +2,7 @@
 // Off by default: no Access-Control-* header is ever sent and OPTIONS stays a 405, as before the option existed.
 #ifndef FD_SERVER_CORS_H
 #define FD_SERVER_CORS_H
+#include <microhttpd.h>
 #include <stddef.h>
 
 typedef struct {
@@ -22,4 +23,9 @@ const char *srv_cors_allow(const srv_cors *c, const char *origin);
 // The methods a preflight may ask for; 1 if method is one of them.
 #define SRV_CORS_METHODS "GET, POST, OPTIONS"
 int srv_cors_method_ok(const char *method);
+// Access-Control-Allow-Origin (and Vary: Origin unless "*") on a response; nothing when allow_origin is "".
+void srv_cors_add_headers(struct MHD_Response *r, const char *allow_origin);
+// An allowed preflight's empty answer: the origin, the methods, the requested headers echoed (any header is
+// allowed, as vLLM's default allowed_headers ["*"]), a 600 s cache. requested_headers may be NULL.
+struct MHD_Response *srv_cors_preflight_response(const char *allow_origin, const char *requested_headers);
 #endif

@@ -35,18 +35,11 @@ typedef struct {
     char allow_origin[256]; // Access-Control-Allow-Origin of every response ("" = none: CORS off, or not allowed)
 } conn_ctx;
 
-// CORS: an allowed origin may read the response (errors included, so a browser app sees why it failed).
-static void add_cors_headers(const conn_ctx *cx, struct MHD_Response *r) {
-    if (!cx->allow_origin[0]) return;
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", cx->allow_origin);
-    if (strcmp(cx->allow_origin, "*")) MHD_add_response_header(r, "Vary", "Origin"); // the answer depends on Origin
-}
-
 static enum MHD_Result send_text(conn_ctx *cx, struct MHD_Connection *c, int status, const char *type,
                                  const char *text) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(r, "Content-Type", type);
-    add_cors_headers(cx, r);
+    srv_cors_add_headers(r, cx->allow_origin);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cx->status = status;
@@ -150,7 +143,7 @@ static enum MHD_Result stream_start(conn_ctx *cx, struct MHD_Connection *c, srv_
                                                                   stream_free);
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    add_cors_headers(cx, resp);
+    srv_cors_add_headers(resp, cx->allow_origin);
     enum MHD_Result ok = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     cx->status = 200;
@@ -449,13 +442,7 @@ static enum MHD_Result preflight(conn_ctx *cx, struct MHD_Connection *c, int rou
         cx->allow_origin[0] = 0;
         return fail(cx, c, 400, "invalid_request_error", NULL, "Disallowed CORS method");
     }
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    add_cors_headers(cx, r);
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", SRV_CORS_METHODS);
-    // the headers asked for, echoed (any header is allowed, as vLLM's default allowed_headers ["*"])
-    MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                            headers && headers[0] ? headers : "Authorization, Content-Type");
-    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    struct MHD_Response *r = srv_cors_preflight_response(cx->allow_origin, headers);
     enum MHD_Result ok = MHD_queue_response(c, 204, r);
     MHD_destroy_response(r);
     cx->status = 204;
