@@ -153,6 +153,10 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     int bad = routes_from_env(&s->eng);
     for (int i = 0; !bad && i < o->n_routes; i++) bad = routes_set(&s->eng, o->route_specs[i]);
     if (bad || routes_check(&s->eng)) return fail(2);
+    // spec_verify=tree with a drafter on an engine that cannot run it (a backend without the tree ops, --tp):
+    // refused here, before any prompt is computed, rather than at the first round
+    const fd_route *sv = routes_find(&s->eng, "spec_verify");
+    if (s->has_draft && sv && !strcmp(sv->values[*sv->sel], "tree") && engine_tree_supported(&s->eng)) return fail(2);
     if (s->tp.tp) FD_INFO("tensor parallelism: %d ranks, one host thread each", s->tp.tp);
     FD_INFO("backend %s, %d threads, capacity %lld tokens (KV pool %lld), prefill budget %d", s->be->name,
             fd_threads_count(), (long long)eo.capacity, (long long)kv_pool_tokens(s->eng.pool), eo.max_batch);

@@ -422,8 +422,8 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     // one reader of route variables; a backend made here starts at the defaults above.
     cudaDeviceProp prop;
     FD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB), routes: gemm_act=%s attn_kernel=%s gemm_small=%s pdl=%s", device,
-            prop.name, c->num_sms, (double)prop.totalGlobalMem / (1 << 30), fd_cuda_route(be, "gemm_act"),
-            fd_cuda_route(be, "attn_kernel"), fd_cuda_route(be, "gemm_small"), fd_cuda_route(be, "pdl"));
+    // No routes here: --route and FD_ROUTE_* are applied after creation, and the engine prints the routes in force.
+    FD_INFO("cuda: device %d %s (%d SMs, %.0f GiB)", device, prop.name, c->num_sms,
+            (double)prop.totalGlobalMem / (1 << 30));
     return be;
 }
