@@ -299,6 +299,11 @@ void cu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int
 void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const Ws[], int count, const void *x, int n);
 // Row-major out[n, m] (fp32) = x[n, k] (fp32) W[m, k]^T with W bf16 or fp32 on the device.
 void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+// A quantized-weight route's dispatch (gemm_fp8, gemm_int4: value 0 = gemv, 1 = dequant): gemv when use_gemv, else
+// dequant into scratch slot W (bf16, or f32 under a bf16x2 gemm_act) and the dense path; counted per value.
+void cu_gemm_quant(fd_backend *be, float *out, const float *x, const fd_weight *W, int n, int route, int use_gemv,
+                   void (*gemv)(fd_backend *, float *, const float *, const fd_weight *, int),
+                   void (*dequant)(fd_backend *, void *, const fd_weight *, int));
 
 // ---- gemv.cu ----
 // 1 when the tensor-core GEMV can run this call: bf16 W on the device, 1 <= n <= CU_GEMV_MAX_N, k % 8 == 0,

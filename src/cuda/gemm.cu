@@ -106,36 +106,43 @@ static void gemm_run(fd_backend *be, float *out, const void *xin, const void *W,
     if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
 
-// FP8 block-scaled weights (route gemm_fp8): the GEMV of gemv.cu for small n, else the weight dequantized
-// (bf16, or f32 under a bf16x2 gemm_act) in scratch slot W (its own: an op calling matmul keeps its buffers in the others, e.g. moe.cu) and the
-// bf16 path (which counts gemm_act and gemm_small itself).
-static void gemm_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+// The quantized-weight routes (gemm_fp8, gemm_int4; value 0 = gemv, 1 = dequant for both): the format's GEMV for
+// small n (use_gemv), else the weight dequantized in scratch slot W (its own: an op calling matmul keeps its
+// buffers in the others, e.g. moe.cu) to bf16, or to f32 under a bf16x2 gemm_act, and the dense path (which
+// counts gemm_act and gemm_small itself).
+void cu_gemm_quant(fd_backend *be, float *out, const float *x, const fd_weight *W, int n, int route, int use_gemv,
+                   void (*gemv)(fd_backend *, float *, const float *, const fd_weight *, int),
+                   void (*dequant)(fd_backend *, void *, const fd_weight *, int)) {
     cu_impl *c = cu_of(be);
-    const int gemv = c->gemm_fp8 == CU_GEMM_FP8_GEMV && cu_gemv_fp8_supported(x, W, n);
-    const int v = gemv ? CU_GEMM_FP8_GEMV : CU_GEMM_FP8_DEQUANT;
-    c->routes[CU_ROUTE_GEMM_FP8].calls[v]++;
-    c->routes[CU_ROUTE_GEMM_FP8].tokens[v] += n;
-    if (gemv) {
-        const int split = cu_gemm_split(c->gemm_act, W->cols);
+    c->routes[route].calls[use_gemv ? 0 : 1]++;
+    c->routes[route].tokens[use_gemv ? 0 : 1] += n;
+    const int split = cu_gemm_split(c->gemm_act, W->cols);
+    if (use_gemv) {
         c->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
         c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
-        cu_gemv(be, out, x, W, n);
+        gemv(be, out, x, W, n);
         if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
         return;
     }
     // f32 where gemm_act keeps activations ~fp32 (bf16x2), so the dequantized weight is not rounded either
-    const int f32 = cu_gemm_split(c->gemm_act, W->cols);
     fd_weight tmp = *W;
     tmp.fmt = FD_WFMT_DENSE;
-    tmp.dev = cu_scratch(be, CU_SCR_W, (size_t)(W->rows * W->cols) * (f32 ? 4 : 2));
-    tmp.dev_dtype = f32 ? FD_F32 : FD_BF16;
+    tmp.dev = cu_scratch(be, CU_SCR_W, (size_t)(W->rows * W->cols) * (split ? 4 : 2));
+    tmp.dev_dtype = split ? FD_F32 : FD_BF16;
     tmp.dev_scale = NULL;
-    cu_fp8_dequant(be, tmp.dev, W, f32);
-    if (f32) { // the fp32 GEMM counts under no gemm_act value of its own: count the split the route chose
+    tmp.g_idx = NULL;
+    dequant(be, tmp.dev, W, split);
+    if (split) { // the fp32 GEMM counts under no gemm_act value of its own: count the split the route chose
         c->routes[CU_ROUTE_GEMM_ACT].calls[1]++;
         c->routes[CU_ROUTE_GEMM_ACT].tokens[1] += n;
     }
     cu_gemm_f32out(be, out, x, &tmp, n);
+}
+
+// FP8 block-scaled weights (route gemm_fp8): the GEMV of gemv.cu, or the dequant route.
+static void gemm_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+    const int gemv = cu_of(be)->gemm_fp8 == CU_GEMM_FP8_GEMV && cu_gemv_fp8_supported(x, W, n);
+    cu_gemm_quant(be, out, x, W, n, CU_ROUTE_GEMM_FP8, gemv, cu_gemv, cu_fp8_dequant);
 }
 
 void cu_gemm_f32out(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {

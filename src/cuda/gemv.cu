@@ -52,6 +52,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_common.h"
+#include "cuda/mma.cuh"
 
 #define GV_WARPS   8
 #define GV_THREADS (GV_WARPS * 32)
@@ -83,24 +84,6 @@ typedef struct {
     gv_seg seg[GV_MAX_SEGS];
     int count;
 } gv_job;
-
-static __device__ __forceinline__ void gv_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Weights are read once per call: keep them out of L1 (x and the partial sums live there) and ask L2 for the
-// whole 256-byte window, which the neighbouring lanes and warps of the block read next.
-static __device__ __forceinline__ uint4 gv_ld_stream(const uint8_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 static __device__ __forceinline__ uint32_t gv_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -219,7 +202,7 @@ static __device__ __forceinline__ void gv_load_w(uint4 (&wv)[R][2][2], const uin
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
-                wv[r][hf][h] = kin && wok[r][hf] ? gv_ld_stream(wlane + (2 * r + hf) * wstep + (int64_t)kk * ES) : zero4;
+                wv[r][hf][h] = kin && wok[r][hf] ? cu_ld_stream(wlane + (2 * r + hf) * wstep + (int64_t)kk * ES) : zero4;
     }
 }
 
@@ -251,10 +234,10 @@ static __device__ __forceinline__ void gv_step_mma(float (&acc)[R][NG][4], const
 #pragma unroll
             for (int j = 0; j < NG; j++) {
                 const uint32_t *xh = bh[h][j], *xl = bl[h][j];
-                gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xh[0], xh[1]);
-                if (SPLIT) gv_mma(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xl[0], xl[1]);
-                gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xh[2], xh[3]);
-                if (SPLIT) gv_mma(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xl[2], xl[3]);
+                cu_mma_bf16(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xh[0], xh[1]);
+                if (SPLIT) cu_mma_bf16(acc[r][j], lo8.x, hi8.x, lo8.y, hi8.y, xl[0], xl[1]);
+                cu_mma_bf16(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xh[2], xh[3]);
+                if (SPLIT) cu_mma_bf16(acc[r][j], lo8.z, hi8.z, lo8.w, hi8.w, xl[2], xl[3]);
             }
         }
 }
@@ -288,8 +271,8 @@ static __device__ __forceinline__ void gv_step_mma_fp8(float (&acc)[R][NG][4], c
                 gv_e4m3x4_bf16x2(hi[i], &a1, &a3);
 #pragma unroll
                 for (int j = 0; j < NG; j++) {
-                    gv_mma(part[j], a0, a1, a2, a3, bh[j][2 * i], bh[j][2 * i + 1]);
-                    if (SPLIT) gv_mma(part[j], a0, a1, a2, a3, bl[j][2 * i], bl[j][2 * i + 1]);
+                    cu_mma_bf16(part[j], a0, a1, a2, a3, bh[j][2 * i], bh[j][2 * i + 1]);
+                    if (SPLIT) cu_mma_bf16(part[j], a0, a1, a2, a3, bl[j][2 * i], bl[j][2 * i + 1]);
                 }
             }
 #pragma unroll

@@ -21,6 +21,7 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/int4.h"
+#include "cuda/mma.cuh"
 
 #define I4_WARPS         8
 #define I4_THREADS       (I4_WARPS * 32)
@@ -30,23 +31,7 @@
 #define I4_ROWS          32                      // weight rows per block: two 16-row MMA tiles
 #define I4_PARTIAL_TILE  (I4_ROWS * 16)          // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 
-static __device__ __forceinline__ void i4_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Weights and meta are constant for a forward and read once: stream them past L1 (non-coherent loads are safe
-// before the PDL wait for them, never for x).
-static __device__ __forceinline__ uint4 i4_ld_stream(const uint32_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
+// Meta words: constant for a forward and read once, past L1 (as cu_ld_stream for the weights).
 static __device__ __forceinline__ uint32_t i4_ld_meta(const uint32_t *p) {
     uint32_t v;
     asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
@@ -131,7 +116,7 @@ __global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, c
             const int kc = k0 + p * I4_BLOCK_KSTEP;
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                wv[p][j] = kc < kend && wok[j] ? i4_ld_stream(wlane + j * wstep + kc / 8) : zero4;
+                wv[p][j] = kc < kend && wok[j] ? cu_ld_stream(wlane + j * wstep + kc / 8) : zero4;
 #pragma unroll
             for (int q = 0; q < GPC; q++) {
                 const int kq = kc + q * (I4_CHUNK / GPC);
@@ -190,8 +175,8 @@ __global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, c
                             const uint32_t a3 = i4_pair(wh, 2 * h + 1, zp[2 * r + 1]);
 #pragma unroll
                             for (int j = 0; j < NG; j++) {
-                                i4_mma(part[r][j], a0, a1, a2, a3, bh[j][h][0], bh[j][h][1]);
-                                if (SPLIT) i4_mma(part[r][j], a0, a1, a2, a3, bl[j][h][0], bl[j][h][1]);
+                                cu_mma_bf16(part[r][j], a0, a1, a2, a3, bh[j][h][0], bh[j][h][1]);
+                                if (SPLIT) cu_mma_bf16(part[r][j], a0, a1, a2, a3, bl[j][h][0], bl[j][h][1]);
                             }
                         }
                     }

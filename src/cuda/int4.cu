@@ -160,35 +160,10 @@ void cu_int4_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32) {
         cu_launch(be, k_int4_dequant<0>, grid, 256, 0, dst, (const uint32_t *)W->dev, meta, gidx, m, k, kwords, gs);
 }
 
-// Route gemm_int4: the int4 GEMV for small n, else the weight dequantized in scratch slot W (bf16, or f32 under a
-// bf16x2 gemm_act) and the dense path, which counts gemm_act and gemm_small itself.
+// Route gemm_int4: the int4 GEMV for small n, else the dequant route (gemm.cu: cu_gemm_quant).
 void cu_gemm_int4(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
-    cu_impl *c = cu_of(be);
-    const int gemv = c->gemm_int4 == CU_GEMM_INT4_GEMV && cu_gemv_int4_supported(x, W, n);
-    const int v = gemv ? CU_GEMM_INT4_GEMV : CU_GEMM_INT4_DEQUANT;
-    c->routes[CU_ROUTE_GEMM_INT4].calls[v]++;
-    c->routes[CU_ROUTE_GEMM_INT4].tokens[v] += n;
-    if (gemv) {
-        const int split = cu_gemm_split(c->gemm_act, W->cols);
-        c->routes[CU_ROUTE_GEMM_ACT].calls[split]++;
-        c->routes[CU_ROUTE_GEMM_ACT].tokens[split] += n;
-        cu_gemv_int4(be, out, x, W, n);
-        if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        return;
-    }
-    const int f32 = cu_gemm_split(c->gemm_act, W->cols);
-    fd_weight tmp = *W;
-    tmp.fmt = FD_WFMT_DENSE;
-    tmp.dev = cu_scratch(be, CU_SCR_W, (size_t)(W->rows * W->cols) * (f32 ? 4 : 2));
-    tmp.dev_dtype = f32 ? FD_F32 : FD_BF16;
-    tmp.dev_scale = NULL;
-    tmp.g_idx = NULL;
-    cu_int4_dequant(be, tmp.dev, W, f32);
-    if (f32) { // the fp32 GEMM counts under no gemm_act value of its own: count the split the route chose
-        c->routes[CU_ROUTE_GEMM_ACT].calls[1]++;
-        c->routes[CU_ROUTE_GEMM_ACT].tokens[1] += n;
-    }
-    cu_gemm_f32out(be, out, x, &tmp, n);
+    const int gemv = cu_of(be)->gemm_int4 == CU_GEMM_INT4_GEMV && cu_gemv_int4_supported(x, W, n);
+    cu_gemm_quant(be, out, x, W, n, CU_ROUTE_GEMM_INT4, gemv, cu_gemv_int4, cu_int4_dequant);
 }
 
 // matmul_multi's int4 members (gemm.cu): with route gemm_int4=gemv and every int4 weight GEMV-eligible with one k
