@@ -74,6 +74,35 @@ static int decode_steps(fd_engine *e, int32_t first, int n, int32_t *out) {
     return 0;
 }
 
+// Full DFlash blocks with the oracle drafter (forced acceptance at tau) until about D tokens are out (the reference
+// covers one more block); *seconds is the wall time of the rounds, one sync per round (s->phase_sync).
+static int oracle_rounds(fd_engine *e, fd_dflash *s, double tau, int32_t *ref, int n_ref, int32_t anchor, int D,
+                         int64_t *produced_out, double *seconds) {
+    const int B = s->B;
+    int sched[64];
+    oracle_schedule(tau, B, sched, 64);
+    fd_spec_oracle orc = {ref, n_ref, sched, 64, 1}; // forced acceptance: tau exact (see dflash.h)
+    s->oracle = &orc;
+    s->phase_sync = 1; // one sync per round (~10 us) so the commit's device time is its own phase
+    int64_t produced = 1;
+    int32_t tok = anchor, emitted[FD_SPEC_MAX_BLOCK];
+    int rc = 0;
+    sync(e);
+    const double t0 = fd_time_s();
+    while (rc == 0 && produced < D + 1 && produced + B <= n_ref) {
+        int got;
+        rc = dflash_round(s, tok, B, NULL, produced, emitted, &got);
+        produced += got;
+        tok = emitted[got - 1];
+    }
+    sync(e);
+    *seconds = fd_time_s() - t0;
+    s->oracle = NULL;
+    s->phase_sync = 0;
+    *produced_out = produced;
+    return rc;
+}
+
 int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *rows) {
     fd_backend *be = e->be;
     const int V = e->m->cfg.vocab_size, D = o->decode_tokens;
@@ -132,12 +161,17 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         fprintf(stderr, "bench: ctx %lld: prefill %.2f s (%.0f tok/s)\n", (long long)L, r->prefill_s, r->prefill_tok_s);
         es_state_save(e, &g, snap);
         const int64_t draft_ctx = s ? s->n_ctx : 0;
-        // pure decode, then the same again from the snapshot (determinism)
+        // Pure decode twice from the snapshot: the first run (untimed) gives the reference ids and warms what a
+        // first call pays once (lazy module loads, graph recordings); the second, timed, must repeat it exactly.
         ref[0] = anchor;
+        if ((rc = decode_steps(e, anchor, D, ref + 1))) break;
+        if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1))) break; // the oracle's continuation
+        es_state_load(e, &g, snap);
+        e->n_past = L;
         const fd_graph_stats gs0 = e->graph_stats;
         sync(e);
         t0 = fd_time_s();
-        if ((rc = decode_steps(e, anchor, D, ref + 1))) break;
+        if ((rc = decode_steps(e, anchor, D, again))) break;
         sync(e);
         const double dt = fd_time_s() - t0;
         r->graphs = e->routes[FD_ROUTE_GRAPHS].values[e->graphs_sel];
@@ -147,40 +181,22 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         bench_count(e->m, L + D / 2, &flops, &bytes);
         r->decode_gbs = bytes * D / dt / 1e9;
         r->decode_roof = o->copy_ceiling > 0 ? bytes * D / dt / o->copy_ceiling : NAN;
-        if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1))) break; // untimed
-        es_state_load(e, &g, snap);
-        e->n_past = L;
-        if ((rc = decode_steps(e, anchor, D, again))) break;
         r->deterministic = !memcmp(again, ref + 1, sizeof(int32_t) * (size_t)D);
         fprintf(stderr, "bench: ctx %lld: decode %.1f tok/s%s (graphs=%s: %lld replays, %lld recordings in %d steps)\n",
                 (long long)L, r->decode_tok_s, r->deterministic ? "" : " (NOT deterministic)", r->graphs,
                 (long long)r->decode_graph_replays, (long long)r->decode_graph_recordings, D);
         if (!s) continue;
-        // DFlash rounds with the oracle drafter proposing the target's own continuation
-        es_state_load(e, &g, snap);
-        e->n_past = L;
-        s->n_ctx = draft_ctx;
-        memset(&s->st, 0, sizeof s->st);
-        int sched[64];
-        oracle_schedule(o->oracle_tau, s->B, sched, 64);
-        fd_spec_oracle orc = {ref, n_ref, sched, 64, 1}; // forced acceptance: tau exact (see dflash.h)
-        s->oracle = &orc;
-        s->phase_sync = 1; // one sync per round (~10 us) so the commit's device time is its own phase
+        // DFlash rounds with the oracle drafter proposing the target's own continuation: once untimed (the drafter's
+        // first launches, the verify's graph recording), then timed from the same snapshot
+        double ts = 0;
         int64_t produced = 1;
-        int32_t tok = anchor, emitted[FD_SPEC_MAX_BLOCK];
-        sync(e);
-        t0 = fd_time_s();
-        // full blocks only, until about D tokens are out (the reference covers one more block)
-        while (rc == 0 && produced < D + 1 && produced + B <= n_ref) {
-            int got;
-            rc = dflash_round(s, tok, B, NULL, produced, emitted, &got);
-            produced += got;
-            tok = emitted[got - 1];
+        for (int pass = 0; rc == 0 && pass < 2; pass++) {
+            es_state_load(e, &g, snap);
+            e->n_past = L;
+            s->n_ctx = draft_ctx;
+            memset(&s->st, 0, sizeof s->st);
+            rc = oracle_rounds(e, s, o->oracle_tau, ref, n_ref, anchor, D, &produced, &ts);
         }
-        sync(e);
-        const double ts = fd_time_s() - t0;
-        s->oracle = NULL;
-        s->phase_sync = 0;
         if (rc) break;
         r->has_spec = 1;
         r->round_ms = 1e3 * ts / (double)s->st.rounds;

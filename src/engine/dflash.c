@@ -98,6 +98,12 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
     be->to_device(be, s->ids_dev, ids, (size_t)B * sizeof(int32_t));
     const fd_draft_caches caches = {s->kv, s->capacity};
     draft_forward_block(d, s->tgt->m, be, &s->ds, s->ids_dev, &caches, s->n_ctx);
+    // Greedy, no multiplier and no softcap (the host loop below would leave the logits as they are): the device
+    // picks (lowest index on ties, as engine_argmax) and B - 1 ids cross instead of (B - 1) x V floats.
+    if (!logits && be->argmax_rows && d->output_multiplier == 1.0f && !(d->final_logit_softcap > 0)) {
+        be->argmax_rows(be, draft_ids, s->ds.logits_dev, B - 1, V);
+        return 0;
+    }
     float *host = logits ? logits : fd_malloc((size_t)(B - 1) * V * sizeof(float));
     be->to_host(be, host, s->ds.logits_dev, (size_t)(B - 1) * V * sizeof(float));
     for (int64_t i = 0; i < (int64_t)(B - 1) * V; i++) {
