@@ -7,6 +7,7 @@
 //     row the same result in a 1-row decode step and in a verify block (batch invariance); on the shipped trained
 //     pair too, whose drafter is accepted (3-4 tokens per round), so verify blocks commit several rows.
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -44,55 +45,128 @@ static int fixture_present(const char *name) {
     return have;
 }
 
+// Where the GPU's greedy leaves HF's at new token s, the two must be a near tie for the GPU: with HF's own tokens
+// before s fed back, the GPU's logit for HF's token is within 2 x the test's rel-L2 bound (2e-2) x the row's rms of
+// its own pick (a logit gap that bf16 noise of the size the logits test admits can turn). Returns 1 when so (the
+// sequences may then part: the rest is not compared), 0 when the GPU left HF's token for a clearly worse one.
+static int greedy_parts_at_near_tie(fd_model *m, const fd_engine_opts *o, const fixture *fx, int s, int32_t gpu_tok,
+                                    double *gap, double *bound) {
+    fd_engine e;
+    if (engine_init(&e, m, gpu(), o)) return 0;
+    const int n = fx->n_ids + s;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    memcpy(ids, fx->ids, (size_t)fx->n_ids * sizeof *ids);
+    memcpy(ids + fx->n_ids, fx->greedy, (size_t)s * sizeof *ids);
+    float *row = malloc((size_t)fx->vocab * sizeof *row);
+    const int rc = engine_prefill(&e, ids, n, 0, row, 0);
+    double ss = 0;
+    for (int v = 0; v < fx->vocab; v++) ss += (double)row[v] * row[v];
+    *gap = (double)row[gpu_tok] - row[fx->greedy[s]];
+    *bound = 2 * 2e-2 * sqrt(ss / fx->vocab);
+    engine_free(&e);
+    free(ids);
+    free(row);
+    return rc == 0 && *gap >= 0 && *gap <= *bound;
+}
+
+// Per-position rel-L2 of the prompt's logits vs HF (err[t]) on a fresh engine, and the whole prompt's.
+static double prompt_errors(fd_model *m, const fd_engine_opts *o, const fixture *fx, double *err) {
+    fd_engine e;
+    if (engine_init(&e, m, gpu(), o)) return INFINITY;
+    const size_t n = (size_t)fx->n_ids * fx->vocab;
+    float *lg = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) lg[i] = NAN;
+    double all = INFINITY;
+    if (engine_prefill(&e, fx->ids, fx->n_ids, 0, lg, 1) == 0) {
+        all = test_rel_l2(lg, fx->logits, n);
+        for (int t = 0; t < fx->n_ids; t++)
+            err[t] = test_rel_l2(lg + (size_t)t * fx->vocab, fx->logits + (size_t)t * fx->vocab, (size_t)fx->vocab);
+    }
+    engine_free(&e);
+    free(lg);
+    return all;
+}
+
 // Logits at every prompt position within 2e-2 of HF fp32 on the dequantized weights (worst position 5e-2: the
 // fixtures' k = 384 down projections run bf16 activations under gemm_act=auto, as the FP8 fixtures do), greedy
-// identical, under the default routes (int4 GEMV for decode, dequant for the prompt) with the prompt in one
-// chunk and in chunks of 7 (decode-sized GEMMs through the GEMV).
+// identical up to a near tie, under the default routes (int4 GEMV for decode, dequant for the prompt) with the
+// prompt in one chunk and in chunks of 7 (decode-sized GEMMs through the GEMV). A MoE fixture may have one
+// position past the bound under bf16 activations, where the router's top-k has a near tie that bf16 rounding of
+// the hidden state turns (a different expert: ~0.2 rel-L2 at that position, measured on int4_awq_qwen3_next_moe);
+// the same position must then be within 1e-2 under gemm_act=bf16x2 (activations split in two bf16 terms: the
+// same kernels, fp32-class inputs), and the rest within the bounds.
 TEST(cuda_int4_fixtures_match_hf) {
     const int budgets[] = {0, 7};
     for (size_t f = 0; f < sizeof k_int4_fixtures / sizeof k_int4_fixtures[0]; f++) {
         if (!fixture_present(k_int4_fixtures[f])) continue;
+        const char *name = k_int4_fixtures[f];
         fixture fx;
-        ASSERT(fixture_load(k_int4_fixtures[f], &fx) == 0, "%s", fd_error_msg());
+        ASSERT(fixture_load(name, &fx) == 0, "%s", fd_error_msg());
+        double *err = calloc((size_t)fx.n_ids, sizeof *err), *err_x2 = calloc((size_t)fx.n_ids, sizeof *err_x2);
         for (int b = 0; b < 2; b++) {
             const int budget = budgets[b] ? budgets[b] : fx.n_ids;
             fd_model m;
-            ASSERT(model_load(fx.dir, &m) == 0, "%s: %s", k_int4_fixtures[f], fd_error_msg());
+            ASSERT(model_load(fx.dir, &m) == 0, "%s: %s", name, fd_error_msg());
             model_upload(&m, gpu());
             fd_engine_opts o;
             engine_default_opts(&o);
             o.max_batch = budget;
             o.capacity = fx.n_ids + fx.n_greedy + 1;
-            fd_engine e;
-            ASSERT(engine_init(&e, &m, gpu(), &o) == 0, "%s", fd_error_msg());
-            const size_t n = (size_t)fx.n_ids * fx.vocab;
-            float *lg = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) lg[i] = NAN;
-            ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 0, lg, 1) == 0, "%s", fd_error_msg());
-            double err = test_rel_l2(lg, fx.logits, n), worst = 0;
+            const double all = prompt_errors(&m, &o, &fx, err);
+            double worst = 0;
+            int outliers = 0, outlier = -1;
             for (int t = 0; t < fx.n_ids; t++) {
-                const double et =
-                    test_rel_l2(lg + (size_t)t * fx.vocab, fx.logits + (size_t)t * fx.vocab, (size_t)fx.vocab);
-                if (et > worst) worst = et;
+                if (err[t] > worst) worst = err[t];
+                if (err[t] > 5e-2) outliers++, outlier = t;
             }
-            engine_free(&e);
+            fd_engine e;
             ASSERT(engine_init(&e, &m, gpu(), &o) == 0, "%s", fd_error_msg());
             int32_t *out = calloc((size_t)fx.n_greedy + 1, sizeof *out);
             ASSERT(engine_generate_greedy(&e, fx.ids, fx.n_ids, budget, fx.n_greedy, out) == 0, "%s", fd_error_msg());
+            engine_free(&e);
             int same = 0;
             while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
             printf("    %-26s budget %3d: logits rel-L2 vs HF %.2e (worst position %.2e), greedy %d/%d identical\n",
-                   k_int4_fixtures[f], budget, err, worst, same, fx.n_greedy);
-            EXPECT(err <= 2e-2 && worst <= 5e-2, "%s budget %d: rel-L2 %.3g, worst position %.3g", k_int4_fixtures[f],
-                   budget, err, worst);
-            EXPECT(same == fx.n_greedy, "%s budget %d: greedy differs from HF at new token %d", k_int4_fixtures[f],
-                   budget, same);
+                   name, budget, all, worst, same, fx.n_greedy);
+            if (outliers == 1 && strstr(name, "moe")) {
+                const char *act = fd_cuda_route(gpu(), "gemm_act");
+                char saved[32];
+                snprintf(saved, sizeof saved, "%s", act ? act : "auto");
+                ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "bf16x2") == 0, "%s", fd_error_msg());
+                const double all_x2 = prompt_errors(&m, &o, &fx, err_x2);
+                ASSERT(fd_cuda_set_route(gpu(), "gemm_act", saved) == 0, "%s", fd_error_msg());
+                double rest = 0, ref = 0; // the rel-L2 of the other positions, from per-position errors and norms
+                for (int t = 0; t < fx.n_ids; t++) {
+                    double nb = 0;
+                    for (int v = 0; v < fx.vocab; v++) nb += (double)fx.logits[(size_t)t * fx.vocab + v] * fx.logits[(size_t)t * fx.vocab + v];
+                    nb = sqrt(nb);
+                    ref += nb * nb;
+                    if (t != outlier) rest += err[t] * nb * err[t] * nb;
+                }
+                rest = sqrt(rest / ref);
+                printf("      position %d: %.3g under bf16 activations, %.3g under gemm_act=bf16x2 (rel-L2 %.2e there); "
+                       "the other positions %.2e\n",
+                       outlier, err[outlier], err_x2[outlier], all_x2, rest);
+                EXPECT(err_x2[outlier] <= 1e-2 && rest <= 2e-2, "%s budget %d: position %d is %.3g under bf16x2, the "
+                       "rest %.3g", name, budget, outlier, err_x2[outlier], rest);
+            } else {
+                EXPECT(all <= 2e-2 && worst <= 5e-2, "%s budget %d: rel-L2 %.3g, worst position %.3g", name, budget,
+                       all, worst);
+            }
+            if (same < fx.n_greedy) {
+                double gap = NAN, bound = NAN;
+                const int tie = greedy_parts_at_near_tie(&m, &o, &fx, same, out[same], &gap, &bound);
+                printf("      parts from HF at new token %d (GPU %d, HF %d): GPU logit gap %.4f, near-tie bound %.4f\n",
+                       same, out[same], fx.greedy[same], gap, bound);
+                EXPECT(tie, "%s budget %d: greedy leaves HF at new token %d by a logit gap %.4g > %.4g (not a tie)",
+                       name, budget, same, gap, bound);
+            }
             free(out);
-            free(lg);
-            engine_free(&e);
             model_release(&m, gpu());
             model_free(&m);
         }
+        free(err);
+        free(err_x2);
         fixture_free(&fx);
     }
 }
