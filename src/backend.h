@@ -15,6 +15,7 @@
 #include "base/sample_math.h" // fd_sample_params
 #include "base/weight.h" // fd_weight: a bound weight and its format
 
+#define FD_TOPK_ROWS_MAX 256 // topk_rows' K at most (DFlash2's selector top-k bound)
 
 typedef struct fd_backend fd_backend;
 
@@ -231,6 +232,11 @@ struct fd_backend {
     // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest
     // index wins ties (as engine_argmax). Only the ids cross to the host.
     void (*argmax_rows)(fd_backend *be, int32_t *out_host, const float *logits_dev, int rows, int V);
+    // ids_host / vals_host [rows, K] = the K largest logits of each row of logits_dev ([rows, V]) and their ids, as
+    // top_k_row (base/sample_math.h): descending, the lower index first among equals, NaNs never taken; 1 <= K <=
+    // FD_TOPK_ROWS_MAX. Only the K pairs of a row cross to the host. Optional (NULL: the caller copies the rows).
+    void (*topk_rows)(fd_backend *be, int32_t *ids_host, float *vals_host, const float *logits_dev, int rows, int V,
+                      int K);
 
     // ---- recorded forwards (CUDA graphs; optional: all NULL where a backend has none, e.g. cpu) ----
     // graph_begin: the ops issued from now until graph_end are recorded, not run. Returns 0, or -1 when this

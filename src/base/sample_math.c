@@ -82,3 +82,24 @@ int32_t sample_row(const fd_sample_params *p, const float *logits, int V, double
     }
     return sample_draw_u(scratch, V, u);
 }
+
+void top_k_row(const float *row, int V, int K, int32_t *ids, float *vals) {
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        const float x = row[v];
+        if (n == K && !(x > vals[K - 1])) continue; // NaN and values not above the K-th: out
+        if (x != x) continue;
+        int j = n < K ? n++ : K - 1;
+        while (j > 0 && x > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = x;
+        ids[j] = v;
+    }
+    for (; n < K; n++) {
+        vals[n] = -INFINITY;
+        ids[n] = n;
+    }
+}

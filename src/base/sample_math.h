@@ -20,4 +20,7 @@ void sample_probs(const fd_sample_params *p, const float *logits, int V, float *
 int32_t sample_draw_u(const float *probs, int V, double u);
 // sample_probs + the draw (the argmax for greedy p, u unused); scratch holds V floats.
 int32_t sample_row(const fd_sample_params *p, const float *logits, int V, double u, float *scratch);
+// The K largest of row [V] in descending order, the lower index first among equals (NaNs never taken; when fewer
+// than K values are not NaN the rest of the slots hold -inf and their own slot number as the id).
+void top_k_row(const float *row, int V, int K, int32_t *ids, float *vals);
 #endif

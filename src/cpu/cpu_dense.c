@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sample_math.h"
 #include "cpu/cpu.h"
 
 static void cpu_embed(fd_backend *be, void *out, const fd_weight *table, const int32_t *ids, int n) {
@@ -168,8 +169,15 @@ static void cpu_argmax_rows(fd_backend *be, int32_t *out, const float *logits, i
     }
 }
 
+static void cpu_topk_rows(fd_backend *be, int32_t *ids, float *vals, const float *logits, int rows, int V, int K) {
+    (void)be;
+    FD_CHECK(K >= 1 && K <= FD_TOPK_ROWS_MAX && K <= V, "top-%d of %d logits", K, V);
+    for (int r = 0; r < rows; r++) top_k_row(logits + (int64_t)r * V, V, K, ids + (int64_t)r * K, vals + (int64_t)r * K);
+}
+
 void cpu_install_dense(fd_backend *be) {
     be->argmax_rows = cpu_argmax_rows;
+    be->topk_rows = cpu_topk_rows;
     be->copy_rows = cpu_copy_rows;
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;

@@ -246,6 +246,7 @@ static void cu_destroy(fd_backend *be) {
         if (c->scratch[i]) FD_CUDA_CHECK(cudaFree(c->scratch[i]));
     for (int i = 0; i < c->n_rope_tab; i++) FD_CUDA_CHECK(cudaFree(c->rope_tab[i].inv));
     if (c->argmax_host) FD_CUDA_CHECK(cudaFreeHost(c->argmax_host));
+    if (c->topk_host) FD_CUDA_CHECK(cudaFreeHost(c->topk_host));
     if (c->lt_workspace) FD_CUDA_CHECK(cudaFree(c->lt_workspace));
     if (c->gemv_counters) FD_CUDA_CHECK(cudaFree(c->gemv_counters));
     FD_CUBLAS_CHECK(cublasLtDestroy(c->lt));

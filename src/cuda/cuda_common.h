@@ -118,6 +118,8 @@ typedef struct {
     int n_deferred;
     int32_t *argmax_host; // pinned staging for argmax_rows' ids
     int argmax_host_len;
+    void *topk_host; // pinned staging for topk_rows' pairs
+    size_t topk_host_bytes;
 } cu_impl;
 enum {
     CU_ROUTE_GEMM_ACT = 0,
@@ -265,6 +267,8 @@ void cu_capture_fail(fd_backend *be, const char *why);
 // ---- cuda_graph.cu ----
 void cu_install_graphs(fd_backend *be);
 void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, int rows, int V);
+void cu_topk_rows(fd_backend *be, int32_t *ids_host, float *vals_host, const float *logits_dev, int rows, int V,
+                  int K);
 void cu_after_launch(const char *file, int line);
 extern int cu_debug_sync;
 

@@ -149,6 +149,7 @@ void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, 
 
 void cu_install_graphs(fd_backend *be) {
     be->argmax_rows = cu_argmax_rows;
+    be->topk_rows = cu_topk_rows;
     // Debug synchronisation and per-op profiling need every op to run as it is issued: no graphs then.
     if (cu_debug_sync || cu_profile) {
         FD_INFO("cuda: graphs unavailable under FD_CUDA_SYNC / FD_CUDA_PROFILE (route graphs offers only off)");

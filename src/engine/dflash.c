@@ -82,10 +82,11 @@ void dflash_context_append(fd_dflash *s, int m) {
     s->n_ctx += m;
 }
 
-int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits) {
+// The draft forward of one block (anchor, then mask tokens) into s->ds.logits_dev [B - 1, V].
+static int draft_block(fd_dflash *s, int32_t anchor) {
     fd_backend *be = s->be;
     const fd_drafter *d = s->dr;
-    const int B = s->B, V = d->vocab_size;
+    const int B = s->B;
     if (s->n_ctx + B > s->capacity) return fd_error_set("draft block beyond the draft cache capacity");
     int32_t ids[FD_SPEC_MAX_BLOCK];
     ids[0] = anchor;
@@ -98,9 +99,22 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
     be->to_device(be, s->ids_dev, ids, (size_t)B * sizeof(int32_t));
     const fd_draft_caches caches = {s->kv, s->capacity};
     draft_forward_block(d, s->tgt->m, be, &s->ds, s->ids_dev, &caches, s->n_ctx);
-    // Greedy, no multiplier and no softcap (the host loop below would leave the logits as they are): the device
-    // picks (lowest index on ties, as engine_argmax) and B - 1 ids cross instead of (B - 1) x V floats.
-    if (!logits && be->argmax_rows && d->output_multiplier == 1.0f && !(d->final_logit_softcap > 0)) {
+    return 0;
+}
+
+// The host loop in dflash_draft leaves the logits as they are: the backend may pick from the raw rows.
+static int draft_logits_as_stored(const fd_drafter *d) {
+    return d->output_multiplier == 1.0f && !(d->final_logit_softcap > 0);
+}
+
+int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits) {
+    fd_backend *be = s->be;
+    const fd_drafter *d = s->dr;
+    const int B = s->B, V = d->vocab_size;
+    FD_TRY(draft_block(s, anchor));
+    // Greedy on stored logits: the device picks (lowest index on ties, as engine_argmax) and B - 1 ids cross
+    // instead of (B - 1) x V floats.
+    if (!logits && be->argmax_rows && draft_logits_as_stored(d)) {
         be->argmax_rows(be, draft_ids, s->ds.logits_dev, B - 1, V);
         return 0;
     }
@@ -158,6 +172,13 @@ static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, 
 // candidates). The walk needs the logits even when greedy; s->h_q ([B, V] host) holds them, and q may be that
 // buffer.
 static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
+    fd_backend *be = s->be;
+    if (be->topk_rows && draft_logits_as_stored(s->dr)) { // the backend's top-k: only the candidates cross
+        FD_TRY(draft_block(s, anchor));
+        be->topk_rows(be, s->sel->cand, s->sel->unary, s->ds.logits_dev, n, s->dr->vocab_size, s->dr->v2->top_k);
+        dflash2_walk_candidates(s->sel, anchor, n, smp, draft, q);
+        return 0;
+    }
     FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
     dflash2_walk(s->sel, anchor, s->h_q, n, smp, draft, q);
     return 0;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sample_math.h"
+
 void dflash2_selector_init(fd_dflash2_selector *sel, fd_backend *be, const fd_drafter *dr, const void *hidden, int B) {
     const int R = dr->v2->rank;
     sel->be = be;
@@ -14,6 +16,8 @@ void dflash2_selector_init(fd_dflash2_selector *sel, fd_backend *be, const fd_dr
     sel->gate = fd_malloc((size_t)B * R * sizeof(float));
     sel->a = fd_malloc((size_t)R * sizeof(float));
     sel->b = fd_malloc((size_t)R * sizeof(float));
+    sel->cand = fd_malloc((size_t)B * dr->v2->top_k * sizeof(int32_t));
+    sel->unary = fd_malloc((size_t)B * dr->v2->top_k * sizeof(float));
 }
 
 void dflash2_selector_free(fd_dflash2_selector *sel) {
@@ -22,31 +26,12 @@ void dflash2_selector_free(fd_dflash2_selector *sel) {
     free(sel->gate);
     free(sel->a);
     free(sel->b);
+    free(sel->cand);
+    free(sel->unary);
     memset(sel, 0, sizeof *sel);
 }
 
 static void w_row(const fd_weight *w, int64_t row, float *out) { fd_weight_f32(w, row * w->cols, w->cols, out); }
-
-// The K largest entries of row [V] in descending order (the earlier index first among equals).
-static void top_k(const float *row, int V, int K, int32_t *cand, float *unary) {
-    int n = 0;
-    for (int v = 0; v < V; v++) {
-        const float x = row[v];
-        if (n == K && !(x > unary[K - 1])) continue;
-        int j = n < K ? n++ : K - 1;
-        while (j > 0 && x > unary[j - 1]) {
-            unary[j] = unary[j - 1];
-            cand[j] = cand[j - 1];
-            j--;
-        }
-        unary[j] = x;
-        cand[j] = v;
-    }
-    for (; n < K; n++) { // only when NaNs fill the row: keep every candidate a valid token id
-        unary[n] = -INFINITY;
-        cand[n] = n;
-    }
-}
 
 // W_h h for the first n draft rows (s->hidden holds the final-normed hidden of the B-1 draft positions).
 static void selector_gate(fd_dflash2_selector *s, int n) {
@@ -78,25 +63,30 @@ void dflash2_scores(fd_dflash2_selector *s, const float *logits, const int32_t *
     float unary[FD_DFLASH2_MAX_TOPK];
     selector_gate(s, n);
     for (int i = 0; i < n; i++) {
-        top_k(logits + (int64_t)i * V, V, K, cand + i * K, unary);
+        top_k_row(logits + (int64_t)i * V, V, K, cand + i * K, unary);
         pair_scores(s, preds[i], s->gate + (int64_t)i * m->rank, cand + i * K, unary, scores + i * K);
     }
 }
 
 void dflash2_walk(fd_dflash2_selector *s, int32_t anchor, const float *logits, int n, fd_sampler *smp,
                   int32_t *path, float *q) {
+    const int V = s->dr->vocab_size, K = s->dr->v2->top_k;
+    for (int i = 0; i < n; i++) top_k_row(logits + (int64_t)i * V, V, K, s->cand + i * K, s->unary + i * K);
+    dflash2_walk_candidates(s, anchor, n, smp, path, q); // logits are read above, so q may alias them
+}
+
+void dflash2_walk_candidates(fd_dflash2_selector *s, int32_t anchor, int n, fd_sampler *smp, int32_t *path,
+                             float *q) {
     const fd_dflash2 *m = s->dr->v2;
     const int V = s->dr->vocab_size, K = m->top_k;
     const int sampled = smp && !sampler_is_greedy(smp);
-    int32_t cand[FD_DFLASH2_MAX_TOPK];
-    float unary[FD_DFLASH2_MAX_TOPK], score[FD_DFLASH2_MAX_TOPK], prob[FD_DFLASH2_MAX_TOPK];
+    float score[FD_DFLASH2_MAX_TOPK], prob[FD_DFLASH2_MAX_TOPK];
     if (n < 1) return;
     selector_gate(s, n);
     int32_t pred = anchor;
     for (int i = 0; i < n; i++) {
-        // row i of logits is read here, before row i of q (which may alias it) is written
-        top_k(logits + (int64_t)i * V, V, K, cand, unary);
-        pair_scores(s, pred, s->gate + (int64_t)i * m->rank, cand, unary, score);
+        const int32_t *cand = s->cand + i * K;
+        pair_scores(s, pred, s->gate + (int64_t)i * m->rank, cand, s->unary + i * K, score);
         int pick = 0;
         if (sampled) {
             float mx = score[0];

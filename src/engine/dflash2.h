@@ -21,6 +21,8 @@ typedef struct fd_dflash2_selector {
     float *gate_dev;    // backend f32 [B, R]: W_h h of the draft positions
     float *gate;        // host [B, R]
     float *a, *b;       // host [R]: one codebook row each
+    int32_t *cand;      // host [B, top_k]: the candidates of each position (dflash2_candidates or topk_rows)
+    float *unary;       // host [B, top_k]: their draft logits, descending
 } fd_dflash2_selector;
 
 // A selector for blocks of up to B for DFlash2 drafter dr (dr->v2 set), reading the hidden rows at `hidden`.
@@ -36,4 +38,8 @@ void dflash2_scores(fd_dflash2_selector *sel, const float *logits, const int32_t
 // its candidates, 0 elsewhere).
 void dflash2_walk(fd_dflash2_selector *sel, int32_t anchor, const float *logits, int n, fd_sampler *smp,
                   int32_t *path, float *q);
+// The same walk from the candidates already in sel->cand / sel->unary ([n, top_k], each row as top_k_row orders
+// it): what a backend's topk_rows gives without the [n, V] logits crossing to the host.
+void dflash2_walk_candidates(fd_dflash2_selector *sel, int32_t anchor, int n, fd_sampler *smp, int32_t *path,
+                             float *q);
 #endif

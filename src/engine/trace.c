@@ -154,6 +154,9 @@ static void tr_attention_window(fd_backend *be, void *o, const void *q, const fd
 static void tr_argmax_rows(fd_backend *be, int32_t *o, const float *l, int rows, int V) {
     TRACED("argmax_rows", rows, IN(be)->argmax_rows(IN(be), o, l, rows, V));
 }
+static void tr_topk_rows(fd_backend *be, int32_t *ids, float *vals, const float *l, int rows, int V, int K) {
+    TRACED("topk_rows", rows, IN(be)->topk_rows(IN(be), ids, vals, l, rows, V, K));
+}
 static void tr_moe(fd_backend *be, void *o, const void *x, const fd_moe_weights *mw, int n, int d) {
     TRACED("moe", n, IN(be)->moe(IN(be), o, x, mw, n, d));
 }
@@ -203,6 +206,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->dyn_conv = inner->dyn_conv ? tr_dyn_conv : NULL;
     be->attention_window = inner->attention_window ? tr_attention_window : NULL;
     be->argmax_rows = tr_argmax_rows;
+    be->topk_rows = inner->topk_rows ? tr_topk_rows : NULL;
     // No recorded forwards under a trace: every op must run (and be timed) one by one, so the graphs route offers
     // only "off" on a traced backend.
     be->graph_begin = NULL;
