@@ -15,7 +15,9 @@ CUDA_RIG(0x0b5eed0fab1eull)
 // Guard regions: 256 bytes keep each buffer on the 256-byte alignment cudaMalloc gives (vector loads stay legal),
 // and are wider than any one vector store past the end.
 #define OH_GUARD 256
-static uint8_t canary_byte(size_t i) { return (uint8_t)(0xa5u ^ (i * 131u)); } // position-dependent: a shifted copy fails
+static uint8_t canary_byte(size_t i) {
+    return (uint8_t)(0xa5u ^ (i * 131u));
+} // position-dependent: a shifted copy fails
 
 // ---- building a case ----
 static oh_buf *new_buf(oh_case *c, const char *name, oh_kind kind) {
@@ -65,7 +67,9 @@ int oh_weight_fp8(oh_case *c, const char *name, int rows, int cols, int block_ro
 }
 
 // ---- one side's buffers: allocation with guards, and the check after the op ----
-static int is_host(const oh_buf *b, int side) { return side == OH_CPU || b->kind == OH_HOST_OUT; }
+static int is_host(const oh_buf *b, int side) {
+    return side == OH_CPU || b->kind == OH_HOST_OUT;
+}
 
 // Fills buffer b of `side` (guards, then contents) at base; poisons outputs with NaN (an int32 output with the
 // same bits: 0x7fc00000 is no valid id or index).
@@ -116,8 +120,8 @@ static int guards_intact(const oh_case *c, const oh_buf *b, int side, const uint
         }
         const size_t j = OH_GUARD + n + i;
         if (img[j] != canary_byte(j)) {
-            EXPECT(0, "%s: %s side wrote past the end of buffer %s (byte %zu after it)", c->what,
-                   side ? "gpu" : "cpu", b->name, i);
+            EXPECT(0, "%s: %s side wrote past the end of buffer %s (byte %zu after it)", c->what, side ? "gpu" : "cpu",
+                   b->name, i);
             return 0;
         }
     }

@@ -32,8 +32,8 @@ static void r_conv(fd_backend *be, oh_case *c, int side) {
 // as the engine does) ----
 static void b_gdn(oh_case *c, const int *s) {
     const int n = s[0], Hk = s[1], Hv = s[2], dk = s[3], dv = s[4];
-    snprintf(c->what, sizeof c->what, "gdn_core %s n=%d Hk=%d Hv=%d dk=%d dv=%d%s", s[5] ? "serial" : "chunked", n,
-             Hk, Hv, dk, dv, s[6] ? " state slots" : "");
+    snprintf(c->what, sizeof c->what, "gdn_core %s n=%d Hk=%d Hv=%d dk=%d dv=%d%s", s[5] ? "serial" : "chunked", n, Hk,
+             Hv, dk, dv, s[6] ? " state slots" : "");
     oh_weight(c, "A_log", Hv, 1, FD_F32, -1.0f, 1.5f);
     oh_weight(c, "dt_bias", Hv, 1, FD_F32, -1, 1);
     oh_buf_f32(c, "qkv", OH_IN, (size_t)n * (2 * Hk * dk + Hv * dv), -1, 1, 0);
@@ -94,8 +94,8 @@ static void b_attn(oh_case *c, const int *s) {
     c->flop = 4.0 * s[1] * s[2] * s[4] * keys;
 }
 static void r_attn(fd_backend *be, oh_case *c, int side) {
-    be->attention(be, oh_p(c, 4, side), oh_p(c, 3, side), FD_KV_FLAT(oh_p(c, 0, side), c->i[6]), c->i[0], NULL,
-                  c->i[1], c->i[2], c->i[3], c->i[4], 1.0f / sqrtf((float)c->i[4]), c->i[5]);
+    be->attention(be, oh_p(c, 4, side), oh_p(c, 3, side), FD_KV_FLAT(oh_p(c, 0, side), c->i[6]), c->i[0], NULL, c->i[1],
+                  c->i[2], c->i[3], c->i[4], 1.0f / sqrtf((float)c->i[4]), c->i[5]);
 }
 static void b_window(oh_case *c, const int *s) {
     char mode[32];
@@ -139,8 +139,8 @@ static void r_moe(fd_backend *be, oh_case *c, int side) {
     const int E = c->i[2], sh = 1 + 3 * E;
     for (int e = 0; e < E; e++)
         gate[e] = *oh_w(c, 1 + 3 * e, side), up[e] = *oh_w(c, 2 + 3 * e, side), down[e] = *oh_w(c, 3 + 3 * e, side);
-    fd_moe_weights mw = {oh_w(c, 0, side), gate, up, down, NULL, NULL, NULL, NULL, E, c->i[3], c->i[4], c->i[5],
-                         c->i[6]};
+    fd_moe_weights mw = {oh_w(c, 0, side), gate,    up,      down,   NULL, NULL, NULL, NULL, E,
+                         c->i[3],          c->i[4], c->i[5], c->i[6]};
     if (c->i[7])
         mw.sh_gate = oh_w(c, sh, side), mw.sh_up = oh_w(c, sh + 1, side), mw.sh_down = oh_w(c, sh + 2, side),
         mw.sh_gate_w = oh_w(c, sh + 3, side);
@@ -180,23 +180,24 @@ static void r_argmax(fd_backend *be, oh_case *c, int side) {
 
 // ---- the rows ----
 #define CONV(C, n, slots, p) ROW(conv1d_silu, b_conv, r_conv, .s = {C, n, 4, slots}, .perf = p)
-#define GDN(n, Hk, Hv, dk, dv, route, slots, p) \
+#define GDN(n, Hk, Hv, dk, dv, route, slots, p)                                                                        \
     ROW(gdn_core, b_gdn, r_gdn, .s = {n, Hk, Hv, dk, dv, route, slots}, .perf = p)
-#define ATTN(n0, n, H, Hkv, hd, causal, route_spec, p) \
+#define ATTN(n0, n, H, Hkv, hd, causal, route_spec, p)                                                                 \
     ROW(attention, b_attn, r_attn, .prepare = p_attn, .s = {n0, n, H, Hkv, hd, causal}, .route = route_spec, .perf = p)
-#define WINDOW(n0, n, H, Hkv, hd, window, p) \
+#define WINDOW(n0, n, H, Hkv, hd, window, p)                                                                           \
     ROW(attention_window, b_window, r_window, .prepare = p_window, .s = {n0, n, H, Hkv, hd, window}, .perf = p)
-#define MOE(n, d, E, k, I, Ish, renorm, shared, p) \
+#define MOE(n, d, E, k, I, Ish, renorm, shared, p)                                                                     \
     ROW(moe, b_moe, r_moe, .s = {n, d, E, k, I, Ish, renorm, shared}, .perf = p)
-#define DYN(n, d, group, K, dt) \
-    ROW(dyn_conv, b_dyn_conv, r_dyn_conv, .s = {n, d, group, K, dt, 0}, .perf = TEST_ONLY), \
+#define DYN(n, d, group, K, dt)                                                                                        \
+    ROW(dyn_conv, b_dyn_conv, r_dyn_conv, .s = {n, d, group, K, dt, 0}, .perf = TEST_ONLY),                            \
         ROW(dyn_conv, b_dyn_conv, r_dyn_conv, .s = {n, d, group, K, dt, 1}, .perf = BOTH)
 // The CUDA-core attention kernel (attn_kernel=simt) over the GQA head shapes; calls with <= 16 tokens take the
 // split-K decode kernel whatever the route (test_cuda_decode_attn.c covers it in depth).
-#define SIMT_AT(n0, n) \
-    ATTN(n0, n, 6, 2, 256, 1, "attn_kernel=simt", TEST_ONLY), ATTN(n0, n, 8, 2, 128, 1, "attn_kernel=simt", TEST_ONLY), \
+#define SIMT_AT(n0, n)                                                                                                 \
+    ATTN(n0, n, 6, 2, 256, 1, "attn_kernel=simt", TEST_ONLY),                                                          \
+        ATTN(n0, n, 8, 2, 128, 1, "attn_kernel=simt", TEST_ONLY),                                                      \
         ATTN(n0, n, 4, 4, 64, 1, "attn_kernel=simt", TEST_ONLY)
-#define NONCAUSAL_AT(n0, n) \
+#define NONCAUSAL_AT(n0, n)                                                                                            \
     ATTN(n0, n, 6, 2, 256, 0, "attn_kernel=simt", TEST_ONLY), ATTN(n0, n, 8, 2, 128, 0, "attn_kernel=simt", TEST_ONLY)
 // The tensor-core kernel (attn_kernel=mma; its block is 128 rows of 8 warps x 16, its key tile 64): one
 // half-empty block, row counts no multiple of 128 or 16, warps of padding only, pos0 off the key grid, many tiles,
@@ -205,45 +206,102 @@ static void r_argmax(fd_backend *be, oh_case *c, int side) {
 
 const oh_row oh_rows_seq[] = {
     // conv1d_silu from a random state; with slots, the state after every token (speculative verify)
-    CONV(777, 1, 0, TEST_ONLY), CONV(777, 7, 0, TEST_ONLY), CONV(777, 64, 0, TEST_ONLY), CONV(777, 200, 0, TEST_ONLY),
-    CONV(777, 2, 0, TEST_ONLY), CONV(777, 1, 1, TEST_ONLY), CONV(777, 200, 1, TEST_ONLY), CONV(777, 7, 1, TEST_ONLY),
-    CONV(777, 3, 1, TEST_ONLY), CONV(8192, 1, 0, TEST_ONLY), CONV(8192, 7, 0, TEST_ONLY), CONV(8192, 64, 0, TEST_ONLY),
-    CONV(8192, 200, 0, TEST_ONLY), CONV(8192, 2, 0, TEST_ONLY), CONV(8192, 1, 1, TEST_ONLY),
-    CONV(8192, 200, 1, TEST_ONLY), CONV(8192, 7, 1, TEST_ONLY), CONV(8192, 3, 1, TEST_ONLY),
-    CONV(10240, 1, 0, BOTH), CONV(10240, 16, 1, BOTH), CONV(10240, 4096, 0, BOTH),
+    CONV(777, 1, 0, TEST_ONLY),
+    CONV(777, 7, 0, TEST_ONLY),
+    CONV(777, 64, 0, TEST_ONLY),
+    CONV(777, 200, 0, TEST_ONLY),
+    CONV(777, 2, 0, TEST_ONLY),
+    CONV(777, 1, 1, TEST_ONLY),
+    CONV(777, 200, 1, TEST_ONLY),
+    CONV(777, 7, 1, TEST_ONLY),
+    CONV(777, 3, 1, TEST_ONLY),
+    CONV(8192, 1, 0, TEST_ONLY),
+    CONV(8192, 7, 0, TEST_ONLY),
+    CONV(8192, 64, 0, TEST_ONLY),
+    CONV(8192, 200, 0, TEST_ONLY),
+    CONV(8192, 2, 0, TEST_ONLY),
+    CONV(8192, 1, 1, TEST_ONLY),
+    CONV(8192, 200, 1, TEST_ONLY),
+    CONV(8192, 7, 1, TEST_ONLY),
+    CONV(8192, 3, 1, TEST_ONLY),
+    CONV(10240, 1, 0, BOTH),
+    CONV(10240, 16, 1, BOTH),
+    CONV(10240, 4096, 0, BOTH),
     // gdn_core: both routes, slots, the 27B layer (Hk 16, Hv 48, 128 / 128) at prefill, decode and verify
-    GDN(64, 2, 6, 128, 128, FD_GDN_CHUNKED, 0, TEST_ONLY), GDN(200, 2, 6, 128, 128, FD_GDN_SERIAL, 0, TEST_ONLY),
-    GDN(130, 2, 4, 96, 48, FD_GDN_CHUNKED, 0, TEST_ONLY), GDN(16, 2, 6, 128, 128, FD_GDN_CHUNKED, 1, TEST_ONLY),
-    GDN(66, 1, 1, 24, 20, FD_GDN_CHUNKED, 0, TEST_ONLY), GDN(512, 16, 48, 128, 128, FD_GDN_CHUNKED, 0, BOTH),
-    GDN(4096, 16, 48, 128, 128, FD_GDN_CHUNKED, 0, OH_PERF_ONLY), GDN(4096, 16, 48, 128, 128, FD_GDN_SERIAL, 0, OH_PERF_ONLY), GDN(1, 16, 48, 128, 128, FD_GDN_SERIAL, 0, BOTH),
+    GDN(64, 2, 6, 128, 128, FD_GDN_CHUNKED, 0, TEST_ONLY),
+    GDN(200, 2, 6, 128, 128, FD_GDN_SERIAL, 0, TEST_ONLY),
+    GDN(130, 2, 4, 96, 48, FD_GDN_CHUNKED, 0, TEST_ONLY),
+    GDN(16, 2, 6, 128, 128, FD_GDN_CHUNKED, 1, TEST_ONLY),
+    GDN(66, 1, 1, 24, 20, FD_GDN_CHUNKED, 0, TEST_ONLY),
+    GDN(512, 16, 48, 128, 128, FD_GDN_CHUNKED, 0, BOTH),
+    GDN(4096, 16, 48, 128, 128, FD_GDN_CHUNKED, 0, OH_PERF_ONLY),
+    GDN(4096, 16, 48, 128, 128, FD_GDN_SERIAL, 0, OH_PERF_ONLY),
+    GDN(1, 16, 48, 128, 128, FD_GDN_SERIAL, 0, BOTH),
     GDN(16, 16, 48, 128, 128, FD_GDN_SERIAL, 1, BOTH),
     // attention, CUDA-core kernel: context 0..3000, 1..200 new rows
-    SIMT_AT(0, 1), SIMT_AT(0, 7), SIMT_AT(0, 64), SIMT_AT(0, 200), SIMT_AT(37, 1), SIMT_AT(100, 7), SIMT_AT(3000, 5),
+    SIMT_AT(0, 1),
+    SIMT_AT(0, 7),
+    SIMT_AT(0, 64),
+    SIMT_AT(0, 200),
+    SIMT_AT(37, 1),
+    SIMT_AT(100, 7),
+    SIMT_AT(3000, 5),
     SIMT_AT(500, 64),
     // the DFlash drafter's block: every query sees the whole context and block
-    NONCAUSAL_AT(0, 7), NONCAUSAL_AT(100, 16), NONCAUSAL_AT(3000, 16), NONCAUSAL_AT(37, 1),
-    MMA(0, 64, 6, 2, 256, 1), MMA(0, 200, 6, 2, 256, 1), MMA(500, 64, 6, 2, 256, 1), MMA(0, 300, 8, 2, 128, 1),
-    MMA(1000, 130, 8, 2, 128, 1), MMA(0, 77, 4, 4, 64, 1), MMA(33, 100, 6, 2, 256, 0), MMA(0, 70, 8, 2, 128, 0),
-    MMA(3000, 5, 6, 2, 256, 1), MMA(0, 64, 4, 4, 32, 1), MMA(0, 64, 4, 4, 64, 1), MMA(4001, 150, 6, 1, 256, 1),
-    MMA(130, 211, 8, 2, 64, 0), MMA(65, 129, 4, 1, 128, 0), MMA(127, 43, 12, 4, 256, 1), MMA(1, 257, 2, 2, 64, 1),
+    NONCAUSAL_AT(0, 7),
+    NONCAUSAL_AT(100, 16),
+    NONCAUSAL_AT(3000, 16),
+    NONCAUSAL_AT(37, 1),
+    MMA(0, 64, 6, 2, 256, 1),
+    MMA(0, 200, 6, 2, 256, 1),
+    MMA(500, 64, 6, 2, 256, 1),
+    MMA(0, 300, 8, 2, 128, 1),
+    MMA(1000, 130, 8, 2, 128, 1),
+    MMA(0, 77, 4, 4, 64, 1),
+    MMA(33, 100, 6, 2, 256, 0),
+    MMA(0, 70, 8, 2, 128, 0),
+    MMA(3000, 5, 6, 2, 256, 1),
+    MMA(0, 64, 4, 4, 32, 1),
+    MMA(0, 64, 4, 4, 64, 1),
+    MMA(4001, 150, 6, 1, 256, 1),
+    MMA(130, 211, 8, 2, 64, 0),
+    MMA(65, 129, 4, 1, 128, 0),
+    MMA(127, 43, 12, 4, 256, 1),
+    MMA(1, 257, 2, 2, 64, 1),
     // the 27B attention (24q / 4kv x 256) under the default routes: prefill, verify and decode at 32K
     // (a 4096-token prefill is 0.4 TFLOP: too much for the CPU reference, so perf mode only)
-    ATTN(0, 4096, 24, 4, 256, 1, NULL, OH_PERF_ONLY), ATTN(32768, 16, 24, 4, 256, 1, NULL, BOTH),
-    ATTN(32768, 1, 24, 4, 256, 1, NULL, BOTH), ATTN(0, 4096, 24, 4, 256, 1, "attn_kernel=simt", OH_PERF_ONLY),
+    ATTN(0, 4096, 24, 4, 256, 1, NULL, OH_PERF_ONLY),
+    ATTN(32768, 16, 24, 4, 256, 1, NULL, BOTH),
+    ATTN(32768, 1, 24, 4, 256, 1, NULL, BOTH),
+    ATTN(0, 4096, 24, 4, 256, 1, "attn_kernel=simt", OH_PERF_ONLY),
     ATTN(0, 512, 24, 4, 256, 1, NULL, BOTH),
     // the DFlash2 drafter: windowed block attention and the dynamic conv
-    WINDOW(100, 16, 4, 2, 16, 64, TEST_ONLY), WINDOW(3000, 16, 32, 8, 128, 2048, BOTH),
-    WINDOW(50, 8, 4, 2, 16, 5, TEST_ONLY), WINDOW(0, 16, 4, 4, 64, 3, TEST_ONLY), WINDOW(500, 4, 6, 2, 256, 20, TEST_ONLY),
-    WINDOW(40, 16, 8, 1, 64, 100, TEST_ONLY), WINDOW(300, 16, 8, 2, 128, 1, TEST_ONLY),
+    WINDOW(100, 16, 4, 2, 16, 64, TEST_ONLY),
+    WINDOW(3000, 16, 32, 8, 128, 2048, BOTH),
+    WINDOW(50, 8, 4, 2, 16, 5, TEST_ONLY),
+    WINDOW(0, 16, 4, 4, 64, 3, TEST_ONLY),
+    WINDOW(500, 4, 6, 2, 256, 20, TEST_ONLY),
+    WINDOW(40, 16, 8, 1, 64, 100, TEST_ONLY),
+    WINDOW(300, 16, 8, 2, 128, 1, TEST_ONLY),
     WINDOW(20000, 8, 16, 4, 128, 4096, BOTH),
-    DYN(16, 64, 8, 2, FD_BF16), DYN(8, 64, 8, 2, FD_F32), DYN(16, 5120, 16, 2, FD_BF16), DYN(1, 96, 32, 1, FD_F32),
-    DYN(4, 96, 32, 3, FD_BF16), DYN(16, 2048, 1, 4, FD_F32), DYN(7, 1000, 8, 7, FD_BF16),
+    DYN(16, 64, 8, 2, FD_BF16),
+    DYN(8, 64, 8, 2, FD_F32),
+    DYN(16, 5120, 16, 2, FD_BF16),
+    DYN(1, 96, 32, 1, FD_F32),
+    DYN(4, 96, 32, 3, FD_BF16),
+    DYN(16, 2048, 1, 4, FD_F32),
+    DYN(7, 1000, 8, 7, FD_BF16),
     // MoE: router, top-k experts, shared expert
-    MOE(1, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY), MOE(1, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
-    MOE(7, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY), MOE(7, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
-    MOE(64, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY), MOE(64, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
-    MOE(200, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY), MOE(200, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
-    MOE(33, 256, 64, 8, 32, 48, 1, 1, TEST_ONLY), MOE(16, 2048, 64, 8, 512, 512, 1, 1, BOTH),
+    MOE(1, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY),
+    MOE(1, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
+    MOE(7, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY),
+    MOE(7, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
+    MOE(64, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY),
+    MOE(64, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
+    MOE(200, 128, 16, 4, 96, 64, 1, 1, TEST_ONLY),
+    MOE(200, 96, 10, 3, 40, 24, 0, 0, TEST_ONLY),
+    MOE(33, 256, 64, 8, 32, 48, 1, 1, TEST_ONLY),
+    MOE(16, 2048, 64, 8, 512, 512, 1, 1, BOTH),
     ROW(argmax_rows, b_argmax, r_argmax, .s = {3, 1000}, .perf = TEST_ONLY),
     ROW(argmax_rows, b_argmax, r_argmax, .s = {1, 248320}, .perf = BOTH),
     ROW(argmax_rows, b_argmax, r_argmax, .s = {16, 248320}, .perf = BOTH),
