@@ -97,3 +97,14 @@ int held_out_spec_vs_plain(fd_engine *plain, fd_dflash *s, const int32_t *ids, i
     *emitted += s->st.emitted;
     return same;
 }
+
+void spec_pair_free(fd_dflash *s, fd_engine *plain, fd_drafter *d, fd_model *m, fd_backend *be) {
+    fd_engine *tgt = s->tgt;
+    dflash_free(s);
+    engine_free(tgt);
+    engine_free(plain);
+    drafter_release(d, be);
+    drafter_free(d);
+    model_release(m, be);
+    model_free(m);
+}

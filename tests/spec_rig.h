@@ -38,4 +38,7 @@ int held_out_max_len(json_t *prompts);
 // fd_error set when a generation fails.
 int held_out_spec_vs_plain(fd_engine *plain, fd_dflash *s, const int32_t *ids, int n, int n_new, int32_t *out,
                            int64_t *rounds, int64_t *emitted);
+// Frees a speculative pair set up by hand, in the order its parts depend on each other: s, its target engine,
+// the plain engine beside it, the drafter and the model (each released from be first).
+void spec_pair_free(fd_dflash *s, fd_engine *plain, fd_drafter *d, fd_model *m, fd_backend *be);
 #endif

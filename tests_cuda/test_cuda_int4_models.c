@@ -218,13 +218,7 @@ TEST(cuda_int4_dflash_greedy_identical) {
                        pairs[pi].target, awq ? "awq" : "gptq", blocks[b], same);
                 EXPECT(route_calls("gemm_int4", 0) > gemv_calls, "%s: the int4 GEMV never ran", pairs[pi].target);
                 free(ref), free(out);
-                dflash_free(&s);
-                engine_free(&tgt);
-                engine_free(&plain);
-                drafter_release(&d, gpu());
-                drafter_free(&d);
-                model_release(&m, gpu());
-                model_free(&m);
+                spec_pair_free(&s, &plain, &d, &m, gpu());
                 fixture_free(&fx);
             }
 }
@@ -266,13 +260,7 @@ TEST(cuda_int4_dflash_trained_pair) {
         printf("    tiny-qwen35 %s: %zu prompts, %.3f emitted tokens/round at block %d\n",
                awq ? "awq-int4" : "gptq-int4", json_array_size(prompts), tau, s.B);
         EXPECT(tau > 1.4, "%s: emitted tokens/round %.3f", awq ? "awq-int4" : "gptq-int4", tau);
-        dflash_free(&s);
-        engine_free(&tgt);
-        engine_free(&plain);
-        drafter_release(&d, gpu());
-        drafter_free(&d);
-        model_release(&m, gpu());
-        model_free(&m);
+        spec_pair_free(&s, &plain, &d, &m, gpu());
     }
     json_decref(prompts);
 }

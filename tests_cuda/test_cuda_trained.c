@@ -69,12 +69,6 @@ TEST(cuda_trained_dflash_greedy_identical) {
         // rounds; the GPU must match closely (same ids), and a broken drafter would give ~1.0.
         EXPECT(tau > 1.4, "gemm_act=%s: emitted tokens/round %.3f", routes[rt], tau);
     }
-    dflash_free(&s);
-    engine_free(&tgt);
-    engine_free(&plain);
-    drafter_release(&d, gpu());
-    drafter_free(&d);
-    model_release(&m, gpu());
-    model_free(&m);
+    spec_pair_free(&s, &plain, &d, &m, gpu());
     json_decref(prompts);
 }
