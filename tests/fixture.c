@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/engine.h"
+#include "test.h"
 
 const char *const k_fixture_names[] = {"qwen35_dense_tied", "qwen35_vl_sharded", "qwen3_next_moe", "qwen35_moe",
                                        "qwen35_moe_kv1", NULL};
@@ -73,4 +75,20 @@ float *test_read_f32(const char *path, size_t n) {
         return NULL;
     }
     return (float *)raw;
+}
+
+int fixture_prefill_rel_l2(const fixture *fx, fd_model *m, fd_backend *be, double *err) {
+    model_upload(m, be);
+    fd_engine_opts eo;
+    engine_default_opts(&eo);
+    eo.capacity = fx->n_ids + 1;
+    eo.max_batch = fx->n_ids;
+    fd_engine e;
+    FD_TRY(engine_init(&e, m, be, &eo));
+    float *lg = fd_malloc(sizeof(float) * (size_t)fx->n_ids * (size_t)fx->vocab);
+    const int rc = engine_prefill(&e, fx->ids, fx->n_ids, 0, lg, 1);
+    if (rc == 0) *err = test_rel_l2(lg, fx->logits, (size_t)fx->n_ids * (size_t)fx->vocab);
+    free(lg);
+    engine_free(&e);
+    return rc;
 }

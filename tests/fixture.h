@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/model.h"
+
 typedef struct {
     char *dir;
     int32_t *ids;
@@ -24,6 +26,10 @@ extern const char *const k_all_fixture_names[];
 // Loads tests/data/fixtures/NAME; returns 0 or -1 (fd_error set).
 int fixture_load(const char *name, fixture *fx);
 void fixture_free(fixture *fx);
+// The fixture's prompt prefilled by a fresh engine over m (uploaded to be), every row's logits, and their rel-L2
+// against HF's (fx->logits) in *err. Returns 0, or -1 with fd_error set. The engine is gone afterwards; m stays
+// uploaded.
+int fixture_prefill_rel_l2(const fixture *fx, fd_model *m, fd_backend *be, double *err);
 // "1,2,3" for ids[0..n) (malloc'ed), as the CLI's --ids takes them.
 char *test_ids_csv(const int32_t *ids, int n);
 // The file at `path` as n floats (malloc'ed), or NULL when it is missing or of another size.

@@ -50,3 +50,61 @@ int dflash_meta_ids_equal(json_t *meta, const char *key, const int32_t *got, int
         if (json_integer_value(json_array_get(a, (size_t)i)) != got[i]) return 0;
     return 1;
 }
+
+json_t *held_out_prompts(void) {
+    json_error_t err;
+    json_t *prompts = json_load_file("tests/data/trained/val_prompts.json", 0, &err);
+    if (!json_is_array(prompts) || json_array_size(prompts) < 1) {
+        json_decref(prompts);
+        fd_error_set("tests/data/trained/val_prompts.json: %s", prompts ? "not a non-empty array" : err.text);
+        return NULL;
+    }
+    return prompts;
+}
+
+int32_t *held_out_ids(json_t *prompts, size_t p, int *n) {
+    json_t *list = json_object_get(json_array_get(prompts, p), "ids");
+    *n = (int)json_array_size(list);
+    int32_t *ids = fd_malloc(sizeof(int32_t) * (size_t)(*n > 0 ? *n : 1));
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(list, (size_t)i));
+    return ids;
+}
+
+int held_out_max_len(json_t *prompts) {
+    int max_n = 0;
+    for (size_t p = 0; p < json_array_size(prompts); p++) {
+        const int n = (int)json_array_size(json_object_get(json_array_get(prompts, p), "ids"));
+        max_n = n > max_n ? n : max_n;
+    }
+    return max_n;
+}
+
+int held_out_spec_vs_plain(fd_engine *plain, fd_dflash *s, const int32_t *ids, int n, int n_new, int32_t *out,
+                           int64_t *rounds, int64_t *emitted) {
+    int32_t *ref = fd_malloc(sizeof(int32_t) * (size_t)n_new);
+    engine_reset(plain);
+    int rc = engine_generate_greedy(plain, ids, n, 64, n_new, ref);
+    if (rc == 0) {
+        engine_reset(s->tgt);
+        dflash_reset(s);
+        rc = dflash_generate(s, ids, n, 64, n_new, NULL, out);
+    }
+    int same = 0;
+    while (rc == 0 && same < n_new && out[same] == ref[same]) same++;
+    free(ref);
+    if (rc) return -1;
+    *rounds += s->st.rounds;
+    *emitted += s->st.emitted;
+    return same;
+}
+
+void spec_pair_free(fd_dflash *s, fd_engine *plain, fd_drafter *d, fd_model *m, fd_backend *be) {
+    fd_engine *tgt = s->tgt;
+    dflash_free(s);
+    engine_free(tgt);
+    engine_free(plain);
+    drafter_release(d, be);
+    drafter_free(d);
+    model_release(m, be);
+    model_free(m);
+}

@@ -24,4 +24,21 @@ float *dflash_fixture_f32(const char *drafter, const char *file, size_t n);
 json_t *dflash_fixture_meta(const char *drafter);
 // 1 when the json array `key` of meta equals got[0..n).
 int dflash_meta_ids_equal(json_t *meta, const char *key, const int32_t *got, int n);
+
+// ---- the trained pair's held-out prompts (tests/data/trained/val_prompts.json: [{"ids": [...]}, ...]) ----
+// The prompts array, or NULL with fd_error set.
+json_t *held_out_prompts(void);
+// Prompt p's ids (malloc'ed, *n of them).
+int32_t *held_out_ids(json_t *prompts, size_t p, int *n);
+// The longest prompt's length (for an engine's capacity).
+int held_out_max_len(json_t *prompts);
+// One prompt both ways from a reset: plain greedy on `plain`, then speculative greedy through s (on its own target
+// engine), n_new tokens each after ids[0..n), prefill budget 64. Returns how many leading ids agree (n_new:
+// identical; the speculative ids in out[0..n_new)) and adds the round's counts to *rounds and *emitted; -1 with
+// fd_error set when a generation fails.
+int held_out_spec_vs_plain(fd_engine *plain, fd_dflash *s, const int32_t *ids, int n, int n_new, int32_t *out,
+                           int64_t *rounds, int64_t *emitted);
+// Frees a speculative pair set up by hand, in the order its parts depend on each other: s, its target engine,
+// the plain engine beside it, the drafter and the model (each released from be first).
+void spec_pair_free(fd_dflash *s, fd_engine *plain, fd_drafter *d, fd_model *m, fd_backend *be);
 #endif

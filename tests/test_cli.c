@@ -385,6 +385,7 @@ TEST(cli_retired_route_env_refused) {
         {"FD_CUDA_GEMM_FP8=dequant", "FD_CUDA_GEMM_FP8", "FD_ROUTE_GEMM_FP8"},
         {"FD_CUDA_GEMV_VARIANT=ring", "FD_CUDA_GEMV_VARIANT", "removed"},
         {"FD_CUDA_GDN_SERIAL=v1", "FD_CUDA_GDN_SERIAL", "removed"},
+        {"FD_CUDA_GEMV_BLOCKS_PER_SM=6", "FD_CUDA_GEMV_BLOCKS_PER_SM", "removed"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;

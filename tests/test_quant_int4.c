@@ -324,21 +324,11 @@ TEST(quant_int4_quantize_at_load) {
             EXPECT(L1->q_proj.fmt == FD_WFMT_DENSE && L1->sh_gate.fmt == FD_WFMT_DENSE, "GPTQ exclusions");
         }
         fd_backend *be = fd_backend_cpu_create(0);
-        model_upload(&m, be);
-        fd_engine_opts eo;
-        engine_default_opts(&eo);
-        eo.capacity = fx.n_ids + 1;
-        eo.max_batch = fx.n_ids;
-        fd_engine e;
-        ASSERT(engine_init(&e, &m, be, &eo) == 0, "%s", fd_error_msg());
-        float *lg = malloc(sizeof(float) * fx.n_ids * fx.vocab);
-        ASSERT(engine_prefill(&e, fx.ids, fx.n_ids, 0, lg, 1) == 0, "%s", fd_error_msg());
-        const double err = test_rel_l2(lg, fx.logits, (size_t)fx.n_ids * fx.vocab);
+        double err = INFINITY;
+        ASSERT(fixture_prefill_rel_l2(&fx, &m, be, &err) == 0, "%s", fd_error_msg());
         printf("    qwen35_moe --quantize %s: logits rel-L2 vs HF bf16 %.2e\n", awq ? "awq-int4" : "gptq-int4", err);
         // GPTQ leaves nothing of this model in int4 (its experts are fused, everything else is excluded)
         EXPECT(awq ? err < 0.5 && err > 1e-4 : err < 1e-5, "%s: rel-L2 %.3g", fd_wfmt_name(f), err);
-        free(lg);
-        engine_free(&e);
         model_free(&m);
         be->destroy(be);
     }

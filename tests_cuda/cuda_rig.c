@@ -108,15 +108,60 @@ cuda_rig_weight cuda_rig_weight_rand(cuda_rig *r, const char *name, int64_t rows
     cuda_rig_weight w;
     memset(&w, 0, sizeof w);
     w.c.name = name, w.c.dtype = dt, w.c.rows = rows, w.c.cols = cols, w.c.data = data;
-    w.g = w.c;
-    cuda_rig_cpu(r)->upload_weight(cuda_rig_cpu(r), &w.c);
-    cuda_rig_gpu(r)->upload_weight(cuda_rig_gpu(r), &w.g);
+    w.owned[0] = data;
+    cuda_rig_weight_bind(r, &w);
     return w;
+}
+
+cuda_rig_weight cuda_rig_weight_fp8(cuda_rig *r, const char *name, int rows, int cols, int block_rows, int block_cols,
+                                    int bf16_scales) {
+    cuda_rig_weight w;
+    memset(&w, 0, sizeof w);
+    float *f = cuda_rig_rnd(r, (size_t)rows * cols, -0.1f, 0.1f);
+    for (int row = 0; row < rows; row += 37)
+        for (int i = 0; i < cols; i++) f[(size_t)row * cols + i] *= 40.f;
+    fd_weight src = {.name = name, .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = rows, .cols = cols, .data = f};
+    uint8_t *q;
+    float *scale;
+    fd_weight_quantize_fp8(&src, block_rows, block_cols, &q, &scale, &w.c);
+    free(f);
+    w.owned[0] = q, w.owned[1] = scale;
+    if (bf16_scales) {
+        const int64_t ns = fd_weight_scale_rows(&w.c) * w.c.scale_cols;
+        uint16_t *s16 = fd_malloc((size_t)ns * 2);
+        for (int64_t i = 0; i < ns; i++) s16[i] = fd_f32_to_bf16(scale[i]);
+        w.c.scale = s16, w.c.scale_dtype = FD_BF16;
+        w.owned[2] = s16;
+    }
+    cuda_rig_weight_bind(r, &w);
+    return w;
+}
+
+void cuda_rig_weight_bind(cuda_rig *r, cuda_rig_weight *w) {
+    w->g = w->c;
+    cuda_rig_cpu(r)->upload_weight(cuda_rig_cpu(r), &w->c);
+    cuda_rig_gpu(r)->upload_weight(cuda_rig_gpu(r), &w->g);
 }
 
 void cuda_rig_weight_free(cuda_rig *r, cuda_rig_weight *w) {
     cuda_rig_gpu(r)->release_weight(cuda_rig_gpu(r), &w->g);
-    free((void *)w->c.data);
+    for (int i = 0; i < 3; i++) free(w->owned[i]), w->owned[i] = NULL;
+}
+
+float *cuda_rig_gpu_matmul(fd_backend *g, const float *x, const fd_weight *W, int n) {
+    const size_t nx = (size_t)n * W->cols, no = (size_t)n * W->rows;
+    void *dx = cuda_rig_up_slack(g, x, nx * 4, 64), *dout = cuda_rig_poisoned(g, no);
+    g->matmul(g, dout, dx, W, n, 0);
+    float *h = cuda_rig_down(g, dout, no);
+    g->free(g, dx);
+    g->free(g, dout);
+    return h;
+}
+
+int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value) {
+    for (int i = 0; i < be->n_routes; i++)
+        if (!strcmp(be->routes[i].name, route)) return be->routes[i].calls[value];
+    return -1;
 }
 
 double cuda_rig_cmp(const char *what, const float *got, const float *want, size_t n, double tol) {

@@ -61,10 +61,23 @@ int cuda_rig_all_finite(const float *x, size_t n);
 // (g) from the same host data (the CPU view keeps pointing at it: free with cuda_rig_weight_free).
 typedef struct {
     fd_weight c, g;
+    void *owned[3]; // host memory c points at (elements, scales), freed with the weight
 } cuda_rig_weight;
 cuda_rig_weight cuda_rig_weight_rand(cuda_rig *r, const char *name, int64_t rows, int64_t cols, fd_dtype dt, float lo,
                                      float hi);
+// An FP8 block-scaled weight [rows, cols] with blocks of block_rows x block_cols, quantized from random values in
+// [-0.1, 0.1) with every 37th row 40x larger (so scales differ by orders of magnitude), bound to both backends.
+// bf16_scales: the scales stored as bf16 (rounded), as some published checkpoints do.
+cuda_rig_weight cuda_rig_weight_fp8(cuda_rig *r, const char *name, int rows, int cols, int block_rows, int block_cols,
+                                    int bf16_scales);
+// Adds a weight whose host data the caller made (w->c filled in; `owned` what to free with it) and binds it to
+// both backends (w->g = w->c, uploaded).
+void cuda_rig_weight_bind(cuda_rig *r, cuda_rig_weight *w);
 void cuda_rig_weight_free(cuda_rig *r, cuda_rig_weight *w);
+// The GPU matmul of host x [n, W->cols] into a NaN-poisoned [n, W->rows]; returns the host copy (fd_malloc'ed).
+float *cuda_rig_gpu_matmul(fd_backend *g, const float *x, const fd_weight *W, int n);
+// Calls counted so far under value index `value` of backend route `route` (-1: no such route).
+int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value);
 // rel-L2 of got vs want, printed as "what rel-L2 e" and EXPECTed <= tol; returns it.
 double cuda_rig_cmp(const char *what, const float *got, const float *want, size_t n, double tol);
 

@@ -2,7 +2,8 @@
 # One GPU-machine call, in stages chosen by STAGES (default: tests bench sanit e2e tiny):
 #   tests  every fd_cuda_tests test, one process each (FD_CUDA_SYNC=1 so a fault names its op)
 #   nosync the same without FD_CUDA_SYNC, so launches overlap (route pdl): catches ordering races
-#   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B op table, fused norms
+#   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B ops, fused norms, and
+#          the op harness in perf mode (bench_cuda_op_table_dense / _seq: one BENCH line per table row)
 #   prof   the 27B op table again with per-stage CUDA events (FD_CUDA_PROFILE=1; not headline timings)
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
@@ -46,7 +47,7 @@ if has nosync; then
 fi
 if has bench; then
     stamp "bench"
-    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling}; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling bench_cuda_op_table_dense bench_cuda_op_table_seq}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
@@ -58,9 +59,10 @@ if has prof; then
 fi
 if has sanit; then
     stamp "sanitizers"
-    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_attention_mma cuda_gdn cuda_fused_smoke}
+    # cuda_op_table_seq under SANIT_OP_TABLE: only the op table's rows of that op or route (the small mma ones)
+    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_op_table_seq cuda_gdn cuda_fused_smoke}
     for tool in ${SANIT_TOOLS:-memcheck racecheck synccheck}; do
-        timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
+        FD_OP_TABLE=${SANIT_OP_TABLE:-attn_kernel=mma} timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
             >"$OUT/sanit_$tool.log" 2>&1
         echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanit_$tool.log" | tr '\n' ' ')"
     done

@@ -20,63 +20,14 @@
 
 CUDA_RIG(0xf8f8f8f8ull)
 
-// An fp8 block-scaled [m, k] weight made by quantizing random values, bound to both backends. bf16_scales: the
-// scales stored as bf16 (rounded), as some published checkpoints do.
-typedef struct {
-    fd_weight c, g;
-    uint8_t *q;
-    float *s;
-    uint16_t *s16;
-} fp8w;
-static fp8w mkw_fp8(int m, int k, int bn, int bk, int bf16_scales) {
-    fp8w w;
-    memset(&w, 0, sizeof w);
-    float *f = rnd((size_t)m * k, -0.1f, 0.1f);
-    // a few large rows and blocks so scales differ by orders of magnitude
-    for (int r = 0; r < m; r += 37)
-        for (int i = 0; i < k; i++) f[(size_t)r * k + i] *= 40.f;
-    fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = f};
-    fd_weight_quantize_fp8(&src, bn, bk, &w.q, &w.s, &w.c);
-    free(f);
-    if (bf16_scales) {
-        const int64_t ns = fd_weight_scale_rows(&w.c) * w.c.scale_cols;
-        w.s16 = fd_malloc((size_t)ns * 2);
-        for (int64_t i = 0; i < ns; i++) w.s16[i] = fd_f32_to_bf16(w.s[i]);
-        w.c.scale = w.s16;
-        w.c.scale_dtype = FD_BF16;
-    }
-    w.g = w.c;
-    cpu()->upload_weight(cpu(), &w.c);
-    gpu()->upload_weight(gpu(), &w.g);
-    return w;
+// An fp8 block-scaled [m, k] weight quantized from random values, bound to both backends
+// (cuda_rig_weight_fp8: a few large rows, so scales differ by orders of magnitude; bf16_scales rounds the scales
+// to bf16, as some published checkpoints store them).
+static tw mkw_fp8(int m, int k, int bn, int bk, int bf16_scales) {
+    return cuda_rig_weight_fp8(&g_rig, "W", m, k, bn, bk, bf16_scales);
 }
-static void freew_fp8(fp8w *w) {
-    gpu()->release_weight(gpu(), &w->g);
-    free(w->q);
-    free(w->s);
-    free(w->s16);
-}
-
-// GPU matmul of x [n, k] into a NaN-poisoned [n, m]; returns the host copy.
-static float *gpu_mm(const float *x, const fd_weight *W, int n) {
-    const size_t nx = (size_t)n * W->cols, no = (size_t)n * W->rows;
-    void *dx = gpu()->alloc(gpu(), nx * 4 + 64), *dout = gpu()->alloc(gpu(), no * 4 + 64);
-    gpu()->to_device(gpu(), dx, x, nx * 4);
-    float *h = fd_malloc(no * 4 + 4);
-    for (size_t i = 0; i < no; i++) h[i] = NAN;
-    gpu()->to_device(gpu(), dout, h, no * 4);
-    gpu()->matmul(gpu(), dout, dx, W, n, 0);
-    gpu()->to_host(gpu(), h, dout, no * 4);
-    gpu()->free(gpu(), dx);
-    gpu()->free(gpu(), dout);
-    return h;
-}
-
-static int64_t route_calls(const char *route, int value) {
-    for (int i = 0; i < gpu()->n_routes; i++)
-        if (!strcmp(gpu()->routes[i].name, route)) return gpu()->routes[i].calls[value];
-    return -1;
-}
+static float *gpu_mm(const float *x, const fd_weight *W, int n) { return cuda_rig_gpu_matmul(gpu(), x, W, n); }
+static int64_t route_calls(const char *route, int value) { return cuda_rig_route_calls(gpu(), route, value); }
 
 static const int k_shapes[][4] = {
     // m, k, block rows, block cols
@@ -89,7 +40,7 @@ static void check(const char *gemm_act, double tol, int bf16_scales) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
         const int m = k_shapes[s][0], k = k_shapes[s][1];
-        fp8w w = mkw_fp8(m, k, k_shapes[s][2], k_shapes[s][3], bf16_scales);
+        tw w = mkw_fp8(m, k, k_shapes[s][2], k_shapes[s][3], bf16_scales);
         for (size_t j = 0; j < sizeof k_ns / sizeof k_ns[0]; j++) {
             const int n = k_ns[j];
             float *x = rnd((size_t)n * k, -1.f, 1.f);
@@ -103,7 +54,7 @@ static void check(const char *gemm_act, double tol, int bf16_scales) {
                    n);
             free(x), free(ref), free(got);
         }
-        freew_fp8(&w);
+        freew(&w);
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
@@ -116,7 +67,7 @@ TEST(cuda_fp8_gemv_vs_cpu) {
 
 TEST(cuda_fp8_gemv_batch_invariant) {
     const int m = 1000, k = 4160, n = 16; // 65 chunks: warp 0 takes one more than the others
-    fp8w w = mkw_fp8(m, k, 128, 128, 0);
+    tw w = mkw_fp8(m, k, 128, 128, 0);
     float *x = rnd((size_t)n * k, -1.f, 1.f);
     x[5 * k + 3] = 1e30f; // another row's huge value must not leak into row 0
     float *all = gpu_mm(x, &w.g, n);
@@ -128,7 +79,7 @@ TEST(cuda_fp8_gemv_batch_invariant) {
         free(one);
     }
     free(x), free(all);
-    freew_fp8(&w);
+    freew(&w);
 }
 
 // Every finite e4m3 code through the GEMV (its bit-level e4m3 -> bf16 conversion): row r of W holds code r
@@ -140,14 +91,16 @@ TEST(cuda_fp8_gemv_every_e4m3_code) {
     float *zero = fd_malloc((size_t)m * k * 4);
     memset(zero, 0, (size_t)m * k * 4);
     fd_weight src = {.name = "W", .fmt = FD_WFMT_DENSE, .dtype = FD_F32, .rows = m, .cols = k, .data = zero};
-    fp8w w;
+    tw w;
     memset(&w, 0, sizeof w);
-    fd_weight_quantize_fp8(&src, 128, 128, &w.q, &w.s, &w.c);
+    uint8_t *q;
+    float *scale;
+    fd_weight_quantize_fp8(&src, 128, 128, &q, &scale, &w.c);
     for (int r = 0; r < m; r++)
-        for (int i = 0; i < k; i++) w.q[(size_t)r * k + i] = (r & 0x7f) == 0x7f ? 0 : (uint8_t)r;
-    for (int i = 0; i < 2; i++) w.s[i] = 1.f;
-    w.g = w.c;
-    gpu()->upload_weight(gpu(), &w.g);
+        for (int i = 0; i < k; i++) q[(size_t)r * k + i] = (r & 0x7f) == 0x7f ? 0 : (uint8_t)r;
+    for (int i = 0; i < 2; i++) scale[i] = 1.f;
+    w.owned[0] = q, w.owned[1] = scale;
+    cuda_rig_weight_bind(&g_rig, &w);
     for (int j = 0; j < k; j += 37) {
         float *x = fd_malloc((size_t)k * 4);
         memset(x, 0, (size_t)k * 4);
@@ -161,7 +114,7 @@ TEST(cuda_fp8_gemv_every_e4m3_code) {
         free(x), free(got);
     }
     free(zero);
-    freew_fp8(&w);
+    freew(&w);
 }
 
 // matmul_multi of FP8 weights (the fused GDN qkv|z|b|a, attention q|k|v, FFN gate|up of an FP8 checkpoint): one
@@ -192,7 +145,7 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
     } groups[] = {{4, 1280, {520, 300, 64, 64}}, {3, 2048, {700, 128, 128}}, {2, 5120, {17408, 17408}}};
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         const int count = groups[gi].count, k = groups[gi].k;
-        fp8w w[4];
+        tw w[4];
         const fd_weight *Wg[4];
         for (int i = 0; i < count; i++) w[i] = mkw_fp8(groups[gi].m[i], k, 128, 128, 0), Wg[i] = &w[i].g;
         for (int act = 0; act < 2; act++) {
@@ -213,10 +166,10 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
                 free(x);
             }
         }
-        for (int i = 0; i < count; i++) freew_fp8(&w[i]);
+        for (int i = 0; i < count; i++) freew(&w[i]);
     }
     // a group with one bf16 weight among FP8 ones: one call each, same results as separate calls
-    fp8w a = mkw_fp8(256, 1024, 128, 128, 0);
+    tw a = mkw_fp8(256, 1024, 128, 128, 0);
     float *bf = rnd((size_t)192 * 1024, -0.1f, 0.1f);
     uint16_t *bf16 = fd_malloc((size_t)192 * 1024 * 2);
     for (size_t i = 0; i < (size_t)192 * 1024; i++) bf16[i] = fd_f32_to_bf16(bf[i]);
@@ -235,13 +188,13 @@ TEST(cuda_fp8_gemv_multi_fused_equals_separate) {
     }
     gpu()->release_weight(gpu(), &b);
     free(x), free(bf), free(bf16);
-    freew_fp8(&a);
+    freew(&a);
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
 
 TEST(cuda_fp8_dequant_route) {
     const int m = 320, k = 512;
-    fp8w w = mkw_fp8(m, k, 128, 128, 0);
+    tw w = mkw_fp8(m, k, 128, 128, 0);
     for (int act = 0; act < 2; act++) {
         ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
         for (int sel = 0; sel < 2; sel++) {
@@ -260,7 +213,7 @@ TEST(cuda_fp8_dequant_route) {
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_fp8", "gemv") == 0, "%s", fd_error_msg());
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
-    freew_fp8(&w);
+    freew(&w);
 }
 
 // ---- bench (FD_CUDA_BENCH=1): the FP8 GEMV on every quantized shape of a 27B decode step, n = 1, 8, 16 ----

@@ -6,7 +6,7 @@
 //     of k_gdn_rec (rows per lane 1..32, vector and scalar loads, partial column groups, rows past dk).
 //   - cuda_conv1d_silu_one_launch: calls of up to 64 tokens update the conv state inside the output kernel;
 //     state exact vs the CPU, outputs within TOL_F32, for K = 2, 3, 4 around the 64-token boundary.
-// The kernel's accuracy vs the CPU and an fp64 recurrence is checked in test_cuda_ops.c (cuda_gdn_*).
+// The kernel's accuracy vs the CPU and an fp64 recurrence is checked in test_cuda_gdn.c (cuda_gdn_*).
 #include <stdlib.h>
 #include <string.h>
 

@@ -15,7 +15,7 @@
 //     counted under the value it ran;
 //   - the k-slicing targets (fd_cuda_set_gemv_blocks_per_sm 2 / 6 / 64): against the CPU, batch invariant, fused =
 //     separate at each.
-// Thresholds (cuda_rig.h): TOL_BF16 (activations rounded to bf16, as cuda_matmul), TOL_BF16X2 (x = hi + lo keeps
+// Thresholds (cuda_rig.h): TOL_BF16 (activations rounded to bf16, as the op table's matmul rows), TOL_BF16X2 (x = hi + lo keeps
 // ~16 mantissa bits), TOL_REORDERED for gemv vs cuBLAS with identical products (fp32 summation order).
 #include <stdlib.h>
 #include <string.h>

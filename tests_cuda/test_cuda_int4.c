@@ -11,8 +11,8 @@
 //   - the dequant route (n > 16, or selected, and act-order g_idx at any n), counted as gemm_int4=dequant;
 //   - matmul_multi: the int4 weights of a group in one launch, bitwise the separate calls, mixed groups too;
 // Whole models (the int4 HF fixtures, DFlash with an int4 target) are in test_cuda_int4_models.c.
-// Thresholds as for bf16 / FP8 weights (test_cuda_fp8.c): bf16 activations 2e-2, bf16x2 1e-4. The GEMV's weights
-// are exact (integer q - z in bf16, the scale applied in fp32); the dequant route under bf16 rounds s (q - z).
+// Thresholds as for bf16 / FP8 weights (cuda_rig.h): TOL_BF16 under bf16 activations, TOL_BF16X2 under bf16x2.
+// The GEMV's weights are exact (integer q - z in bf16, the scale applied in fp32); the dequant route under bf16 rounds s (q - z).
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,28 +20,9 @@
 #include "backend.h"
 #include "bench_common.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 
-#define TOL_BF16   2e-2
-#define TOL_BF16X2 1e-4
-
-static fd_backend *cpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cpu_create(0);
-    return be;
-}
-static fd_backend *gpu(void) {
-    static fd_backend *be;
-    if (!be) be = fd_backend_cuda_create(0);
-    return be;
-}
-
-static uint64_t g_i4_seed = 0x1a4b4c4d4e4full;
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = fd_malloc(n * sizeof(float) + 4);
-    test_fill_uniform(x, n, lo, hi, &g_i4_seed);
-    return x;
-}
+CUDA_RIG(0x1a4b4c4d4e4full)
 
 // A random int4 weight [m, k] in a published layout. fmt: 0 GPTQ v1 (stored zero z - 1), 1 GPTQ v2, 2 AWQ.
 // group 0: one group over k. scale_dtype: F16, BF16 or F32 (values exact in f16). act_order: GPTQ g_idx of a
@@ -60,7 +41,7 @@ typedef struct {
 
 static const int k_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7}; // column j sits in nibble k_awq_nibble[j]
 
-static i4w mkw(i4_spec sp) {
+static i4w mkw_int4(i4_spec sp) {
     i4w w;
     memset(&w, 0, sizeof w);
     const int m = sp.m, k = sp.k, gs = sp.group ? sp.group : k, G = (k + gs - 1) / gs;
@@ -74,7 +55,7 @@ static i4w mkw(i4_spec sp) {
     if (sp.act_order)
         for (int i = k - 1; i > 0; i--) { // Fisher-Yates on the groups' members
             float r;
-            test_fill_uniform(&r, 1, 0.f, (float)(i + 1), &g_i4_seed);
+            test_fill_uniform(&r, 1, 0.f, (float)(i + 1), &g_rig.seed);
             const int j = (int)r > i ? i : (int)r, t = w.gidx[i];
             w.gidx[i] = w.gidx[j], w.gidx[j] = t;
         }
@@ -136,31 +117,13 @@ static i4w mkw(i4_spec sp) {
     free(u), free(uz), free(us), free(s), free(z);
     return w;
 }
-static void freew(i4w *w) {
+static void freew_int4(i4w *w) {
     gpu()->release_weight(gpu(), &w->g);
     free(w->qweight), free(w->qzeros), free(w->scales), free(w->gidx), free(w->deq);
 }
 
-// GPU matmul of x [n, k] into a NaN-poisoned [n, m]; returns the host copy.
-static float *gpu_mm(const float *x, const fd_weight *W, int n) {
-    const size_t nx = (size_t)n * W->cols, no = (size_t)n * W->rows;
-    void *dx = gpu()->alloc(gpu(), nx * 4 + 64), *dout = gpu()->alloc(gpu(), no * 4 + 64);
-    gpu()->to_device(gpu(), dx, x, nx * 4);
-    float *h = fd_malloc(no * 4 + 4);
-    for (size_t i = 0; i < no; i++) h[i] = NAN;
-    gpu()->to_device(gpu(), dout, h, no * 4);
-    gpu()->matmul(gpu(), dout, dx, W, n, 0);
-    gpu()->to_host(gpu(), h, dout, no * 4);
-    gpu()->free(gpu(), dx);
-    gpu()->free(gpu(), dout);
-    return h;
-}
-
-static int64_t route_calls(const char *route, int value) {
-    for (int i = 0; i < gpu()->n_routes; i++)
-        if (!strcmp(gpu()->routes[i].name, route)) return gpu()->routes[i].calls[value];
-    return -1;
-}
+static float *gpu_mm(const float *x, const fd_weight *W, int n) { return cuda_rig_gpu_matmul(gpu(), x, W, n); }
+static int64_t route_calls(const char *route, int value) { return cuda_rig_route_calls(gpu(), route, value); }
 
 // The reference for x [n, k]: the CPU matmul on the dequantized F32 weight, after checking that the CPU int4
 // path reads the packed words to the same products.
@@ -189,7 +152,7 @@ static void check_gemv(const char *gemm_act, double tol) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     for (size_t s = 0; s < sizeof k_specs / sizeof k_specs[0]; s++) {
         const i4_spec sp = k_specs[s];
-        i4w w = mkw(sp);
+        i4w w = mkw_int4(sp);
         for (size_t j = 0; j < sizeof k_ns / sizeof k_ns[0]; j++) {
             const int n = k_ns[j];
             float *x = rnd((size_t)n * sp.k, -1.f, 1.f);
@@ -203,7 +166,7 @@ static void check_gemv(const char *gemm_act, double tol) {
                    sp.fmt, sp.m, sp.k, n);
             free(x), free(ref), free(got);
         }
-        freew(&w);
+        freew_int4(&w);
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
 }
@@ -216,7 +179,7 @@ TEST(cuda_int4_gemv_vs_cpu) {
 TEST(cuda_int4_gemv_batch_invariant) {
     for (int fmt = 0; fmt < 3; fmt += 2) {
         const i4_spec sp = {fmt, 1000, 4160, 128, 0, FD_F16}; // 33 chunks, two k slices: unequal warp counts
-        i4w w = mkw(sp);
+        i4w w = mkw_int4(sp);
         const int n = 16, k = sp.k;
         float *x = rnd((size_t)n * k, -1.f, 1.f);
         x[5 * k + 3] = 1e30f; // another row's huge value must not leak into the others
@@ -235,7 +198,7 @@ TEST(cuda_int4_gemv_batch_invariant) {
             free(part);
         }
         free(x), free(all);
-        freew(&w);
+        freew_int4(&w);
     }
 }
 
@@ -243,7 +206,7 @@ TEST(cuda_int4_dequant_route) {
     const i4_spec specs[] = {
         {0, 320, 512, 128, 0, FD_F16}, {2, 320, 512, 64, 0, FD_F16}, {1, 136, 264, 32, 0, FD_BF16}};
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
-        i4w w = mkw(specs[si]);
+        i4w w = mkw_int4(specs[si]);
         const int k = specs[si].k, m = specs[si].m;
         for (int act = 0; act < 2; act++) {
             ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
@@ -262,7 +225,7 @@ TEST(cuda_int4_dequant_route) {
                 free(x), free(ref), free(got);
             }
         }
-        freew(&w);
+        freew_int4(&w);
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_int4", "gemv") == 0, "%s", fd_error_msg());
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
@@ -272,7 +235,7 @@ TEST(cuda_int4_dequant_route) {
 // g_idx (GPTQ writes one always) takes the GEMV.
 TEST(cuda_int4_act_order) {
     const i4_spec sp = {0, 264, 1024, 128, 1, FD_F16};
-    i4w w = mkw(sp);
+    i4w w = mkw_int4(sp);
     const int ns[] = {1, 16, 40};
     for (int act = 0; act < 2; act++) {
         ASSERT(fd_cuda_set_route(gpu(), "gemm_act", act ? "bf16x2" : "bf16") == 0, "%s", fd_error_msg());
@@ -290,10 +253,10 @@ TEST(cuda_int4_act_order) {
     }
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", "auto") == 0, "%s", fd_error_msg());
     EXPECT(w.g.g_idx != NULL, "an act-order g_idx must be kept at upload");
-    freew(&w);
-    i4w plain = mkw((i4_spec){0, 64, 256, 128, 0, FD_F16});
+    freew_int4(&w);
+    i4w plain = mkw_int4((i4_spec){0, 64, 256, 128, 0, FD_F16});
     EXPECT(plain.c.g_idx && !plain.g.g_idx, "a g_idx of k / group_size is dropped at upload (the GEMV takes it)");
-    freew(&plain);
+    freew_int4(&plain);
 }
 
 // matmul_multi over int4 weights of one k and grouping (FFN gate|up, attention q|k|v under AWQ): one fused launch,
@@ -301,8 +264,8 @@ TEST(cuda_int4_act_order) {
 // weights (GDN qkv|z int4 with in_proj_b|a dense) runs the int4 ones fused and the dense ones on their own path.
 TEST(cuda_int4_matmul_multi_fused) {
     const int k = 1024;
-    i4w a = mkw((i4_spec){2, 1000, k, 128, 0, FD_F16}), b = mkw((i4_spec){2, 520, k, 128, 0, FD_F16}),
-        c = mkw((i4_spec){0, 264, k, 128, 0, FD_F16});
+    i4w a = mkw_int4((i4_spec){2, 1000, k, 128, 0, FD_F16}), b = mkw_int4((i4_spec){2, 520, k, 128, 0, FD_F16}),
+        c = mkw_int4((i4_spec){0, 264, k, 128, 0, FD_F16});
     float *wd = rnd((size_t)48 * k, -0.05f, 0.05f);
     uint16_t *wb = fd_malloc((size_t)48 * k * 2);
     for (size_t i = 0; i < (size_t)48 * k; i++) wb[i] = fd_f32_to_bf16(wd[i]);
@@ -344,7 +307,7 @@ TEST(cuda_int4_matmul_multi_fused) {
         }
     gpu()->release_weight(gpu(), &dense);
     free(wd), free(wb);
-    freew(&a), freew(&b), freew(&c);
+    freew_int4(&a), freew_int4(&b), freew_int4(&c);
 }
 
 // ---- bench (FD_CUDA_BENCH=1): the int4 GEMV on every linear shape of a 27B decode step, n = 1, 8, 16, beside

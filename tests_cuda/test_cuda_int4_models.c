@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../tests/fixture.h"
+#include "../tests/spec_rig.h"
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
@@ -217,13 +218,7 @@ TEST(cuda_int4_dflash_greedy_identical) {
                        pairs[pi].target, awq ? "awq" : "gptq", blocks[b], same);
                 EXPECT(route_calls("gemm_int4", 0) > gemv_calls, "%s: the int4 GEMV never ran", pairs[pi].target);
                 free(ref), free(out);
-                dflash_free(&s);
-                engine_free(&tgt);
-                engine_free(&plain);
-                drafter_release(&d, gpu());
-                drafter_free(&d);
-                model_release(&m, gpu());
-                model_free(&m);
+                spec_pair_free(&s, &plain, &d, &m, gpu());
                 fixture_free(&fx);
             }
 }
@@ -232,10 +227,8 @@ TEST(cuda_int4_dflash_greedy_identical) {
 // accepted (CPU, 8 held-out prompts, 64 tokens: 3.48 emitted tokens/round under awq-int4, 3.53 under gptq-int4;
 // a broken verify would give ~1.0), and speculative greedy == plain greedy on every prompt.
 TEST(cuda_int4_dflash_trained_pair) {
-    json_error_t err;
-    json_t *prompts = json_load_file("tests/data/trained/val_prompts.json", 0, &err);
-    ASSERT(json_is_array(prompts) && json_array_size(prompts) >= 1, "tests/data/trained/val_prompts.json: %s",
-           err.text);
+    json_t *prompts = held_out_prompts();
+    ASSERT(prompts, "%s", fd_error_msg());
     for (int awq = 0; awq < 2; awq++) {
         fd_model m;
         fd_drafter d;
@@ -254,35 +247,20 @@ TEST(cuda_int4_dflash_trained_pair) {
         ASSERT(dflash_init(&s, &tgt, &d, 0) == 0, "%s", fd_error_msg());
         int64_t rounds = 0, emitted = 0;
         for (size_t p = 0; p < json_array_size(prompts); p++) {
-            json_t *list = json_object_get(json_array_get(prompts, p), "ids");
-            const int n = (int)json_array_size(list);
+            int n;
+            int32_t *ids = held_out_ids(prompts, p, &n), out[64];
             ASSERT(n > 0 && n + 64 + 16 <= o.capacity, "prompt %zu: %d ids", p, n);
-            int32_t *ids = malloc(sizeof(int32_t) * (size_t)n), ref[64], out[64];
-            for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(list, (size_t)i));
-            engine_reset(&plain);
-            ASSERT(engine_generate_greedy(&plain, ids, n, 64, 64, ref) == 0, "%s", fd_error_msg());
-            engine_reset(&tgt);
-            dflash_reset(&s);
-            ASSERT(dflash_generate(&s, ids, n, 64, 64, NULL, out) == 0, "%s", fd_error_msg());
-            int same = 0;
-            while (same < 64 && out[same] == ref[same]) same++;
+            const int same = held_out_spec_vs_plain(&plain, &s, ids, n, 64, out, &rounds, &emitted);
+            ASSERT(same >= 0, "%s", fd_error_msg());
             EXPECT(same == 64, "%s prompt %zu: speculative differs from plain greedy at token %d",
                    awq ? "awq-int4" : "gptq-int4", p, same);
-            rounds += s.st.rounds;
-            emitted += s.st.emitted;
             free(ids);
         }
         const double tau = rounds ? (double)emitted / (double)rounds : 0;
         printf("    tiny-qwen35 %s: %zu prompts, %.3f emitted tokens/round at block %d\n",
                awq ? "awq-int4" : "gptq-int4", json_array_size(prompts), tau, s.B);
         EXPECT(tau > 1.4, "%s: emitted tokens/round %.3f", awq ? "awq-int4" : "gptq-int4", tau);
-        dflash_free(&s);
-        engine_free(&tgt);
-        engine_free(&plain);
-        drafter_release(&d, gpu());
-        drafter_free(&d);
-        model_release(&m, gpu());
-        model_free(&m);
+        spec_pair_free(&s, &plain, &d, &m, gpu());
     }
     json_decref(prompts);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/spec_rig.h"
 #include "../tests/test.h"
 #include "cuda/cuda.h"
 #include "cuda_rig.h"
@@ -17,18 +18,9 @@
 
 CUDA_RIG(0) // the backend only
 
-static int32_t *json_ids(json_t *list, int *n) {
-    *n = (int)json_array_size(list);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(*n > 0 ? *n : 1));
-    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(list, (size_t)i));
-    return ids;
-}
-
 TEST(cuda_trained_dflash_greedy_identical) {
-    json_error_t err;
-    json_t *prompts = json_load_file("tests/data/trained/val_prompts.json", 0, &err);
-    ASSERT(json_is_array(prompts) && json_array_size(prompts) >= 1, "tests/data/trained/val_prompts.json: %s",
-           err.text);
+    json_t *prompts = held_out_prompts();
+    ASSERT(prompts, "%s", fd_error_msg());
     const char *default_gemm = fd_cuda_route(gpu(), "gemm_act");
     char def[32];
     snprintf(def, sizeof def, "%s", default_gemm ? default_gemm : "bf16");
@@ -39,11 +31,7 @@ TEST(cuda_trained_dflash_greedy_identical) {
     model_upload(&m, gpu());
     ASSERT(drafter_load(DRAFT_DIR, &m, &d) == 0, "%s", fd_error_msg());
     drafter_upload(&d, gpu());
-    int max_n = 0;
-    for (size_t p = 0; p < json_array_size(prompts); p++) {
-        const int n = (int)json_array_size(json_object_get(json_array_get(prompts, p), "ids"));
-        max_n = n > max_n ? n : max_n;
-    }
+    const int max_n = held_out_max_len(prompts);
     fd_engine plain, tgt;
     fd_engine_opts o;
     engine_default_opts(&o);
@@ -58,15 +46,9 @@ TEST(cuda_trained_dflash_greedy_identical) {
         int diffs = 0;
         for (size_t p = 0; p < json_array_size(prompts); p++) {
             int n;
-            int32_t *ids = json_ids(json_object_get(json_array_get(prompts, p), "ids"), &n);
-            int32_t ref[N_NEW], out[N_NEW];
-            engine_reset(&plain);
-            ASSERT(engine_generate_greedy(&plain, ids, n, 64, N_NEW, ref) == 0, "%s", fd_error_msg());
-            engine_reset(&tgt);
-            dflash_reset(&s);
-            ASSERT(dflash_generate(&s, ids, n, 64, N_NEW, NULL, out) == 0, "%s", fd_error_msg());
-            int same = 0;
-            while (same < N_NEW && out[same] == ref[same]) same++;
+            int32_t *ids = held_out_ids(prompts, p, &n), out[N_NEW];
+            const int same = held_out_spec_vs_plain(&plain, &s, ids, n, N_NEW, out, &rounds, &emitted);
+            ASSERT(same >= 0, "%s", fd_error_msg());
             const double tau = s.st.rounds ? (double)s.st.emitted / (double)s.st.rounds : 0;
             char verdict[64];
             if (same == N_NEW)
@@ -78,8 +60,6 @@ TEST(cuda_trained_dflash_greedy_identical) {
             EXPECT(same == N_NEW, "gemm_act=%s prompt %zu: speculative differs from plain greedy at token %d",
                    routes[rt], p, same);
             diffs += same != N_NEW;
-            rounds += s.st.rounds;
-            emitted += s.st.emitted;
             free(ids);
         }
         const double tau = rounds ? (double)emitted / (double)rounds : 0;
@@ -89,12 +69,6 @@ TEST(cuda_trained_dflash_greedy_identical) {
         // rounds; the GPU must match closely (same ids), and a broken drafter would give ~1.0.
         EXPECT(tau > 1.4, "gemm_act=%s: emitted tokens/round %.3f", routes[rt], tau);
     }
-    dflash_free(&s);
-    engine_free(&tgt);
-    engine_free(&plain);
-    drafter_release(&d, gpu());
-    drafter_free(&d);
-    model_release(&m, gpu());
-    model_free(&m);
+    spec_pair_free(&s, &plain, &d, &m, gpu());
     json_decref(prompts);
 }

@@ -29,7 +29,7 @@ const char *fd_cuda_route(fd_backend *be, const char *route);
 // Small-n GEMM kernel launches so far (route gemm_small=gemv): tests use it to see a matmul_multi group run as
 // one launch.
 int64_t fd_cuda_gemv_launches(fd_backend *be);
-// Tuning knob of the small-n GEMM's k slicing (default 2; env FD_CUDA_GEMV_BLOCKS_PER_SM at creation): slices are
+// Tuning knob of the small-n GEMM's k slicing (default 2, no environment name: not a route): slices are
 // sized for about this many 64-row blocks per SM. It changes the summation order of every gemv result, so it
 // must not change while a model runs (decode and verify would differ): benches and tuning runs only. Returns
 // the previous value; values outside 1..64 are refused (returns -1, nothing changed).

@@ -317,13 +317,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, CU_GEMV_COUNTERS * sizeof(int)));
     FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, CU_GEMV_COUNTERS * sizeof(int), c->stream));
     c->gemv_counters_len = CU_GEMV_COUNTERS;
-    c->gemv_blocks_per_sm = CU_GEMV_BLOCKS_PER_SM;
-    const char *gbps = getenv("FD_CUDA_GEMV_BLOCKS_PER_SM");
-    if (gbps) {
-        int v = atoi(gbps);
-        FD_CHECK(v >= 1 && v <= 64, "FD_CUDA_GEMV_BLOCKS_PER_SM=%s: expected 1..64", gbps);
-        c->gemv_blocks_per_sm = v;
-    }
+    c->gemv_blocks_per_sm = CU_GEMV_BLOCKS_PER_SM; // benches change it with fd_cuda_set_gemv_blocks_per_sm only
 
     fd_backend *be = (fd_backend *)fd_calloc(1, sizeof *be);
     be->name = "cuda";

@@ -101,7 +101,7 @@ typedef struct {
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
-    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; FD_CUDA_GEMV_BLOCKS_PER_SM)
+    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
     // call copies nothing (a copy from host memory could not sit in a CUDA graph).
     struct {

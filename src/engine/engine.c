@@ -1,4 +1,5 @@
-// Engine: sequences, their caches and states, and the forwards over them (prefill, decode, batched decode, verify).
+// Engine: sequences, their caches and states, and the forwards over them (prefill, decode, batched decode; the
+// verify of a drafted block, its state slots and its commit are engine_verify.c).
 // The decoder itself is the model's (model/forward.h): a forward here builds the batch description, picks and
 // counts the GDN route, and sends the outputs where the caller wants them.
 #include "engine/engine.h"
@@ -487,86 +488,4 @@ int engine_generate(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int 
 
 int engine_generate_greedy(fd_engine *e, const int32_t *ids, int64_t n, int chunk, int n_new, int32_t *out) {
     return engine_generate(e, ids, n, chunk, n_new, NULL, out);
-}
-
-int engine_set_taps(fd_engine *e, const int *layers, int n) {
-    const fd_config *c = &e->m->cfg;
-    if (n < 1 || n > c->num_layers) return fd_error_set("%d tap layers for a %d-layer target", n, c->num_layers);
-    if (e->tp) return engine_tp_set_taps(e, layers, n);
-    for (int i = 0; i < FD_MAX_LAYERS; i++) e->tap_col[i] = -1;
-    for (int j = 0; j < n; j++) {
-        if (layers[j] < 0 || layers[j] >= c->num_layers)
-            return fd_error_set("tap layer %d is outside the target's layers 0..%d", layers[j], c->num_layers - 1);
-        if (e->tap_col[layers[j]] >= 0) return fd_error_set("tap layer %d is listed twice", layers[j]);
-        e->tap_col[layers[j]] = j;
-    }
-    e->n_taps = n;
-    engine_graphs_drop(e); // recorded forwards copy to the old taps columns
-    if (e->taps) e->be->free(e->be, e->taps);
-    e->taps = e->be->alloc(e->be, (size_t)e->opt.max_batch * n * e->m->plan.hidden * e->be->act_bytes);
-    return 0;
-}
-
-int engine_enable_slots(fd_engine *e, int block) {
-    const fd_rank_plan *p = &e->m->plan;
-    fd_backend *be = e->be;
-    if (block < 1 || block > e->opt.max_batch)
-        return fd_error_set("verify block of %d tokens: must be 1..%d (the prefill token budget)", block,
-                            e->opt.max_batch);
-    if (e->tp) return engine_tp_enable_slots(e, block);
-    if (e->gdn_slots && block <= e->spec_block) return 0;
-    engine_graphs_drop(e); // recorded verify forwards point at the old slots
-    if (!e->gdn_slots) {
-        e->gdn_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
-        e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
-    }
-    if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
-    e->tree_parent_dev = be->alloc(be, (size_t)block * sizeof(int32_t));
-    for (int i = 0; i < p->num_layers; i++)
-        if (p->layers[i].kind == FD_LAYER_GDN) {
-            if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
-            if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
-            e->gdn_slots[i] = be->alloc(be, (size_t)plan_gdn_state_bytes(p) * (size_t)block);
-            e->conv_slots[i] = be->alloc(be, (size_t)plan_conv_state_bytes(p) * (size_t)block);
-        }
-    e->spec_block = block;
-    return 0;
-}
-
-int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits) {
-    if (n < 1 || n > e->spec_block)
-        return fd_error_set("verify of %d tokens: state slots hold %d", n, e->spec_block);
-    e->use_slots = 1;
-    int rc = engine_forward(e, ids, n, logits, 1);
-    e->use_slots = 0;
-    return rc;
-}
-
-int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argmax) {
-    if (n < 1 || n > e->spec_block)
-        return fd_error_set("verify of %d tokens: state slots hold %d", n, e->spec_block);
-    e->use_slots = 1;
-    int rc = engine_forward_greedy(e, ids, n, argmax);
-    e->use_slots = 0;
-    return rc;
-}
-
-void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
-    const fd_rank_plan *p = &e->m->plan;
-    fd_backend *be = e->be;
-    FD_CHECK(keep >= 1 && n_past_before_verify + keep <= e->n_past, "commit %d of %lld verified tokens", keep,
-             (long long)(e->n_past - n_past_before_verify));
-    if (e->tp) {
-        engine_tp_commit(e, n_past_before_verify, keep);
-        return;
-    }
-    const int n_verified = (int)(e->n_past - n_past_before_verify);
-    e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
-    if (keep == n_verified) return;           // the live state is already the state after the last token
-    const size_t gdn_bytes = (size_t)plan_gdn_state_bytes(p), conv_bytes = (size_t)plan_conv_state_bytes(p);
-    for (int i = 0; i < p->num_layers; i++)
-        if (p->layers[i].kind == FD_LAYER_GDN) {
-            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_bytes * (size_t)(keep - 1), gdn_bytes);
-            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1), conv_bytes);
-        }
 }

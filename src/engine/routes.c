@@ -73,7 +73,8 @@ int routes_set(fd_engine *e, const char *spec) {
 // Environment names that once selected a route or a kernel variant and no longer do. A setting that used to take
 // effect is refused naming what replaces it, never silently ignored (a run would measure something other than
 // what its command line says). The CUDA routes were also read as FD_CUDA_<NAME> until issue 14 left one name per
-// route; the two variant knobs went with their kernels (docs/routes.md).
+// route; the two variant knobs went with their kernels, and the gemv's k-slicing knob went because nothing needed
+// it outside the sweep bench, which sets the value through fd_cuda_set_gemv_blocks_per_sm (docs/routes.md).
 static const char *const k_retired_env[][2] = {
     {"FD_CUDA_GEMM_ACT", "FD_ROUTE_GEMM_ACT (or --route gemm_act=VALUE)"},
     {"FD_CUDA_ATTN", "FD_ROUTE_ATTN_KERNEL (or --route attn_kernel=VALUE)"},
@@ -82,6 +83,8 @@ static const char *const k_retired_env[][2] = {
     {"FD_CUDA_GEMM_FP8", "FD_ROUTE_GEMM_FP8 (or --route gemm_fp8=VALUE)"},
     {"FD_CUDA_GEMV_VARIANT", "nothing: the gemv's other load schedules were removed (docs/routes.md)"},
     {"FD_CUDA_GDN_SERIAL", "nothing: the first serial GDN kernel was removed (docs/routes.md)"},
+    {"FD_CUDA_GEMV_BLOCKS_PER_SM", "nothing: the knob was removed; the gemv's k slicing is fixed at its measured best "
+                                   "(2 blocks per SM; bench_cuda_gemv_sweep still sweeps it, docs/routes.md)"},
 };
 
 int routes_refuse_retired_env(void) {
