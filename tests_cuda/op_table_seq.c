@@ -1,5 +1,5 @@
 // Rows of the op harness (op_harness.h), second half: the ops with per-sequence state or a cache (conv1d_silu,
-// gdn_core, attention, the DFlash2 drafter's dyn_conv and windowed attention), the MoE FFN and argmax_rows. The GDN
+// gdn_core, attention, the DFlash2 drafter's dyn_conv and windowed attention), the MoE FFN, argmax_rows and topk_rows. The GDN
 // core is also checked against an fp64 recurrence in test_cuda_gdn.c (route by route, state across calls, every
 // chunk tail); here it is one call from a random state against the CPU, and its perf rows.
 #include <math.h>
@@ -178,6 +178,18 @@ static void r_argmax(fd_backend *be, oh_case *c, int side) {
     be->argmax_rows(be, oh_p(c, 1, side), oh_p(c, 0, side), c->i[0], c->i[1]);
 }
 
+// ---- topk_rows: s = rows, V, K (pairs to the host, exact; ties, NaNs and zeros: test_cuda_topk.c) ----
+static void b_topk(oh_case *c, const int *s) {
+    snprintf(c->what, sizeof c->what, "topk_rows rows=%d V=%d K=%d", s[0], s[1], s[2]);
+    oh_buf_f32(c, "logits", OH_IN, (size_t)s[0] * s[1], -30, 30, 0);
+    oh_buf_i32(c, "ids", OH_HOST_OUT, (size_t)s[0] * s[2], NULL);
+    oh_buf_f32(c, "vals", OH_HOST_OUT, (size_t)s[0] * s[2], 0, 0, TOL_EXACT);
+    c->i[0] = s[0], c->i[1] = s[1], c->i[2] = s[2];
+}
+static void r_topk(fd_backend *be, oh_case *c, int side) {
+    be->topk_rows(be, oh_p(c, 1, side), oh_p(c, 2, side), oh_p(c, 0, side), c->i[0], c->i[1], c->i[2]);
+}
+
 // ---- the rows ----
 #define CONV(C, n, slots, p) ROW(conv1d_silu, b_conv, r_conv, .s = {C, n, 4, slots}, .perf = p)
 #define GDN(n, Hk, Hv, dk, dv, route, slots, p)                                                                        \
@@ -305,5 +317,8 @@ const oh_row oh_rows_seq[] = {
     ROW(argmax_rows, b_argmax, r_argmax, .s = {3, 1000}, .perf = TEST_ONLY),
     ROW(argmax_rows, b_argmax, r_argmax, .s = {1, 248320}, .perf = BOTH),
     ROW(argmax_rows, b_argmax, r_argmax, .s = {16, 248320}, .perf = BOTH),
+    ROW(topk_rows, b_topk, r_topk, .s = {3, 1000, 1}, .perf = TEST_ONLY),
+    ROW(topk_rows, b_topk, r_topk, .s = {2, 300, 256}, .perf = TEST_ONLY),
+    ROW(topk_rows, b_topk, r_topk, .s = {7, 248320, 16}, .perf = BOTH),
 };
 const size_t oh_n_rows_seq = sizeof oh_rows_seq / sizeof oh_rows_seq[0];
