@@ -1,11 +1,13 @@
 // Tree verification (route spec_verify=tree) on the CPU backend: every node's logits against the plain chain of
 // its root-to-node path run as decode steps on a fresh engine (the brute-force reference), the committed state of
 // an accepted path against a fresh prefill, the best-first tree against an exhaustive enumeration of paths, greedy
-// tree rounds identical to plain greedy on every DFlash fixture at several budgets, refusals, and the lossless
-// acceptance math at T > 0 (chi-square against the target's distributions).
+// tree rounds identical to plain greedy on every DFlash fixture at several budgets, refusals, the lossless
+// acceptance math at T > 0 (chi-square against the target's distributions), the oracle drafter's tree (the
+// bench's rounds) and the bench's tree columns.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/dflash_tree.h"
 #include "spec_rig.h"
@@ -207,7 +209,7 @@ TEST(tree_refusals) {
     EXPECT(engine_verify_tree(&r.e, ids, bad1, 3, NULL) != 0 && strstr(fd_error_msg(), "node 0"), "%s", fd_error_msg());
     EXPECT(engine_verify_tree(&r.e, ids, bad2, 3, NULL) != 0 && strstr(fd_error_msg(), "node 2"), "%s", fd_error_msg());
     EXPECT(r.e.n_past == n0);
-    // a backend without the tree ops is refused with the route named (the cuda backend, for now)
+    // a backend without the tree ops is refused with the route named
     fd_backend saved = *r.e.be;
     r.e.be->attention_tree = NULL;
     const int32_t ok[3] = {-1, 0, 0};
@@ -215,7 +217,7 @@ TEST(tree_refusals) {
            fd_error_msg());
     *r.e.be = saved;
     spec_rig_close(&r);
-    // DFlash2 drafters and the oracle verify chains only
+    // DFlash2 drafters verify chains only
     ASSERT(spec_rig_open(&r, cpu(), "qwen35_dense_tied", "qwen35_dense_tied_d2_b8", 0, 0) == 0, "%s", fd_error_msg());
     int32_t out[8];
     EXPECT(generate_tree(&r, 8, out, 8) != 0 && strstr(fd_error_msg(), "DFlash2"), "%s", fd_error_msg());
@@ -329,4 +331,77 @@ TEST(tree_cli_generate_stats_and_refusal) {
     free(bad);
     free(csv);
     fixture_free(&fx);
+}
+
+// The oracle drafter's tree (the bench's tree rounds): the reference continuation (plain greedy) is the tree's
+// spine. Genuine acceptance must then take the whole spine every full round, and forced acceptance exactly the
+// schedule's count; either way the output is plain greedy's, with tree rounds of budget + 1 nodes.
+static void count_accept(void *ctx, const fd_dflash *s, int accepted) {
+    int *seen = ctx;
+    seen[s->st.rounds < 16 ? s->st.rounds : 15] = accepted;
+}
+
+TEST(tree_oracle_spine_is_the_reference) {
+    for (int force = 0; force <= 1; force++) {
+        spec_rig r;
+        ASSERT(spec_rig_open(&r, cpu(), "qwen35_dense_tied", "qwen35_dense_tied_b8", 0, 0) == 0, "%s", fd_error_msg());
+        const int B = r.s.B, n_new = r.fx.n_greedy;
+        int sched[] = {0, 5, 2, 7, 1};
+        fd_spec_oracle orc = {r.fx.greedy, r.fx.n_greedy, sched, 5, force};
+        int seen[16];
+        for (int i = 0; i < 16; i++) seen[i] = -1;
+        r.s.oracle = &orc;
+        r.s.on_commit = count_accept;
+        r.s.on_commit_ctx = seen;
+        r.e.spec_verify_sel = 1;
+        r.s.tree_budget = 12;
+        int32_t *out = calloc((size_t)n_new, sizeof *out);
+        ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, n_new, NULL, out) == 0, "%s", fd_error_msg());
+        EXPECT(!memcmp(out, r.fx.greedy, sizeof(int32_t) * (size_t)n_new), "force %d: differs from greedy", force);
+        EXPECT(r.s.st.tree_rounds == r.s.st.rounds && r.s.st.draft_tokens == 12 * r.s.st.rounds,
+               "force %d: %lld tree rounds of %lld, %lld nodes", force, (long long)r.s.st.tree_rounds,
+               (long long)r.s.st.rounds, (long long)r.s.st.draft_tokens);
+        int ok = 1;
+        for (int i = 0; i + 1 < r.s.st.rounds && i < 15; i++) // the last round may be cut short by n_new
+            ok &= seen[i] == (force ? sched[i % 5] : B - 1);
+        EXPECT(ok, "force %d: accepted %d %d %d %d ... per round", force, seen[0], seen[1], seen[2], seen[3]);
+        printf("    oracle tree force=%d: %lld rounds, accepted %d %d %d %d %d, output = greedy\n", force,
+               (long long)r.s.st.rounds, seen[0], seen[1], seen[2], seen[3], seen[4]);
+        free(out);
+        spec_rig_close(&r);
+    }
+}
+
+// `bench --route spec_verify=tree --tree-budget N`: the tree rounds' columns, rows verified per round = N + 1, and
+// emitted tokens/round the oracle's tau, as in the chain's run at the same tau.
+TEST(tree_cli_bench_columns) {
+    double emitted[2] = {0, 0}, rows[2] = {0, 0};
+    for (int tree = 0; tree <= 1; tree++) {
+        char js[] = "/tmp/fd_tree_benchXXXXXX";
+        int fd = mkstemp(js);
+        ASSERT(fd >= 0);
+        close(fd);
+        char *cmd = fd_sprintf("%s bench --random-weights bench/configs/tiny.json --draft-random "
+                               "bench/configs/tiny-dflash.json --contexts 64 --decode 24 --oracle-tau 3.5 %s --json %s "
+                               "2>/dev/null",
+                               test_bin(), tree ? "--route spec_verify=tree --tree-budget 12" : "", js),
+             *out = NULL;
+        EXPECT(test_run(cmd, &out) == 0);
+        const char *want = tree ? "verify a tree (spec_verify=tree, budget 12" : "verify the chain";
+        EXPECT(out && strstr(out, "rows/rnd") && strstr(out, want) && strstr(out, "route check: every counted"), "%s",
+               out ? out : "");
+        json_error_t je;
+        json_t *root = json_load_file(js, 0, &je), *row = json_array_get(json_object_get(root, "rows"), 0);
+        const char *sv = json_string_value(json_object_get(row, "spec_verify"));
+        EXPECT(sv && !strcmp(sv, tree ? "tree" : "chain"), "%s", sv ? sv : "(none)");
+        emitted[tree] = json_real_value(json_object_get(row, "emitted_tokens_per_round"));
+        rows[tree] = json_real_value(json_object_get(row, "verified_rows_per_round"));
+        json_decref(root);
+        unlink(js);
+        free(cmd);
+        free(out);
+    }
+    EXPECT(rows[0] == 8 && rows[1] == 13, "rows verified per round: chain %g, tree %g", rows[0], rows[1]);
+    EXPECT(emitted[1] == emitted[0] && emitted[0] > 3, "emitted tokens/round: chain %g, tree %g", emitted[0],
+           emitted[1]);
 }

@@ -20,7 +20,7 @@ static const char *bench_why_not(opt_id id) {
     }
 }
 static const opt_id k_bench_opts[] = {O_MODEL,    O_RANDOM_WEIGHTS, O_DRAFT,         O_DRAFT_RANDOM, O_BLOCK_SIZE,
-                                      O_CONTEXTS, O_DECODE_TOKENS,  O_ORACLE_TAU,    O_GEMM_CEILING, O_COPY_CEILING,
+                                      O_TREE_BUDGET, O_CONTEXTS, O_DECODE_TOKENS,  O_ORACLE_TAU,    O_GEMM_CEILING, O_COPY_CEILING,
                                       O_JSON,     O_SEED,           O_TP,            CLI_ENGINE_OPTS, O_COUNT};
 const cmd_spec cmd_bench_spec = {
     "bench", "(MODEL_DIR | --random-weights CONFIG.json)",

@@ -17,9 +17,12 @@
 // flash-decoding). Calls with <= CU_DECODE_MAX_N tokens go to attention_decode.cu (head_dim 64/128/256) or, for
 // other head dims, run this kernel on that file's absolute 512-key chunks, always through the combine, so a row's
 // result does not depend on n either.
+// Tree verify (attention_tree, cu_attention_tree at the end): the decode kernel with the tree mask for head dims
+// 64/128/256, this kernel with it (TREE) for the others, on the same absolute chunks and through the combine.
 #include <math.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/tree.cuh"
 
 #define ATT_BQ   16 // queries per block
 #define ATT_QW   4  // queries per warp
@@ -207,9 +210,12 @@ void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd
 // pos0+n keys (the DFlash drafter's block); out [n, H*hd] f32 (or, with splits, partials opart [n*H][zslots][hd]
 // and ml [n*H][zslots][2] = (max, sum); split z covers keys [z*chunk, (z+1)*chunk)). Shared: Qs [16][hd] f32,
 // Kt [32][hd/2 + 1] bf16x2 (one pad word per row: lanes read 32 different rows of one column), Vt [32][hd/2] bf16x2.
+// TREE: causal, and tree_parent [n] (backend memory) masks the keys at pos0.. to the row's ancestors (tree.cuh).
+template <bool TREE>
 __global__ void __launch_bounds__(128)
     k_attention(float *out, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
-                int n, int H, int Hkv, int hd, float scale, int64_t chunk, int64_t zslots, int causal) {
+                int n, int H, int Hkv, int hd, float scale, int64_t chunk, int64_t zslots, int causal,
+                const int32_t *tree_parent) {
     CU_PDL_ENTER();
     extern __shared__ float sm[];
     int hd2 = hd / 2, ldk = hd2 + 1, G = H / Hkv, R = n * G;
@@ -225,16 +231,21 @@ __global__ void __launch_bounds__(128)
     int64_t klast = causal ? pos0 + tl : pos0 + n - 1; // last key any row of this block sees
     if (kbeg > klast) return; // a split past the live keys (grid sized from capacity): the combine skips it
     int64_t kend = min(klast + 1, kbeg + chunk); // keys past kbeg + chunk belong to the next split
+    __shared__ unsigned long long anc_s[TREE ? CU_TREE_MAX_NODES : 1];
+    __shared__ int par_s[TREE ? CU_TREE_MAX_NODES : 1];
+    if (TREE) cu_tree_ancestors(anc_s, par_s, tree_parent, n);
     for (int e = threadIdx.x; e < ATT_BQ * hd; e += blockDim.x) {
         int i = e / hd, d = e - i * hd, r = r0 + i;
         Qs[e] = r < R ? q[((int64_t)(r / G) * H + kvh * G + r % G) * hd + d] : 0.f;
     }
     float m[ATT_QW], l[ATT_QW], acc[ATT_QW][2 * ATT_MAXP];
     int64_t qpos[ATT_QW];
+    unsigned long long anc[ATT_QW]; // TREE: the row's ancestor mask
 #pragma unroll
     for (int a = 0; a < ATT_QW; a++) {
         int r = r0 + w * ATT_QW + a;
         qpos[a] = r < R ? (causal ? pos0 + r / G : pos0 + n - 1) : -1; // -1: padding row, every key masked
+        anc[a] = TREE && r < R ? anc_s[r / G] : 0ull;
         m[a] = -INFINITY, l[a] = 0.f;
 #pragma unroll
         for (int p = 0; p < 2 * ATT_MAXP; p++) acc[a][p] = 0.f;
@@ -267,6 +278,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int a = 0; a < ATT_QW; a++) {
             bool vis = kp <= qpos[a] && kp < kend;
+            if (TREE) vis = vis && cu_tree_sees(anc[a], pos0, qpos[a], kp);
             float sa = vis ? s[a] * scale : -INFINITY;
             float mn = fmaxf(m[a], cu_warp_max(sa));
             if (mn == -INFINITY) { // no visible key yet for this row
@@ -346,7 +358,7 @@ void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *vi
     route->calls[CU_ATTN_SIMT]++;
     route->tokens[CU_ATTN_SIMT] += n;
     size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
-    FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, blocks = tiles * Hkv;
     FD_CHECK(tiles < (1ll << 31));
     // Keys the grid must cover: the live ones, or all of the cache when the position is read on the device.
@@ -376,12 +388,50 @@ void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *vi
     cu_prof pr;
     cu_prof_begin(be, &pr, "attention_simt", n);
     dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
-    cu_launch(be, k_attention, grid, 128, smem, (float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n, H, Hkv,
-              hd, scale, chunk, S, causal);
+    cu_launch(be, k_attention<false>, grid, 128, smem, (float *)out, opart, ml, (const float *)q, kv, pos0, pos_dev, n,
+              H, Hkv, hd, scale, chunk, S, causal, (const int32_t *)NULL);
     cu_prof_mark(be, &pr, split ? "splits" : "main");
     if (split) {
         cu_attn_combine(be, (float *)out, opart, ml, S, chunk, pos0, pos_dev, n, H, hd, causal, 0);
         cu_prof_mark(be, &pr, "combine");
     }
+    cu_prof_end(be, &pr);
+}
+
+void cu_attention_tree(fd_backend *be, void *out, const void *q, const fd_kv_view *view, int64_t pos0, int n, int H,
+                       int Hkv, int hd, float scale, const int32_t *parent_dev) {
+    if (n <= 0) return;
+    FD_CHECK(parent_dev, "attention_tree: parents required");
+    FD_CHECK(n <= CU_TREE_MAX_NODES, "attention_tree of %d nodes: at most %d", n, CU_TREE_MAX_NODES);
+    if ((hd & 1) || hd > 2 * 32 * ATT_MAXP) FD_PANIC("attention head_dim %d unsupported (even, <= 256)", hd);
+    if (Hkv <= 0 || H % Hkv) FD_PANIC("attention: %d heads not a multiple of %d kv heads", H, Hkv);
+    FD_CHECK(pos0 >= 0 && pos0 + n <= view->capacity, "attention_tree: keys [0, %lld) beyond capacity %lld",
+             (long long)(pos0 + n), (long long)view->capacity);
+    cu_impl *c = cu_of(be);
+    const cu_kv kv = cu_kv_view(be, view, Hkv, hd);
+    fd_route *route = &c->routes[CU_ROUTE_ATTN_KERNEL];
+    if (cu_attention_decode_tree(be, (float *)out, (const float *)q, kv, pos0, n, H, Hkv, hd, scale, parent_dev)) {
+        route->calls[CU_ATTN_SPLITK]++;
+        route->tokens[CU_ATTN_SPLITK] += n;
+        return;
+    }
+    // other head dims: this file's kernel on the decode chunks, always through the combine (as a decode call)
+    route->calls[CU_ATTN_SIMT]++;
+    route->tokens[CU_ATTN_SIMT] += n;
+    const size_t smem = (size_t)ATT_BQ * hd * 4 + (size_t)ATT_BK * (hd / 2 + 1) * 4 + (size_t)ATT_BK * (hd / 2) * 4;
+    FD_CUDA_CHECK(cudaFuncSetAttribute(k_attention<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t rows = (int64_t)n * (H / Hkv), tiles = (rows + ATT_BQ - 1) / ATT_BQ, keys = pos0 + n;
+    const int64_t chunk = CU_DECODE_CHUNK, S = (keys + chunk - 1) / chunk;
+    FD_CHECK(S <= 65535, "attention_tree: %lld key chunks exceed the grid", (long long)S);
+    float *opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)S * n * H * hd * 4);
+    float *ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)S * n * H * 2 * 4);
+    cu_prof pr;
+    cu_prof_begin(be, &pr, "attention_simt_tree", n);
+    dim3 grid((unsigned)tiles, (unsigned)Hkv, (unsigned)S);
+    cu_launch(be, k_attention<true>, grid, 128, smem, (float *)out, opart, ml, (const float *)q, kv, pos0,
+              (const int64_t *)NULL, n, H, Hkv, hd, scale, chunk, S, 1, parent_dev);
+    cu_prof_mark(be, &pr, "splits");
+    cu_attn_combine(be, (float *)out, opart, ml, S, chunk, pos0, NULL, n, H, hd, 1, 0);
+    cu_prof_mark(be, &pr, "combine");
     cu_prof_end(be, &pr);
 }

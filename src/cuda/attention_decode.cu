@@ -21,10 +21,15 @@
 // of the old path) into one bf16 work tile, so the math afterwards is the bf16 path's.
 // Each block writes unnormalised partials (acc, max, sum; max in log2 units) for the rows that see a key of its
 // chunk; k_attn_combine merges them.
+// Tree verify (TREE, cu_attention_decode_tree): the same kernel over the n nodes of a verify tree, causal in node
+// order with one more mask, the row's ancestors (cuda/tree.cuh): a row sees the context and the keys of its
+// ancestors and itself. Its last key is its own (pos0 + t), as in the causal case, so the chunks and the combine
+// are the causal ones; every chunk up to the row's own holds a key it sees (context, or itself: n <= 64 < 512).
 #include <math.h>
 #include <stdint.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/tree.cuh"
 
 #define DEC_BK          32 // keys per tile
 #define DEC_WARPS       8
@@ -128,11 +133,12 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
 }
 
 // q [n, H, HD] f32 at positions p0.. (p0 = *pos_dev when given); writes partials for chunk blockIdx.y:
-// opart [n*H][zslots][HD], ml [n*H][zslots][2] = (max in log2 units, sum).
-template <int HD, int MT, bool E4>
+// opart [n*H][zslots][HD], ml [n*H][zslots][2] = (max in log2 units, sum). TREE: causal, and tree_parent [n] (backend
+// memory) masks the keys at p0.. to the row's ancestors.
+template <int HD, int MT, bool E4, bool TREE>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
     k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H,
-                  int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal) {
+                  int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal, const int32_t *tree_parent) {
     CU_PDL_ENTER();
     typedef dec_plan<HD, MT, E4> P;
     constexpr int NST = P::NST, LDQ = P::LDQ, LDS = P::LDS, LDP = P::LDP, NTW = HD / 64; // n-tiles per warp in P V
@@ -158,6 +164,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
 
 #pragma unroll 1
     for (int t = 0; t < NST - 1; t++) dec_issue<HD, MT, E4>(raw, &kv, kbeg, kend, ntiles, t, Hkv, kvh, tid);
+    // TREE: the ancestor masks of the nodes, worked out while the first tiles are in flight
+    __shared__ unsigned long long anc_s[TREE ? CU_TREE_MAX_NODES : 1];
+    __shared__ int par_s[TREE ? CU_TREE_MAX_NODES : 1];
+    if (TREE) cu_tree_ancestors(anc_s, par_s, tree_parent, n);
 
     // Q rows of this block as bf16 (padding rows zero), row state.
     for (int e = tid; e < P::ROWS * (HD / 4); e += DEC_WARPS * 32) {
@@ -244,9 +254,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 1)
                 v[4 * u] = f.x, v[4 * u + 1] = f.y, v[4 * u + 2] = f.z, v[4 * u + 3] = f.w;
             }
             float mx = -INFINITY;
+            const unsigned long long anc = TREE && i < rows_here ? anc_s[r / G] : 0ull;
 #pragma unroll
             for (int u = 0; u < 16; u++) {
-                v[u] = k0 + u <= qpos ? v[u] : -INFINITY;
+                const bool vis = TREE ? qpos >= 0 && cu_tree_sees(anc, p0, qpos, k0 + u) : k0 + u <= qpos;
+                v[u] = vis ? v[u] : -INFINITY;
                 mx = fmaxf(mx, v[u]);
             }
             const float mold = m_s[i], lold = l_s[i];
@@ -382,10 +394,10 @@ void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float
               log2_domain);
 }
 
-template <int HD, int MT, bool E4>
+template <int HD, int MT, bool E4, bool TREE>
 static void launch_decode(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
                           const int64_t *pos_dev, int n, int H, int Hkv, int64_t capacity, int64_t zslots, float scale,
-                          int causal) {
+                          int causal, const int32_t *tree_parent) {
     typedef dec_plan<HD, MT, E4> P;
     // Opt in to > 48 KB of shared memory once per device and instantiation, not on every call of a decode step
     // (a racing second set is harmless: same value).
@@ -393,33 +405,37 @@ static void launch_decode(fd_backend *be, float *opart, float *ml, const float *
     const int dev = cu_of(be)->device;
     if (dev < 0 || dev >= 64 || !opted_in[dev]) {
         FD_CUDA_CHECK(
-            cudaFuncSetAttribute(k_attn_decode<HD, MT, E4>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::TOTAL));
+            cudaFuncSetAttribute(k_attn_decode<HD, MT, E4, TREE>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::TOTAL));
         if (dev >= 0 && dev < 64) opted_in[dev] = 1;
     }
     const int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + P::ROWS - 1) / P::ROWS), (unsigned)zslots, (unsigned)Hkv);
-    cu_launch(be, (k_attn_decode<HD, MT, E4>), grid, DEC_WARPS * 32, P::TOTAL, opart, ml, q, kv, pos0, pos_dev, n, H,
-              Hkv, capacity, zslots, scale * 1.4426950408889634f, causal);
+    cu_launch(be, (k_attn_decode<HD, MT, E4, TREE>), grid, DEC_WARPS * 32, P::TOTAL, opart, ml, q, kv, pos0, pos_dev,
+              n, H, Hkv, capacity, zslots, scale * 1.4426950408889634f, causal, tree_parent);
 }
 
-template <int HD, bool E4>
+template <int HD, bool E4, bool TREE>
 static void dispatch_mt(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
                         const int64_t *pos_dev, int n, int H, int Hkv, int64_t capacity, int64_t zslots, float scale,
-                        int causal) {
+                        int causal, const int32_t *tree_parent) {
     const int64_t rows = (int64_t)n * (H / Hkv);
+#define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
     if (rows <= 16)
-        launch_decode<HD, 1, E4>(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal);
+        launch_decode<HD, 1, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 32)
-        launch_decode<HD, 2, E4>(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal);
+        launch_decode<HD, 2, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 64)
-        launch_decode<HD, 4, E4>(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal);
+        launch_decode<HD, 4, E4, TREE>(FD_DEC_ARGS);
     else
-        launch_decode<HD, 8, E4>(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal);
+        launch_decode<HD, 8, E4, TREE>(FD_DEC_ARGS);
+#undef FD_DEC_ARGS
 }
 
-int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
-                        int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal) {
-    if (n > CU_DECODE_MAX_N || (hd != 64 && hd != 128 && hd != 256)) return 0;
+// The decode kernel and the combine; tree_parent NULL: the chain (causal or not), else the tree mask (causal).
+template <bool TREE>
+static void decode_run(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                       int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal,
+                       const int32_t *tree_parent) {
     // Chunk slots: from capacity when the position is only known on the device, else from the live keys.
     const int64_t keys = pos_dev ? capacity : pos0 + n, zslots = (keys + CU_DECODE_CHUNK - 1) / CU_DECODE_CHUNK;
     FD_CHECK(zslots >= 1 && zslots <= 65535, "decode attention: %lld keys exceed the grid", (long long)keys);
@@ -427,18 +443,18 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
     float *opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)(rows * zslots * hd) * sizeof(float));
     float *ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)(rows * zslots * 2) * sizeof(float));
     cu_prof pr;
-    cu_prof_begin(be, &pr, "attention_splitk", n);
+    cu_prof_begin(be, &pr, TREE ? "attention_splitk_tree" : "attention_splitk", n);
     const bool e4 = kv.k8 != NULL;
-#define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal
+#define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
     switch (hd) {
     case 64:
-        e4 ? dispatch_mt<64, true>(FD_DEC_ARGS) : dispatch_mt<64, false>(FD_DEC_ARGS);
+        e4 ? dispatch_mt<64, true, TREE>(FD_DEC_ARGS) : dispatch_mt<64, false, TREE>(FD_DEC_ARGS);
         break;
     case 128:
-        e4 ? dispatch_mt<128, true>(FD_DEC_ARGS) : dispatch_mt<128, false>(FD_DEC_ARGS);
+        e4 ? dispatch_mt<128, true, TREE>(FD_DEC_ARGS) : dispatch_mt<128, false, TREE>(FD_DEC_ARGS);
         break;
     default:
-        e4 ? dispatch_mt<256, true>(FD_DEC_ARGS) : dispatch_mt<256, false>(FD_DEC_ARGS);
+        e4 ? dispatch_mt<256, true, TREE>(FD_DEC_ARGS) : dispatch_mt<256, false, TREE>(FD_DEC_ARGS);
         break;
     }
 #undef FD_DEC_ARGS
@@ -446,5 +462,19 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
     cu_attn_combine(be, out, opart, ml, zslots, CU_DECODE_CHUNK, pos0, pos_dev, n, H, hd, causal, 1);
     cu_prof_mark(be, &pr, "combine");
     cu_prof_end(be, &pr);
+}
+
+int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                        int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal) {
+    if (n > CU_DECODE_MAX_N || (hd != 64 && hd != 128 && hd != 256)) return 0;
+    decode_run<false>(be, out, q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity, scale, causal, NULL);
+    return 1;
+}
+
+int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H,
+                             int Hkv, int hd, float scale, const int32_t *parent_dev) {
+    if (n > CU_TREE_MAX_NODES || (hd != 64 && hd != 128 && hd != 256)) return 0;
+    // the live keys end at the last node (pos_dev NULL: the grid is sized from them, not from the capacity)
+    decode_run<true>(be, out, q, kv, pos0, NULL, n, H, Hkv, hd, pos0 + n, scale, 1, parent_dev);
     return 1;
 }

@@ -354,6 +354,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->kv_store = cu_kv_store;
     be->kv_copy = cu_kv_copy;
     be->attention = cu_attention;
+    // tree verify (spec_verify=tree): the chain kernels with the tree's parents (conv.cu, gdn.cu, attention*.cu)
+    be->conv1d_silu_tree = cu_conv1d_silu_tree;
+    be->gdn_core_tree = cu_gdn_core_tree;
+    be->attention_tree = cu_attention_tree;
     be->moe = cu_moe;
     cu_install_dflash2(be);
     cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE

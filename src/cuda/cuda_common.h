@@ -67,6 +67,10 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
 // on absolute boundaries (a row's result must not depend on n, pos0 or the grid; attention_decode.cu).
 #define CU_DECODE_MAX_N 16
 #define CU_DECODE_CHUNK 512
+// Tree verify (spec_verify=tree): at most this many nodes per tree, so a node's ancestors fit one 64-bit mask
+// (cuda/tree.cuh) and a warp holds every parent in two registers per lane (k_gdn_rec). A tree's nodes span at
+// most two of the decode chunks above (64 < 512), which the tree attention's combine relies on.
+#define CU_TREE_MAX_NODES 64
 // Route gemm_small: bf16-weight GEMMs with n <= CU_GEMV_MAX_N rows run the tensor-core GEMV (gemv.cu; batch
 // invariant) or cuBLASLt. Larger n always run cuBLASLt.
 enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
@@ -371,6 +375,8 @@ void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *q
 // ---- conv.cu ----
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
                     int K, float *state_slots);
+void cu_conv1d_silu_tree(fd_backend *be, void *out, const void *x, const fd_weight *w, const float *conv_state, int n,
+                         int C, int K, float *state_slots, const int32_t *parent_dev);
 
 // ---- gdn.cu ----
 void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, const void *qkvz, const void *ba, int n,
@@ -378,6 +384,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
                  float *state_slots);
+void cu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a, const fd_weight *A_log,
+                      const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv, int dk, int dv,
+                      float *state_slots, const int32_t *parent_dev);
 
 // ---- gdn_chunk.cu ----
 // The chunked route of gdn_core (fp32 in/out, dk, dv <= 256); state [Hv, dk, dv] fp32 updated.
@@ -392,6 +401,8 @@ void cu_kv_copy(fd_backend *be, const fd_kv_view *dst, int64_t dst_pos, const fd
                 int64_t n, int Hkv, int hd);
 void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, const int64_t *pos_dev,
                   int n, int H, int Hkv, int hd, float scale, int causal);
+void cu_attention_tree(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
+                       int Hkv, int hd, float scale, const int32_t *parent_dev);
 
 // ---- attention_mma.cu ----
 // Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.
@@ -402,6 +413,11 @@ int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64
 // n <= CU_DECODE_MAX_N and head_dim 64/128/256: runs the split-K decode kernel + combine and returns 1; else 0.
 int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
                         int n, int H, int Hkv, int hd, int64_t capacity, float scale, int causal);
+// The same kernel with the tree mask (backend.h: attention_tree; n <= CU_TREE_MAX_NODES): node t's key sits at
+// pos0 + t, and query t sees the keys before pos0 and those of its ancestors and itself. Returns 0 (nothing
+// launched) for head dims other than 64/128/256.
+int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H,
+                             int Hkv, int hd, float scale, const int32_t *parent_dev);
 // Merges split-K partials opart [n*H][zslots][hd], ml [n*H][zslots][2] (max, sum) over each row's live chunks
 // z = 0 .. qpos / chunk (chunks on absolute boundaries), in increasing z; max in log2 units when log2_domain.
 void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,

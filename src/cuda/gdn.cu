@@ -8,6 +8,9 @@
 //                   also writes the state after every token to slot t (speculative verify: committing k accepted
 //                   tokens = taking slot k-1). Slots imply this route.
 //  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu).
+// Tree verify (gdn_core_tree, route spec_verify=tree) is the recurrent kernel with TREE set: node t starts from
+// its parent's state (the committed state for a root, else the parent's slot, which this thread wrote itself), so
+// along any root-to-node path the arithmetic, and so the bits, are the chain's.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -126,12 +129,40 @@ static __device__ __forceinline__ float rec_rowsum(float v) {
     return v;
 }
 
-// grid (ceil(ceil(dv / REC_COLS) / REC_WARPS), Hv), REC_WARPS * 32 threads.
+// This lane's part (rows i0.., columns c, c + 1) of the state S [dk, dv] at src into s0 / s1 (0 outside the head).
 template <int RL, bool VEC>
+static __device__ __forceinline__ void rec_state_load(float s0[RL], float s1[RL], const float *src, int i0, int c,
+                                                      int dk, int dv) {
+    const bool ok0 = c < dv, ok1 = c + 1 < dv;
+#pragma unroll
+    for (int j = 0; j < RL; j++) {
+        const int64_t at = (int64_t)(i0 + j) * dv + c;
+        s0[j] = s1[j] = 0.f;
+        if (i0 + j < dk) {
+            if (VEC) {
+                if (ok0) {
+                    const float2 p = *(const float2 *)(src + at);
+                    s0[j] = p.x, s1[j] = p.y;
+                }
+            } else {
+                if (ok0) s0[j] = src[at];
+                if (ok1) s1[j] = src[at + 1];
+            }
+        }
+    }
+}
+
+// grid (ceil(ceil(dv / REC_COLS) / REC_WARPS), Hv), REC_WARPS * 32 threads.
+// TREE: parent [n] (n <= 64, parent[t] < t, -1: from the committed state) orders the recurrence as a tree; every
+// node's state goes to its slot and `state` is only read. The registers hold the state of the node just done; a
+// node whose parent is another one loads its parent's state, and that load is issued one node early (while the
+// node before it computes) so it does not sit on the token loop's critical path.
+template <int RL, bool VEC, bool TREE>
 __global__ void __launch_bounds__(REC_WARPS * 32)
     k_gdn_rec(float *__restrict__ o, float *__restrict__ slots, const float *__restrict__ qkv,
               const float *__restrict__ bb, const float *__restrict__ aa, const float *__restrict__ A_log,
-              const float *__restrict__ dt_bias, float *__restrict__ state, int n, int Hk, int Hv, int dk, int dv) {
+              const float *__restrict__ dt_bias, float *__restrict__ state, int n, int Hk, int Hv, int dk, int dv,
+              const int32_t *__restrict__ parent) {
     CU_PDL_ENTER();
     // Prefetching the next token doubles the q/k registers: skipped at dk > 128 (a test-only size) to stay unspilled.
     constexpr bool PREFETCH = RL <= 16;
@@ -142,28 +173,37 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
     const bool ok0 = c < dv, ok1 = c + 1 < dv; // VEC (dv % 4 == 0): ok0 implies ok1
     float *Sh = state + (int64_t)h * dk * dv;
     float s0[RL], s1[RL]; // state rows i0 + j, columns c and c + 1 (0 outside the head)
-#pragma unroll
-    for (int j = 0; j < RL; j++) {
-        const int64_t at = (int64_t)(i0 + j) * dv + c;
-        s0[j] = s1[j] = 0.f;
-        if (i0 + j < dk) {
-            if (VEC) {
-                if (ok0) {
-                    const float2 p = *(const float2 *)(Sh + at);
-                    s0[j] = p.x, s1[j] = p.y;
-                }
-            } else {
-                if (ok0) s0[j] = Sh[at];
-                if (ok1) s1[j] = Sh[at + 1];
-            }
-        }
+    // TREE: the parents of nodes lane and lane + 32, read per node with a shuffle; a node's state source
+    int par_lo = -1, par_hi = -1;
+    if (TREE) {
+        par_lo = lane < n ? parent[lane] : -1;
+        par_hi = lane + 32 < n ? parent[lane + 32] : -1;
     }
+    auto parent_of = [&](int t) { // warp-uniform t
+        const int p = __shfl_sync(0xffffffffu, t < 32 ? par_lo : par_hi, t & 31);
+        if (p >= t) __trap(); // the engine checks the tree before the forward; a bad one must not read garbage
+        return p;
+    };
+    auto source_of = [&](int p) -> const float * { // the state node p left (p < 0: the committed state)
+        return p < 0 ? Sh : slots + ((int64_t)p * Hv + h) * dk * dv;
+    };
+    if (TREE)
+        rec_state_load<RL, VEC>(s0, s1, source_of(parent_of(0)), i0, c, dk, dv);
+    else
+        rec_state_load<RL, VEC>(s0, s1, Sh, i0, c, dk, dv);
+    float p0s[TREE && PREFETCH ? RL : 1], p1s[TREE && PREFETCH ? RL : 1]; // the next node's parent state, early
+    bool next_jumps = false; // node t + 1's parent is not node t
     const float Al = A_log[h], dtb = dt_bias[h], qscale = rsqrtf((float)dk);
     rec_in<RL> cur, nxt;
     rec_load<RL, VEC>(cur, qkv, bb, aa, 0, h, g, i0, c, Hk, Hv, dk, dv);
 #pragma unroll 1
     for (int t = 0; t < n; t++) {
         if (PREFETCH && t + 1 < n) rec_load<RL, VEC>(nxt, qkv, bb, aa, t + 1, h, g, i0, c, Hk, Hv, dk, dv);
+        if (TREE && t + 1 < n) { // slots of nodes < t are written: node t + 1's parent state can be loaded now
+            const int p = parent_of(t + 1);
+            next_jumps = p != t;
+            if (PREFETCH && next_jumps) rec_state_load<RL, VEC>(p0s, p1s, source_of(p), i0, c, dk, dv);
+        }
         // L2 norms of q and k and their dot, over all dk rows (the lanes of a row group hold the same rows)
         float sq = 0.f, sk = 0.f, sqk = 0.f;
 #pragma unroll
@@ -224,12 +264,20 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
                 cur = nxt;
             else
                 rec_load<RL, VEC>(cur, qkv, bb, aa, t + 1, h, g, i0, c, Hk, Hv, dk, dv);
+            if (TREE && next_jumps) { // node t + 1 continues from another node: its parent's state
+                if (PREFETCH) {
+#pragma unroll
+                    for (int j = 0; j < RL; j++) s0[j] = p0s[j], s1[j] = p1s[j];
+                } else {
+                    rec_state_load<RL, VEC>(s0, s1, source_of(parent_of(t + 1)), i0, c, dk, dv);
+                }
+            }
         }
     }
 #pragma unroll
     for (int j = 0; j < RL; j++) {
         const int64_t at = (int64_t)(i0 + j) * dv + c;
-        if (i0 + j < dk) {
+        if (!TREE && i0 + j < dk) { // a tree leaves the committed state as it was
             if (VEC) {
                 if (ok0) *(float2 *)(Sh + at) = make_float2(s0[j], s1[j]);
             } else {
@@ -240,37 +288,49 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
     }
 }
 
-template <int RL>
-static void rec_launch(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
-                       const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk,
-                       int dv) {
+template <int RL, bool TREE>
+static void rec_launch_kind(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
+                            const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv,
+                            int dk, int dv, const int32_t *parent) {
     const int warps = (dv + REC_COLS - 1) / REC_COLS;
     const dim3 grid((unsigned)((warps + REC_WARPS - 1) / REC_WARPS), (unsigned)Hv);
     if (vec)
-        cu_launch(be, (k_gdn_rec<RL, true>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv,
-                  dk, dv);
+        cu_launch(be, (k_gdn_rec<RL, true, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk,
+                  Hv, dk, dv, parent);
     else
-        cu_launch(be, (k_gdn_rec<RL, false>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv,
-                  dk, dv);
+        cu_launch(be, (k_gdn_rec<RL, false, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n,
+                  Hk, Hv, dk, dv, parent);
 }
 
+template <int RL>
+static void rec_launch(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
+                       const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk,
+                       int dv, const int32_t *parent) {
+    if (parent)
+        rec_launch_kind<RL, true>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+    else
+        rec_launch_kind<RL, false>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+}
+
+// parent: NULL for a chain, else the tree's parents (backend memory; see k_gdn_rec).
 static void gdn_rec(fd_backend *be, float *o, float *slots, const float *qkv, const float *b, const float *a,
-                    const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk, int dv) {
+                    const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk, int dv,
+                    const int32_t *parent) {
     const uintptr_t addr_bits = (uintptr_t)o | (uintptr_t)slots | (uintptr_t)qkv | (uintptr_t)state;
     const bool vec = dk % 4 == 0 && dv % 4 == 0 && addr_bits % 16 == 0;
     // rows per lane: dk over the 8 row groups, rounded up to a power of two (GDN_MAXD 256 -> 32)
     if (dk <= 8)
-        rec_launch<1>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<1>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
     else if (dk <= 16)
-        rec_launch<2>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<2>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
     else if (dk <= 32)
-        rec_launch<4>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<4>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
     else if (dk <= 64)
-        rec_launch<8>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<8>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
     else if (dk <= 128)
-        rec_launch<16>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<16>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
     else
-        rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv);
+        rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
 }
 
 // Bench/test hooks (cuda.h).
@@ -291,9 +351,23 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
-                Hk, Hv, dk, dv);
+                Hk, Hv, dk, dv, NULL);
     } else {
         cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
                        Hv, dk, dv);
     }
+}
+
+void cu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a, const fd_weight *A_log,
+                      const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv, int dk, int dv,
+                      float *state_slots, const int32_t *parent_dev) {
+    if (n <= 0) return;
+    if (Hk <= 0 || Hv % Hk) FD_PANIC("gdn_core_tree: Hv %d not a multiple of Hk %d", Hv, Hk);
+    FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "GDN head dims %d/%d unsupported (max %d)", dk, dv,
+             GDN_MAXD);
+    FD_CHECK(state_slots && parent_dev, "GDN tree: slots and parents required");
+    FD_CHECK(n <= CU_TREE_MAX_NODES, "GDN tree of %d nodes: at most %d", n, CU_TREE_MAX_NODES);
+    // the kernel only reads `state` with TREE set
+    gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, cu_wf32(A_log),
+            cu_wf32(dt_bias), (float *)state, n, Hk, Hv, dk, dv, parent_dev);
 }

@@ -206,11 +206,16 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         const double per = 1e3 / (double)s->st.rounds;
         r->round_draft_ms = per * s->st.draft_s, r->round_verify_ms = per * s->st.verify_s;
         r->round_accept_ms = per * s->st.accept_s, r->round_commit_ms = per * s->st.commit_s;
+        // every round of a run verifies the same way (the route is fixed for the run): a tree round counts its
+        // nodes besides the root in draft_tokens, a chain round its B - 1 drafts
+        r->spec_verify = s->st.tree_rounds ? "tree" : "chain";
+        r->tree_budget = s->st.tree_rounds ? s->tree_budget : 0;
+        r->nodes_per_round = (double)s->st.draft_tokens / (double)s->st.rounds + 1.0;
         fprintf(stderr,
-                "bench: ctx %lld: dflash (oracle) round %.2f ms, %.2f tokens/round (draft %.2f, verify %.2f, accept "
-                "%.2f, commit %.2f ms)\n",
-                (long long)L, r->round_ms, r->emitted_per_round, r->round_draft_ms, r->round_verify_ms,
-                r->round_accept_ms, r->round_commit_ms);
+                "bench: ctx %lld: dflash (oracle) %s round %.2f ms, %.2f tokens/round, %.1f rows verified/round (draft "
+                "%.2f, verify %.2f, accept %.2f, commit %.2f ms)\n",
+                (long long)L, r->spec_verify, r->round_ms, r->emitted_per_round, r->nodes_per_round,
+                r->round_draft_ms, r->round_verify_ms, r->round_accept_ms, r->round_commit_ms);
     }
     be->free(be, snap);
     free(logits);
@@ -226,8 +231,9 @@ static void fmt_ratio(char *buf, size_t n, double x) {
 
 void bench_print(const fd_bench_opts *o, const fd_bench_row *rows, int n, FILE *f) {
     (void)o;
-    fprintf(f, "\n%8s %12s %9s %8s %8s %12s %8s %8s %6s | %9s %9s %9s %12s\n", "ctx", "prefill t/s", "prefill s",
-            "TFLOP/s", "roof", "decode t/s", "GB/s", "roof", "det", "round ms", "acc/rnd", "emit/rnd", "spec t/s");
+    fprintf(f, "\n%8s %12s %9s %8s %8s %12s %8s %8s %6s | %9s %9s %9s %12s %9s\n", "ctx", "prefill t/s", "prefill s",
+            "TFLOP/s", "roof", "decode t/s", "GB/s", "roof", "det", "round ms", "acc/rnd", "emit/rnd", "spec t/s",
+            "rows/rnd");
     for (int i = 0; i < n; i++) {
         const fd_bench_row *r = &rows[i];
         char pr[16], dr[16];
@@ -236,14 +242,24 @@ void bench_print(const fd_bench_opts *o, const fd_bench_row *rows, int n, FILE *
         fprintf(f, "%8lld %12.0f %9.2f %8.1f %8s %12.1f %8.1f %8s %6s", (long long)r->ctx, r->prefill_tok_s,
                 r->prefill_s, r->prefill_tflops, pr, r->decode_tok_s, r->decode_gbs, dr, r->deterministic ? "yes" : "NO");
         if (r->has_spec)
-            fprintf(f, " | %9.2f %9.2f %9.2f %12.1f\n", r->round_ms, r->accepted_per_round, r->emitted_per_round,
-                    r->spec_tok_s);
+            fprintf(f, " | %9.2f %9.2f %9.2f %12.1f %9.1f\n", r->round_ms, r->accepted_per_round,
+                    r->emitted_per_round, r->spec_tok_s, r->nodes_per_round);
         else
-            fprintf(f, " | %9s %9s %9s %12s\n", "-", "-", "-", "-");
+            fprintf(f, " | %9s %9s %9s %12s %9s\n", "-", "-", "-", "-", "-");
     }
     int any = 0;
     for (int i = 0; i < n; i++) any |= rows[i].has_spec;
     if (!any) return;
+    for (int i = 0; i < n; i++)
+        if (rows[i].has_spec) {
+            if (rows[i].tree_budget)
+                fprintf(f, "DFlash rounds verify a tree (spec_verify=tree, budget %d draft nodes): rows/rnd = the "
+                           "tree's nodes with the root\n",
+                        rows[i].tree_budget);
+            else
+                fprintf(f, "DFlash rounds verify the chain (spec_verify=chain): rows/rnd = the block\n");
+            break;
+        }
     // the round's phases (host clock, the round waiting for its commit): draft forward + its ids, verify forward +
     // its ids (greedy) or logits, acceptance on the host, state commit + drafter context; "other" is the rest
     fprintf(f, "\n%8s | %9s %9s %9s %9s %9s %9s\n", "ctx", "round ms", "draft", "verify", "accept", "commit", "other");
@@ -292,6 +308,9 @@ int bench_write_json(const char *path, const char *what, const fd_bench_opts *o,
             json_object_set_new(ph, "accept", json_real(r->round_accept_ms));
             json_object_set_new(ph, "commit", json_real(r->round_commit_ms));
             json_object_set_new(row, "round_phases_ms", ph);
+            json_object_set_new(row, "spec_verify", json_string(r->spec_verify));
+            if (r->tree_budget) json_object_set_new(row, "tree_budget", json_integer(r->tree_budget));
+            json_object_set_new(row, "verified_rows_per_round", json_real(r->nodes_per_round));
         }
         json_array_append_new(arr, row);
     }

@@ -30,6 +30,11 @@ typedef struct {
     // where a round's time goes (fd_spec_stats, per round; the rounds wait for their commit): draft, verify,
     // accept, commit; round_ms less their sum is the host work between rounds
     double round_draft_ms, round_verify_ms, round_accept_ms, round_commit_ms;
+    // what a round verified (route spec_verify): "chain" (B rows) or "tree" (its nodes, the root included, under
+    // --tree-budget), and the rows verified per round
+    const char *spec_verify;
+    int tree_budget;
+    double nodes_per_round;
 } fd_bench_row;
 
 // Runs every context length; s may be NULL (no drafter). Prints one progress line per phase to stderr.

@@ -223,7 +223,7 @@ int dflash_round(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t p
     if (sampled && s->oracle) return fd_error_set("the oracle drafter is greedy only");
     // the route table users see and set: a tensor-parallel leader's is rank 0's (routes.c)
     fd_engine *rt = t->tp ? engine_tp_rank(t, 0) : t;
-    if (rt->spec_verify_sel == 1) return dflash_round_tree(s, anchor, L, smp, emitted, n_emitted);
+    if (rt->spec_verify_sel == 1) return dflash_round_tree(s, anchor, L, smp, produced, emitted, n_emitted);
     int32_t block[FD_SPEC_MAX_BLOCK], draft[FD_SPEC_MAX_BLOCK];
     double t0 = fd_time_s();
     FD_TRY(s->propose(s, anchor, L - 1, sampled ? smp : NULL, draft, sampled ? s->h_q : NULL));

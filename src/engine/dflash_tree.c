@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/routes.h"
+#include "engine/trace.h"
 
 // The k largest logits of one row, best first (ties: the lower id first), and their log-softmax values.
 static void row_top_k(const float *z, int V, int k, int32_t *ids, float *logp) {
@@ -75,11 +76,11 @@ int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int ro
     return 0;
 }
 
-int spec_tree_accept_greedy(const fd_spec_tree *t, const float *tl, int V, int32_t *path, int32_t *next) {
+int spec_tree_accept_greedy(const fd_spec_tree *t, const int32_t *argmax, int32_t *path, int32_t *next) {
     int u = 0, len = 1;
     path[0] = 0;
     for (;;) {
-        const int32_t y = engine_argmax(tl + (int64_t)u * V, V);
+        const int32_t y = argmax[u];
         int child = -1;
         for (int c = u + 1; c < t->n && child < 0; c++)
             if (t->parent[c] == u && t->token[c] == y) child = c;
@@ -123,11 +124,37 @@ int spec_tree_accept_sampled(fd_sampler *smp, const fd_spec_tree *t, const float
     }
 }
 
-int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int32_t *emitted, int *n_emitted) {
+// The oracle drafter's tree (the bench; dflash.h: fd_spec_oracle): each draft row gets the reference
+// continuation's token raised far above its best logit, so the tree's best path (its spine) is the reference to
+// depth `rows` and the rest of the budget branches off the spine where the drafter's own rows rank it, the shape
+// of a confident drafter's tree. With `force` the round accepts exactly the schedule's count along the spine.
+#define ORACLE_TREE_MARGIN 30.0f
+static void oracle_tree_rows(const fd_dflash *s, int64_t produced, float *rows, int n_rows, int V) {
+    const fd_spec_oracle *o = s->oracle;
+    for (int i = 0; i < n_rows; i++) {
+        float *z = rows + (int64_t)i * V, mx = z[0];
+        for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        const int64_t j = produced + i;
+        z[j < o->ref_len ? o->ref[j] : 0] = mx + ORACLE_TREE_MARGIN;
+    }
+}
+
+// The forced acceptance of the oracle's tree: `a` drafts down the spine (each node's first child: the spine
+// token is its row's best), then the target's argmax.
+static int oracle_tree_accept(const fd_spec_tree *t, int a, const int32_t *argmax, int32_t *path, int32_t *next) {
+    int len = 1;
+    path[0] = 0;
+    for (int c = 1; c < t->n && len <= a; c++)
+        if (t->parent[c] == path[len - 1]) path[len++] = c; // the first child in best-first order
+    *next = argmax[path[len - 1]];
+    return len;
+}
+
+int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t produced, int32_t *emitted,
+                      int *n_emitted) {
     fd_engine *t = s->tgt;
     const int V = t->m->cfg.vocab_size;
     const int sampled = smp && !sampler_is_greedy(smp);
-    if (s->oracle) return fd_error_set("spec_verify=tree: the oracle drafter proposes chains only");
     if (s->dr->v2) return fd_error_set("spec_verify=tree: DFlash2 drafters verify chains only for now");
     FD_TRY(engine_tree_supported(t));
     // Nodes: the budget and the root, within the scratch and the context left (a tree's K/V take one position per
@@ -137,7 +164,7 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int3
     if (nodes > t->opt.capacity - t->n_past) nodes = t->opt.capacity - t->n_past;
     if (nodes < 1) return fd_error_set("context capacity of %lld tokens reached", (long long)t->opt.capacity);
     FD_TRY(engine_enable_slots(t, (int)nodes));
-    if (s->h_tree_rows < nodes) {
+    if (sampled && s->h_tree_rows < nodes) { // T > 0 needs every node's distribution on the host
         free(s->h_tree_logits);
         s->h_tree_logits = fd_malloc(sizeof(float) * (size_t)nodes * V);
         s->h_tree_rows = (int)nodes;
@@ -145,23 +172,37 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int3
     const double t0 = fd_time_s();
     int32_t draft[FD_SPEC_MAX_BLOCK];
     FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
+    if (s->oracle) oracle_tree_rows(s, produced, s->h_q, L - 1, V);
     fd_spec_tree tree;
     FD_TRY(spec_tree_build(&tree, anchor, s->h_q, L - 1, V, (int)nodes - 1));
     const double t1 = fd_time_s();
     const int64_t n0 = t->n_past;
-    FD_TRY(engine_verify_tree(t, tree.token, tree.parent, tree.n, s->h_tree_logits));
+    // greedy: only each node's argmax crosses to the host (n ids, not n x V floats), as in a chain round
+    int32_t argmax[FD_SPEC_MAX_BLOCK];
+    if (sampled)
+        FD_TRY(engine_verify_tree(t, tree.token, tree.parent, tree.n, s->h_tree_logits));
+    else
+        FD_TRY(engine_verify_tree_greedy(t, tree.token, tree.parent, tree.n, argmax));
     routes_count(&t->routes[FD_ROUTE_SPEC_VERIFY], 1, tree.n);
+    const double t2 = fd_time_s();
     int32_t path[FD_SPEC_MAX_BLOCK], next;
-    const int keep = sampled ? spec_tree_accept_sampled(smp, &tree, s->h_tree_logits, V, s->h_p, path, &next)
-                             : spec_tree_accept_greedy(&tree, s->h_tree_logits, V, path, &next);
+    int keep;
+    if (sampled)
+        keep = spec_tree_accept_sampled(smp, &tree, s->h_tree_logits, V, s->h_p, path, &next);
+    else if (s->oracle && s->oracle->force)
+        keep = oracle_tree_accept(&tree, s->oracle->accept[s->st.rounds % s->oracle->n_accept], argmax, path, &next);
+    else
+        keep = spec_tree_accept_greedy(&tree, argmax, path, &next);
+    const double t3 = fd_time_s();
     engine_commit_tree(t, n0, path, keep);
     dflash_context_append(s, keep);
     const int acc = keep - 1;
     if (s->on_commit) s->on_commit(s->on_commit_ctx, s, acc);
+    if (s->phase_sync && t->be->sync) t->be->sync(t->be);
     for (int i = 0; i < acc; i++) emitted[i] = tree.token[path[i + 1]];
     emitted[acc] = next;
     *n_emitted = keep;
-    const double t2 = fd_time_s();
+    const double t4 = fd_time_s();
     fd_spec_stats *st = &s->st;
     st->rounds++;
     st->tree_rounds++;
@@ -169,8 +210,14 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int3
     st->accepted += acc;
     st->emitted += keep;
     for (int i = 0; i < acc; i++) st->accepted_per_pos[i]++;
-    st->draft_s += t1 - t0;
+    st->draft_s += t1 - t0; // the draft forward and the tree built from its rows
     st->verify_s += t2 - t1;
-    st->round_s += t2 - t0;
+    st->accept_s += t3 - t2;
+    st->commit_s += t4 - t3;
+    st->round_s += t4 - t0;
+    trace_span(t->be, "round: draft", t0, t1);
+    trace_span(t->be, "round: verify", t1, t2);
+    trace_span(t->be, "round: accept", t2, t3);
+    trace_span(t->be, "round: commit", t3, t4);
     return 0;
 }

@@ -24,10 +24,10 @@ typedef struct {
 // paths of depth <= rows, each node's children drawn from its depth's row (the drafter's rows do not depend on the
 // tokens above them). Ties go to the lower token id, then the earlier candidate. Returns 0 or -1 (bad arguments).
 int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int rows, int V, int budget);
-// Greedy acceptance over the target's logits tl [t->n, V] (row u: after node u): from the root, follow the child
-// whose token is the argmax, while there is one. Writes the path's nodes (path[0] = 0) and the target's argmax
-// after its last node to *next; returns the path's length (accepted drafts + 1).
-int spec_tree_accept_greedy(const fd_spec_tree *t, const float *tl, int V, int32_t *path, int32_t *next);
+// Greedy acceptance over the target's argmax after every node (argmax[u]: engine_verify_tree_greedy's ids): from
+// the root, follow the child whose token is the argmax, while there is one. Writes the path's nodes (path[0] = 0)
+// and the target's argmax after its last node to *next; returns the path's length (accepted drafts + 1).
+int spec_tree_accept_greedy(const fd_spec_tree *t, const int32_t *argmax, int32_t *path, int32_t *next);
 // Lossless sampled acceptance (recursive rejection over siblings): at node u with target distribution p (the
 // sampler's, from tl row u), child tokens x1, x2, ... (fixed by the tree, i.e. drafts from point masses) are tried
 // in order: x_i is accepted with probability r(x_i), r the residual p with x1..x_{i-1} removed and renormalised;
@@ -36,6 +36,9 @@ int spec_tree_accept_greedy(const fd_spec_tree *t, const float *tl, int V, int32
 int spec_tree_accept_sampled(fd_sampler *smp, const fd_spec_tree *t, const float *tl, int V, float *p, int32_t *path,
                              int32_t *next);
 // One tree round (dflash_round when spec_verify=tree): draft, build the tree of at most s->tree_budget draft nodes
-// and depth L-1, verify, accept, commit. Emits at most L tokens, as a chain round does.
-int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int32_t *emitted, int *n_emitted);
+// and depth L-1, verify (greedy: only every node's argmax comes back), accept, commit. Emits at most L tokens, as
+// a chain round does; its phases are timed as a chain round's (fd_spec_stats). With the oracle drafter (the
+// bench; `produced` positions it) the tree's best path is the reference continuation (dflash_tree.c).
+int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int64_t produced, int32_t *emitted,
+                      int *n_emitted);
 #endif

@@ -56,7 +56,7 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
         .values = {"chain", "tree"},
         .sel = &e->spec_verify_sel,
         .help = "a DFlash round verifies the drafter's argmax chain, or a best-first tree of its likeliest "
-                "continuations under --tree-budget nodes (cpu only for now)"};
+                "continuations under --tree-budget nodes (cpu and cuda; not under --tp)"};
     // Graphs need the backend's recording entry points (cuda, not under --trace / FD_CUDA_SYNC / FD_CUDA_PROFILE);
     // a MoE layer copies its routing to the host mid-forward, which a recording cannot hold.
     e->graphs_capable = be->graph_begin && be->graph_end && be->graph_launch && be->graph_free &&

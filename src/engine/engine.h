@@ -163,6 +163,9 @@ void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
 // == -1, parent[t] < t) with ids, in one forward at n_past..; all-node logits into host `logits` [n, V]. Node t's
 // logits are those of the chain of its root-to-node path. n_past advances by n until engine_commit_tree.
 int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits);
+// The same verify for greedy acceptance: only every node's argmax (backend argmax_rows, lowest index on ties, as
+// engine_argmax over its logits) comes to the host, n ids instead of n x V floats.
+int engine_verify_tree_greedy(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, int32_t *argmax);
 // Keeps the root-to-node path path[0..keep-1] (path[0] = 0, path[d] a child of path[d-1]) of the last tree
 // verify: its K/V and taps move to positions / rows d, GDN and conv state come from slot path[keep-1].
 void engine_commit_tree(fd_engine *e, int64_t n_past_before_verify, const int32_t *path, int keep);

@@ -14,7 +14,10 @@ int engine_tree_supported(const fd_engine *e) {
                         be->name);
 }
 
-int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits) {
+// The forward of engine_verify_tree / engine_verify_tree_greedy: logits of every node to the host, or (argmax not
+// NULL) only each node's argmax id (backend argmax_rows).
+static int verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits,
+                       int32_t *argmax) {
     FD_TRY(engine_tree_supported(e));
     if (n < 1 || n > e->spec_block)
         return fd_error_set("tree verify of %d nodes: state slots hold %d", n, e->spec_block);
@@ -34,11 +37,19 @@ int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, 
     const fd_fwd_tree tree = {parent, depth, e->tree_parent_dev};
     e->tree = &tree;
     e->use_slots = 1;
-    const int rc = engine_forward(e, ids, n, logits, 1);
+    const int rc = argmax ? engine_forward_greedy(e, ids, n, argmax) : engine_forward(e, ids, n, logits, 1);
     e->use_slots = 0;
     e->tree = NULL;
     free(depth);
     return rc;
+}
+
+int engine_verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, float *logits) {
+    return verify_tree(e, ids, parent, n, logits, NULL);
+}
+
+int engine_verify_tree_greedy(fd_engine *e, const int32_t *ids, const int32_t *parent, int n, int32_t *argmax) {
+    return verify_tree(e, ids, parent, n, NULL, argmax);
 }
 
 void engine_commit_tree(fd_engine *e, int64_t n_past_before_verify, const int32_t *path, int keep) {
