@@ -227,6 +227,18 @@ struct fd_backend {
     // keys [0, pos0) and the keys of its ancestors and itself, in position order -> out [n, H*hd].
     void (*attention_tree)(fd_backend *be, void *out, const void *q, const fd_kv_view *kv, int64_t pos0, int n, int H,
                            int Hkv, int hd, float scale, const int32_t *parent_dev);
+    // qk_norm_rope over the tree's rows in one op: row t at position pos0 + depth_dev[t] (backend memory, int32
+    // [n]: the node's depth); each row bitwise what qk_norm_rope gives for that row alone at that position.
+    // Optional within the tree ops: NULL, and the forward calls qk_norm_rope once per row.
+    void (*qk_norm_rope_tree)(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                              const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta,
+                              float eps, int64_t pos0, const int32_t *depth_dev);
+
+    // ---- tree construction (optional: NULL, and the engine copies the draft rows to the host) ----
+    // out_host[r] = log sum_v exp(logits_dev[r, v]) over the V f32 logits of row r (backend memory, [rows, V]), so
+    // with topk_rows a row's best tokens and their log-softmax values reach the host without the row (cpu:
+    // sample_logsumexp, the sum in double; cuda: fp32 partial sums merged over the block).
+    void (*logsumexp_rows)(fd_backend *be, float *out_host, const float *logits_dev, int rows, int V);
 
     // ---- greedy decoding ----
     // out_host[r] = argmax over the V f32 logits of row r of logits_dev (backend memory, [rows, V]); the lowest

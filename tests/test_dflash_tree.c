@@ -405,3 +405,35 @@ TEST(tree_cli_bench_columns) {
     EXPECT(emitted[1] == emitted[0] && emitted[0] > 3, "emitted tokens/round: chain %g, tree %g", emitted[0],
            emitted[1]);
 }
+
+// A traced run (--trace) wraps the tree ops like every other op: the same output as plain greedy, and the trace
+// names them.
+TEST(tree_cli_traced_generate) {
+    fixture fx;
+    ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
+    char tr[] = "/tmp/fd_tree_traceXXXXXX";
+    int fd = mkstemp(tr);
+    ASSERT(fd >= 0);
+    close(fd);
+    char *csv = test_ids_csv(fx.ids, fx.n_ids), *plain = NULL, *traced = NULL;
+    char *cmd = fd_sprintf("%s generate %s --ids %s -n 16 2>/dev/null", test_bin(), fx.dir, csv);
+    EXPECT(test_run(cmd, &plain) == 0);
+    free(cmd);
+    cmd = fd_sprintf("%s generate %s --ids %s -n 16 --draft tests/data/dflash/qwen35_dense_tied_b8 --route "
+                     "spec_verify=tree --tree-budget 6 --trace %s 2>/dev/null",
+                     test_bin(), fx.dir, csv, tr);
+    EXPECT(test_run(cmd, &traced) == 0);
+    EXPECT(plain && traced && !strcmp(plain, traced), "traced tree output differs:\n%s%s", plain, traced);
+    size_t len;
+    char *t = fd_read_file(tr, &len);
+    EXPECT(t && strstr(t, "gdn_core[tree]") && strstr(t, "attention[tree]") && strstr(t, "conv1d_silu[tree]") &&
+               strstr(t, "qk_norm_rope[tree]"),
+           "the trace does not name the tree ops");
+    free(t);
+    unlink(tr);
+    free(cmd);
+    free(plain);
+    free(traced);
+    free(csv);
+    fixture_free(&fx);
+}

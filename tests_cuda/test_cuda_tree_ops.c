@@ -10,7 +10,13 @@
 //   - cuda_tree_attention_vs_cpu: bf16 and e4m3 KV (the same layout on both sides), head_dim 64/128/256 (the
 //     split-K decode kernel) and 32/96 (the CUDA-core kernel), GQA groups 1 and 6, contexts 0..5000 (trees that
 //     straddle a 512-key chunk boundary), TOL_ATTN, with the route counted; and a chain-shaped tree of <= 16 nodes
-//     bitwise the causal attention op (the same kernel, the tree mask reduced to the causal one).
+//     bitwise the causal attention op (the same kernel, the tree mask reduced to the causal one);
+//   - cuda_tree_qk_norm_rope_rows: the one-launch RoPE at the nodes' depths, bitwise the per-row qk_norm_rope calls
+//     at those positions (what the forward did before the op), and within TOL_F32 of the CPU;
+//   - cuda_tree_ranked_rows: the tree build's ranked draft rows from the GPU (topk_rows + logsumexp_rows) vs the
+//     host's (spec_tree_rank_row): ids exact (value desc, index asc), log-softmax values and logsumexp within 1e-4
+//     (fp32 vs double sums) at the 27B vocabulary, k 1..63, and rows of ties (more ties than places at the k-th
+//     value, every value equal) and of -inf entries.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +25,7 @@
 #include "../tests/test.h"
 #include "cuda/cuda.h"
 #include "cuda_rig.h"
+#include "engine/dflash_tree.h"
 
 CUDA_RIG(0x7ee5eed5ull)
 
@@ -239,4 +246,93 @@ TEST(cuda_tree_attention_vs_cpu) {
         c->destroy(c);
         g->destroy(g);
     }
+}
+
+// ---- RoPE at the nodes' depths ----
+TEST(cuda_tree_qk_norm_rope_rows) {
+    tree_shape shapes[8];
+    const int ns = make_shapes(shapes);
+    const int H = 6, Hkv = 2, hd = 128, rot = 64;
+    const int64_t pos0 = 1000;
+    for (int s = 0; s < ns; s++) {
+        const tree_shape *ts = &shapes[s];
+        const int n = ts->n;
+        int32_t depth[MAX_NODES];
+        for (int t = 0; t < n; t++) depth[t] = ts->parent[t] < 0 ? 0 : depth[ts->parent[t]] + 1;
+        const size_t nq = (size_t)n * H * hd, nk = (size_t)n * Hkv * hd;
+        float *qg = rnd(2 * nq, -2, 2), *k = rnd(nk, -2, 2), *qw = rnd(hd, -0.5f, 0.5f), *kw = rnd(hd, -0.5f, 0.5f);
+        fd_weight qc = f32_weight(cpu(), "q_norm", qw, hd, 1), kc = f32_weight(cpu(), "k_norm", kw, hd, 1);
+        fd_weight qgw = f32_weight(gpu(), "q_norm", qw, hd, 1), kgw = f32_weight(gpu(), "k_norm", kw, hd, 1);
+        // the op over the tree
+        void *dqg = up(qg, 2 * nq), *dk = up(k, nk), *dq = poisoned(nq), *dgate = poisoned(nq), *ddep = up_i32(depth, n);
+        gpu()->qk_norm_rope_tree(gpu(), dq, dgate, dk, dqg, &qgw, &kgw, n, H, Hkv, hd, rot, 1e7f, 1e-6f, pos0, ddep);
+        float *q1 = down(dq, nq), *g1 = down(dgate, nq), *k1 = down(dk, nk);
+        // one qk_norm_rope per row at pos0 + depth
+        void *dk2 = up(k, nk), *dq2 = poisoned(nq), *dgate2 = poisoned(nq);
+        for (int t = 0; t < n; t++)
+            gpu()->qk_norm_rope(gpu(), (float *)dq2 + (size_t)t * H * hd, (float *)dgate2 + (size_t)t * H * hd,
+                                (float *)dk2 + (size_t)t * Hkv * hd, (const float *)dqg + (size_t)t * 2 * H * hd, &qgw,
+                                &kgw, 1, H, Hkv, hd, rot, 1e7f, 1e-6f, pos0 + depth[t], NULL);
+        float *q2 = down(dq2, nq), *g2 = down(dgate2, nq), *k2 = down(dk2, nk);
+        const int same = same_bits(q1, q2, nq) && same_bits(g1, g2, nq) && same_bits(k1, k2, nk);
+        // and the CPU's op
+        float *qc_ = fd_malloc(nq * 4), *gc = fd_malloc(nq * 4), *kc_ = fd_malloc(nk * 4);
+        memcpy(kc_, k, nk * 4);
+        cpu()->qk_norm_rope_tree(cpu(), qc_, gc, kc_, qg, &qc, &kc, n, H, Hkv, hd, rot, 1e7f, 1e-6f, pos0, depth);
+        char what[96];
+        snprintf(what, sizeof what, "qk_norm_rope_tree %.23s: q vs cpu", ts->name);
+        cmp(what, q1, qc_, nq, TOL_F32);
+        snprintf(what, sizeof what, "qk_norm_rope_tree %.23s: k vs cpu", ts->name);
+        cmp(what, k1, kc_, nk, TOL_F32);
+        printf("    qk_norm_rope_tree %s: %s the per-row calls\n", ts->name, same ? "bitwise" : "DIFFERS from");
+        EXPECT(same, "qk_norm_rope_tree %s differs from per-row qk_norm_rope", ts->name);
+        dfree(dqg), dfree(dk), dfree(dq), dfree(dgate), dfree(ddep), dfree(dk2), dfree(dq2), dfree(dgate2);
+        gpu()->release_weight(gpu(), &qgw), gpu()->release_weight(gpu(), &kgw);
+        cpu()->release_weight(cpu(), &qc), cpu()->release_weight(cpu(), &kc);
+        free(qg), free(k), free(qw), free(kw), free(q1), free(g1), free(k1), free(q2), free(g2), free(k2);
+        free(qc_), free(gc), free(kc_);
+    }
+}
+
+// ---- the ranked draft rows of the tree build: topk_rows (its own test: test_cuda_topk.c) + logsumexp_rows ----
+static void ranked_case(const char *what, const float *z, int rows, int V, int k) {
+    const size_t n = (size_t)rows * k;
+    int32_t *ic = fd_malloc(n * 4), *ig = fd_malloc(n * 4);
+    float *lc = fd_malloc(n * 4), *lg = fd_malloc(n * 4), lse_c[8], lse_g[8];
+    for (int r = 0; r < rows; r++) spec_tree_rank_row(z + (size_t)r * V, V, k, ic + (size_t)r * k, lc + (size_t)r * k);
+    cpu()->logsumexp_rows(cpu(), lse_c, z, rows, V);
+    void *dz = up(z, (size_t)rows * V);
+    for (size_t i = 0; i < n; i++) ig[i] = -7, lg[i] = NAN;
+    gpu()->topk_rows(gpu(), ig, lg, dz, rows, V, k);
+    gpu()->logsumexp_rows(gpu(), lse_g, dz, rows, V);
+    double worst = 0, worst_lse = 0;
+    for (int r = 0; r < rows; r++) {
+        worst_lse = fmax(worst_lse, isfinite(lse_g[r]) ? fabs((double)lse_g[r] - lse_c[r]) : INFINITY);
+        for (int i = 0; i < k; i++) {
+            const float l = lg[(size_t)r * k + i] - lse_g[r];
+            worst = fmax(worst, isfinite(l) ? fabs((double)l - lc[(size_t)r * k + i]) : INFINITY);
+        }
+    }
+    const int same = !memcmp(ic, ig, n * 4);
+    printf("    ranked rows %-26s rows=%d V=%-6d k=%-2d: ids %s, log-softmax max |diff| %.2g (logsumexp %.2g)\n", what,
+           rows, V, k, same ? "exact" : "DIFFER", worst, worst_lse);
+    EXPECT(same && worst <= 1e-4 && worst_lse <= 1e-4, "ranked rows %s k=%d: ids %s, log-softmax diff %.3g", what, k,
+           same ? "same" : "differ", worst);
+    dfree(dz);
+    free(ic), free(ig), free(lc), free(lg);
+}
+
+TEST(cuda_tree_ranked_rows) {
+    const int V = 248320, rows = 7, ks[] = {1, 8, 32, 63};
+    float *z = rnd((size_t)rows * V, -10, 10);
+    for (int i = 0; i < 4; i++) ranked_case("random (27B vocabulary)", z, rows, V, ks[i]);
+    free(z);
+    // integer values 0..9 over 5000 entries: ~500 share the top value; a row of equal values; a mostly -inf row
+    const int Vt = 5000;
+    float *t = rnd((size_t)3 * Vt, 0, 10);
+    for (int i = 0; i < 3 * Vt; i++) t[i] = floorf(t[i]);
+    for (int i = 0; i < Vt; i++) t[Vt + i] = 1.5f;
+    for (int i = 0; i < Vt; i++) t[2 * Vt + i] = i % 125 == 7 ? t[2 * Vt + i] : -INFINITY; // 40 finite
+    for (int i = 0; i < 4; i++) ranked_case("ties / equal / -inf rows", t, 3, Vt, ks[i] < 40 ? ks[i] : 40);
+    free(t);
 }

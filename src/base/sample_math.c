@@ -103,3 +103,11 @@ void top_k_row(const float *row, int V, int K, int32_t *ids, float *vals) {
         ids[n] = n;
     }
 }
+
+double sample_logsumexp(const float *z, int V) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)z[v] - mx);
+    return mx + log(sum);
+}

@@ -23,4 +23,7 @@ int32_t sample_row(const fd_sample_params *p, const float *logits, int V, double
 // The K largest of row [V] in descending order, the lower index first among equals (NaNs never taken; when fewer
 // than K values are not NaN the rest of the slots hold -inf and their own slot number as the id).
 void top_k_row(const float *row, int V, int K, int32_t *ids, float *vals);
+// log sum_v exp(row[v]) over row [V] (max + log of the sum of exp(x - max) in double): a row's log-softmax is
+// row[v] minus this. A DFlash tree ranks its paths by sums of these (engine/dflash_tree.h).
+double sample_logsumexp(const float *row, int V);
 #endif

@@ -51,6 +51,17 @@ static void cpu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const
     cpu_rope(be, k, n, Hkv, hd, rot_dim, theta, pos0, pos_dev);
 }
 
+// A tree's rows one at a time at their own positions: bitwise the per-row calls the forward made before this op.
+static void cpu_qk_norm_rope_tree(fd_backend *be, void *q, void *gate, void *k, const void *qg,
+                                  const fd_weight *q_norm, const fd_weight *k_norm, int n, int H, int Hkv, int hd,
+                                  int rot_dim, float theta, float eps, int64_t pos0, const int32_t *depth_dev) {
+    FD_CHECK(depth_dev, "qk_norm_rope_tree: depths required");
+    for (int t = 0; t < n; t++)
+        cpu_qk_norm_rope(be, (float *)q + (int64_t)t * H * hd, (float *)gate + (int64_t)t * H * hd,
+                         (float *)k + (int64_t)t * Hkv * hd, (const float *)qg + (int64_t)t * 2 * H * hd, q_norm,
+                         k_norm, 1, H, Hkv, hd, rot_dim, theta, eps, pos0 + depth_dev[t], NULL);
+}
+
 // KV cache layouts (C = view->slots token slots), chosen by route kv:
 //   f32:  K [C, Hkv, hd] f32, V [C, Hkv, hd] f32
 //   e4m3: K [C, Hkv, hd] e4m3, V [C, Hkv, hd] e4m3, Kscale [C, Hkv] f32, Vscale [C, Hkv] f32. Each (token, head)
@@ -315,4 +326,5 @@ void cpu_install_attn(fd_backend *be) {
     be->kv_copy = cpu_kv_copy;
     be->attention = cpu_attention;
     be->attention_tree = cpu_attention_tree;
+    be->qk_norm_rope_tree = cpu_qk_norm_rope_tree;
 }

@@ -18,4 +18,13 @@ static void cpu_sample_rows(fd_backend *be, int32_t *out_host, const float *logi
     free(scratch);
 }
 
-void cpu_install_sample(fd_backend *be) { be->sample_rows = cpu_sample_rows; }
+static void cpu_logsumexp_rows(fd_backend *be, float *out_host, const float *logits, int rows, int V) {
+    (void)be;
+    FD_CHECK(V >= 1, "logsumexp_rows over %d logits", V);
+    for (int r = 0; r < rows; r++) out_host[r] = (float)sample_logsumexp(logits + (int64_t)r * V, V);
+}
+
+void cpu_install_sample(fd_backend *be) {
+    be->sample_rows = cpu_sample_rows;
+    be->logsumexp_rows = cpu_logsumexp_rows;
+}

@@ -358,10 +358,12 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->conv1d_silu_tree = cu_conv1d_silu_tree;
     be->gdn_core_tree = cu_gdn_core_tree;
     be->attention_tree = cu_attention_tree;
+    be->qk_norm_rope_tree = cu_qk_norm_rope_tree;
     be->moe = cu_moe;
     cu_install_dflash2(be);
     cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE
     be->sample_rows = cu_sample_rows;
+    be->logsumexp_rows = cu_logsumexp_rows; // with topk_rows: a DFlash tree's ranked draft rows (lse.cu)
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
     fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];

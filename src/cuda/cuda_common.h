@@ -371,6 +371,9 @@ void cu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_
 void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
                      const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
                      int64_t pos0, const int64_t *pos_dev);
+void cu_qk_norm_rope_tree(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                          const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
+                          int64_t pos0, const int32_t *depth_dev);
 
 // ---- conv.cu ----
 void cu_conv1d_silu(fd_backend *be, void *out, const void *x, const fd_weight *w, float *conv_state, int n, int C,
@@ -422,6 +425,9 @@ int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv k
 // z = 0 .. qpos / chunk (chunks on absolute boundaries), in increasing z; max in log2 units when log2_domain.
 void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,
                      int64_t pos0, const int64_t *pos_dev, int n, int H, int hd, int causal, int log2_domain);
+
+// ---- lse.cu ----
+void cu_logsumexp_rows(fd_backend *be, float *out_host, const float *logits_dev, int rows, int V);
 
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);

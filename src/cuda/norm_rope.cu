@@ -276,10 +276,11 @@ void cu_rope(fd_backend *be, void *x, int n, int H, int hd, int rot_dim, float t
 // zero-centred RMSNorm of the row (warp reduction), then NeoX rotary on dims [0, 2 half). The normalised row goes
 // through shared memory so a lane can pair dim i with dim i + half for any rot_dim. A row's arithmetic depends on
 // hd, its position and its data only: bitwise the same in a 1-token decode and in a verify block.
+// row_pos (a verify tree, qk_norm_rope_tree): token t sits at pos0 + row_pos[t] (its depth), not at pos0 + t.
 #define QKR_WARPS 4
 __global__ void k_qk_norm_rope(float *q, float *gate, float *k, const float *qg, const float *q_w, const float *k_w,
                                int n, int H, int Hkv, int hd, int half, const float *inv_freq, float eps, int64_t pos0,
-                               const int64_t *pos_dev) {
+                               const int64_t *pos_dev, const int32_t *row_pos) {
     CU_PDL_ENTER();
     extern __shared__ float qkr_rows[]; // [QKR_WARPS, hd]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -310,7 +311,7 @@ __global__ void k_qk_norm_rope(float *q, float *gate, float *k, const float *qg,
     const float rs = rsqrtf(ss / (float)hd + eps);
     for (int j = lane; j < hd; j += 32) buf[j] = buf[j] * rs * (1.f + w[j]);
     __syncwarp();
-    const float pos = (float)(pos0 + t);
+    const float pos = (float)(pos0 + (row_pos ? (int64_t)row_pos[t] : t));
     for (int j = lane; j < hd; j += 32) {
         float v = buf[j];
         if (j < 2 * half) {
@@ -334,5 +335,20 @@ void cu_qk_norm_rope(fd_backend *be, void *q, void *gate, void *k, const void *q
     const int64_t rows = (int64_t)n * (H + Hkv);
     cu_launch(be, k_qk_norm_rope, cu_blocks(rows, QKR_WARPS), QKR_WARPS * 32, (size_t)QKR_WARPS * hd * sizeof(float),
               (float *)q, (float *)gate, (float *)k, (const float *)qg, cu_wf32(q_norm), cu_wf32(k_norm), n, H, Hkv, hd,
-              rot_dim / 2, dinv, eps, pos0, pos_dev);
+              rot_dim / 2, dinv, eps, pos0, pos_dev, (const int32_t *)NULL);
+}
+
+void cu_qk_norm_rope_tree(fd_backend *be, void *q, void *gate, void *k, const void *qg, const fd_weight *q_norm,
+                          const fd_weight *k_norm, int n, int H, int Hkv, int hd, int rot_dim, float theta, float eps,
+                          int64_t pos0, const int32_t *depth_dev) {
+    if (n <= 0) return;
+    if (rot_dim < 0 || (rot_dim & 1) || rot_dim > hd || hd > 1024)
+        FD_PANIC("qk_norm_rope_tree: rot_dim %d / head_dim %d unsupported", rot_dim, hd);
+    FD_CHECK(depth_dev, "qk_norm_rope_tree: depths required");
+    const float *dinv = NULL;
+    if (rot_dim > 0 && !(dinv = rope_inv_freq(be, theta, rot_dim))) return;
+    const int64_t rows = (int64_t)n * (H + Hkv);
+    cu_launch(be, k_qk_norm_rope, cu_blocks(rows, QKR_WARPS), QKR_WARPS * 32, (size_t)QKR_WARPS * hd * sizeof(float),
+              (float *)q, (float *)gate, (float *)k, (const float *)qg, cu_wf32(q_norm), cu_wf32(k_norm), n, H, Hkv, hd,
+              rot_dim / 2, dinv, eps, pos0, (const int64_t *)NULL, depth_dev);
 }

@@ -82,8 +82,7 @@ void dflash_context_append(fd_dflash *s, int m) {
     s->n_ctx += m;
 }
 
-// The draft forward of one block (anchor, then mask tokens) into s->ds.logits_dev [B - 1, V].
-static int draft_block(fd_dflash *s, int32_t anchor) {
+int dflash_draft_forward(fd_dflash *s, int32_t anchor) {
     fd_backend *be = s->be;
     const fd_drafter *d = s->dr;
     const int B = s->B;
@@ -102,19 +101,18 @@ static int draft_block(fd_dflash *s, int32_t anchor) {
     return 0;
 }
 
-// The host loop in dflash_draft leaves the logits as they are: the backend may pick from the raw rows.
-static int draft_logits_as_stored(const fd_drafter *d) {
-    return d->output_multiplier == 1.0f && !(d->final_logit_softcap > 0);
+int dflash_draft_logits_raw(const fd_dflash *s) {
+    return s->dr->output_multiplier == 1.0f && !(s->dr->final_logit_softcap > 0);
 }
 
 int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits) {
     fd_backend *be = s->be;
     const fd_drafter *d = s->dr;
     const int B = s->B, V = d->vocab_size;
-    FD_TRY(draft_block(s, anchor));
-    // Greedy on stored logits: the device picks (lowest index on ties, as engine_argmax) and B - 1 ids cross
-    // instead of (B - 1) x V floats.
-    if (!logits && be->argmax_rows && draft_logits_as_stored(d)) {
+    FD_TRY(dflash_draft_forward(s, anchor));
+    // Greedy, no multiplier and no softcap (the host loop below would leave the logits as they are): the device
+    // picks (lowest index on ties, as engine_argmax) and B - 1 ids cross instead of (B - 1) x V floats.
+    if (!logits && be->argmax_rows && dflash_draft_logits_raw(s)) {
         be->argmax_rows(be, draft_ids, s->ds.logits_dev, B - 1, V);
         return 0;
     }
@@ -173,8 +171,8 @@ static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, 
 // buffer.
 static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
     fd_backend *be = s->be;
-    if (be->topk_rows && draft_logits_as_stored(s->dr)) { // the backend's top-k: only the candidates cross
-        FD_TRY(draft_block(s, anchor));
+    if (be->topk_rows && dflash_draft_logits_raw(s)) { // the backend's top-k: only the candidates cross
+        FD_TRY(dflash_draft_forward(s, anchor));
         be->topk_rows(be, s->sel->cand, s->sel->unary, s->ds.logits_dev, n, s->dr->vocab_size, s->dr->v2->top_k);
         dflash2_walk_candidates(s->sel, anchor, n, smp, draft, q);
         return 0;

@@ -70,6 +70,11 @@ void dflash_context_append(fd_dflash *s, int m);
 // One draft forward on [anchor, MASK x (B-1)] at position n_ctx: draft ids (B-1) and, if logits is not NULL,
 // the (B-1) x V fp32 draft logits (after output_multiplier / softcap).
 int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits);
+// dflash_draft's forward alone: the block's B - 1 rows of raw draft logits stay on the device (s->ds.logits_dev,
+// [B - 1, V]); dflash_draft_logits_raw: 1 when they are the logits the host uses (no output multiplier, no
+// softcap), so ranking them on the device ranks what the host would.
+int dflash_draft_forward(fd_dflash *s, int32_t anchor);
+int dflash_draft_logits_raw(const fd_dflash *s);
 // Forgets the sequence (the target engine is reset separately).
 void dflash_reset(fd_dflash *s);
 // One round from `anchor`, the newest emitted token (not yet seen by the target): draft, verify at most L

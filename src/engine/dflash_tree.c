@@ -8,26 +8,6 @@
 #include "engine/routes.h"
 #include "engine/trace.h"
 
-// The k largest logits of one row, best first (ties: the lower id first), and their log-softmax values.
-static void row_top_k(const float *z, int V, int k, int32_t *ids, float *logp) {
-    int have = 0;
-    for (int v = 0; v < V; v++) {
-        if (have == k && !(z[v] > z[ids[k - 1]])) continue;
-        int at = have < k ? have++ : k - 1; // the slot it takes, then moved up past every smaller logit
-        while (at > 0 && z[v] > z[ids[at - 1]]) {
-            ids[at] = ids[at - 1];
-            at--;
-        }
-        ids[at] = v;
-    }
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += exp((double)z[v] - mx);
-    const double lse = mx + log(sum);
-    for (int i = 0; i < k; i++) logp[i] = (float)((double)z[ids[i]] - lse);
-}
-
 // A candidate node: the rank-th best token of its depth's row under parent.
 typedef struct {
     float score; // the path's log-probability with this token
@@ -37,17 +17,38 @@ typedef struct {
 int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int rows, int V, int budget) {
     if (budget < 0 || budget > FD_SPEC_MAX_BLOCK - 1 || rows < 0 || V < 1)
         return fd_error_set("draft tree: budget %d (0..%d), %d rows", budget, FD_SPEC_MAX_BLOCK - 1, rows);
+    const int k = spec_tree_ranks(budget, V);
+    if (k == 0 || rows == 0) return spec_tree_build_ranked(t, anchor, NULL, NULL, 0, 0, budget);
+    int32_t *top = fd_malloc(sizeof(int32_t) * (size_t)rows * k);
+    float *lp = fd_malloc(sizeof(float) * (size_t)rows * k);
+    for (int r = 0; r < rows; r++) spec_tree_rank_row(logits + (int64_t)r * V, V, k, top + r * k, lp + r * k);
+    const int rc = spec_tree_build_ranked(t, anchor, top, lp, rows, k, budget);
+    free(top);
+    free(lp);
+    return rc;
+}
+
+int spec_tree_ranks(int budget, int V) {
+    return budget < V ? budget : V;
+}
+
+void spec_tree_rank_row(const float *z, int V, int k, int32_t *top, float *lp) {
+    top_k_row(z, V, k, top, lp);
+    const float lse = (float)sample_logsumexp(z, V); // as the cpu backend's logsumexp_rows: the same bits either way
+    for (int i = 0; i < k; i++) lp[i] -= lse;
+}
+
+int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
+                           int budget) {
+    if (budget < 0 || budget > FD_SPEC_MAX_BLOCK - 1 || rows < 0 || (rows > 0 && budget > 0 && k < 1))
+        return fd_error_set("draft tree: budget %d (0..%d), %d rows of %d ranks", budget, FD_SPEC_MAX_BLOCK - 1,
+                            rows, k);
     t->n = 1;
     t->token[0] = anchor;
     t->parent[0] = -1;
     t->depth[0] = 0;
     t->logq[0] = 0;
     if (budget == 0 || rows == 0) return 0;
-    // a node's children take at most `budget` distinct ranks of its row
-    const int k = budget < V ? budget : V;
-    int32_t *top = fd_malloc(sizeof(int32_t) * (size_t)rows * k);
-    float *lp = fd_malloc(sizeof(float) * (size_t)rows * k);
-    for (int r = 0; r < rows; r++) row_top_k(logits + (int64_t)r * V, V, k, top + r * k, lp + r * k);
     // Best-first: popping a candidate adds it as a node and offers its next sibling (rank + 1) and its first child
     // (rank 0 one depth down); scores only fall along either, so the pops are the budget best paths. Each pop
     // removes one candidate and adds at most two: 2 * budget + 1 bounds the live set.
@@ -71,8 +72,6 @@ int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int ro
                 (tree_cand){t->logq[c.parent] + lp[(c.depth - 1) * k + c.rank + 1], c.parent, c.depth, c.rank + 1};
         if (c.depth < rows) cand[n_cand++] = (tree_cand){c.score + lp[c.depth * k], node, c.depth + 1, 0};
     }
-    free(top);
-    free(lp);
     return 0;
 }
 
@@ -124,18 +123,48 @@ int spec_tree_accept_sampled(fd_sampler *smp, const fd_spec_tree *t, const float
     }
 }
 
-// The oracle drafter's tree (the bench; dflash.h: fd_spec_oracle): each draft row gets the reference
-// continuation's token raised far above its best logit, so the tree's best path (its spine) is the reference to
-// depth `rows` and the rest of the budget branches off the spine where the drafter's own rows rank it, the shape
-// of a confident drafter's tree. With `force` the round accepts exactly the schedule's count along the spine.
+// The draft forward and each row's k best tokens with their log-softmax values: ranked on the device where the
+// backend can (only rows x k ids and values cross: the rows are V floats each, 7.9 MB per round at the 27B's
+// vocabulary and block 8), else from the logits copied to the host.
+static int draft_ranked(fd_dflash *s, int32_t anchor, int rows, int k, int32_t *top, float *lp) {
+    fd_backend *be = s->be;
+    const int V = s->dr->vocab_size;
+    if (be->topk_rows && be->logsumexp_rows && dflash_draft_logits_raw(s) && k <= FD_TOPK_ROWS_MAX) {
+        FD_TRY(dflash_draft_forward(s, anchor));
+        if (rows == 0) return 0;
+        float lse[FD_SPEC_MAX_BLOCK];
+        be->topk_rows(be, top, lp, s->ds.logits_dev, rows, V, k);
+        be->logsumexp_rows(be, lse, s->ds.logits_dev, rows, V);
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < k; i++) lp[r * k + i] -= lse[r];
+        return 0;
+    }
+    int32_t draft[FD_SPEC_MAX_BLOCK];
+    FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
+    for (int r = 0; r < rows; r++) spec_tree_rank_row(s->h_q + (int64_t)r * V, V, k, top + r * k, lp + r * k);
+    return 0;
+}
+
+// The oracle drafter's tree (the bench; dflash.h: fd_spec_oracle): each ranked row gets the reference
+// continuation's token at rank 0 with log-probability 0 and the others ORACLE_TREE_MARGIN lower (what raising its
+// logit that far above the row's best would give), so the tree's best path (its spine) is the reference to depth
+// `rows` and the rest of the budget branches off the spine where the drafter's own rows rank it, the shape of a
+// confident drafter's tree. With `force` the round accepts exactly the schedule's count along the spine.
 #define ORACLE_TREE_MARGIN 30.0f
-static void oracle_tree_rows(const fd_dflash *s, int64_t produced, float *rows, int n_rows, int V) {
+static void oracle_tree_ranks(const fd_dflash *s, int64_t produced, int32_t *top, float *lp, int rows, int k) {
     const fd_spec_oracle *o = s->oracle;
-    for (int i = 0; i < n_rows; i++) {
-        float *z = rows + (int64_t)i * V, mx = z[0];
-        for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-        const int64_t j = produced + i;
-        z[j < o->ref_len ? o->ref[j] : 0] = mx + ORACLE_TREE_MARGIN;
+    for (int r = 0; r < rows; r++) {
+        int32_t *ids = top + r * k;
+        float *l = lp + r * k;
+        const int64_t j = produced + r;
+        const int32_t right = j < o->ref_len ? o->ref[j] : 0;
+        int at = k - 1; // where the reference sits, or the last rank (it drops out)
+        for (int i = 0; i < k; i++)
+            if (ids[i] == right) at = i;
+        for (int i = at; i > 0; i--) ids[i] = ids[i - 1], l[i] = l[i - 1] - ORACLE_TREE_MARGIN;
+        for (int i = at + 1; i < k; i++) l[i] -= ORACLE_TREE_MARGIN;
+        ids[0] = right;
+        l[0] = 0.0f;
     }
 }
 
@@ -170,11 +199,13 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int6
         s->h_tree_rows = (int)nodes;
     }
     const double t0 = fd_time_s();
-    int32_t draft[FD_SPEC_MAX_BLOCK];
-    FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
-    if (s->oracle) oracle_tree_rows(s, produced, s->h_q, L - 1, V);
+    const int k = spec_tree_ranks((int)nodes - 1, V), rows = k > 0 ? L - 1 : 0;
+    int32_t top[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
+    float lp[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
+    FD_TRY(draft_ranked(s, anchor, rows, k, top, lp));
+    if (s->oracle) oracle_tree_ranks(s, produced, top, lp, rows, k);
     fd_spec_tree tree;
-    FD_TRY(spec_tree_build(&tree, anchor, s->h_q, L - 1, V, (int)nodes - 1));
+    FD_TRY(spec_tree_build_ranked(&tree, anchor, top, lp, rows, k, (int)nodes - 1));
     const double t1 = fd_time_s();
     const int64_t n0 = t->n_past;
     // greedy: only each node's argmax crosses to the host (n ids, not n x V floats), as in a chain round

@@ -24,6 +24,16 @@ typedef struct {
 // paths of depth <= rows, each node's children drawn from its depth's row (the drafter's rows do not depend on the
 // tokens above them). Ties go to the lower token id, then the earlier candidate. Returns 0 or -1 (bad arguments).
 int spec_tree_build(fd_spec_tree *t, int32_t anchor, const float *logits, int rows, int V, int budget);
+// The ranks of each row a tree of `budget` nodes can use (a node's children take at most `budget` distinct ranks
+// of its row): min(budget, V).
+int spec_tree_ranks(int budget, int V);
+// One row's k best tokens, best first (top_k_row: ties to the lower index), and their log-softmax values z - lse
+// (sample_logsumexp: the sum in double, rounded to float as the cpu backend's logsumexp_rows).
+void spec_tree_rank_row(const float *logits, int V, int k, int32_t *top, float *lp);
+// The same tree from each row's ranked tokens alone: top / lp [rows, k], row r's k best tokens best first and their
+// log-softmax values (spec_tree_rank_row, or backend topk_rows + logsumexp_rows), k = spec_tree_ranks(budget, V).
+int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
+                           int budget);
 // Greedy acceptance over the target's argmax after every node (argmax[u]: engine_verify_tree_greedy's ids): from
 // the root, follow the child whose token is the argmax, while there is one. Writes the path's nodes (path[0] = 0)
 // and the target's argmax after its last node to *next; returns the path's length (accepted drafts + 1).

@@ -69,7 +69,7 @@ typedef struct {
     // shape (set for the duration of engine_verify_tree) and its parents in backend memory [spec_block]
     int spec_verify_sel;
     const fd_fwd_tree *tree;
-    int32_t *tree_parent_dev;
+    int32_t *tree_parent_dev; // [2 spec_block]: a tree's n parents, then its n depths
     // Device-side step inputs (backend memory), written with one to_device before every forward: the position
     // n_past (pos_dev, int64) and the forward's token ids (ids_dev, int32 [max_batch]). Kernels read them when
     // they run, so a replayed graph computes the current step; n_past may be set freely between forwards

@@ -21,26 +21,28 @@ static int verify_tree(fd_engine *e, const int32_t *ids, const int32_t *parent, 
     FD_TRY(engine_tree_supported(e));
     if (n < 1 || n > e->spec_block)
         return fd_error_set("tree verify of %d nodes: state slots hold %d", n, e->spec_block);
-    int32_t *depth = fd_malloc(sizeof(int32_t) * (size_t)n);
+    // the parents and the depths, one copy to the device: [parent 0..n | depth 0..n]
+    int32_t *tree_host = fd_malloc(sizeof(int32_t) * 2 * (size_t)n), *depth = tree_host + n;
     for (int t = 0; t < n; t++) {
         const int ok = t == 0 ? parent[0] == -1 : parent[t] >= 0 && parent[t] < t;
         if (!ok) {
-            free(depth);
+            free(tree_host);
             return fd_error_set("tree verify: node %d has parent %d (the root's must be -1, every other node's an "
                                 "earlier node)",
                                 t, parent[t]);
         }
+        tree_host[t] = parent[t];
         depth[t] = t == 0 ? 0 : depth[parent[t]] + 1;
     }
     fd_backend *be = e->be;
-    be->to_device(be, e->tree_parent_dev, parent, sizeof(int32_t) * (size_t)n);
-    const fd_fwd_tree tree = {parent, depth, e->tree_parent_dev};
+    be->to_device(be, e->tree_parent_dev, tree_host, sizeof(int32_t) * 2 * (size_t)n);
+    const fd_fwd_tree tree = {parent, depth, e->tree_parent_dev, e->tree_parent_dev + n};
     e->tree = &tree;
     e->use_slots = 1;
     const int rc = argmax ? engine_forward_greedy(e, ids, n, argmax) : engine_forward(e, ids, n, logits, 1);
     e->use_slots = 0;
     e->tree = NULL;
-    free(depth);
+    free(tree_host);
     return rc;
 }
 

@@ -38,7 +38,7 @@ int engine_enable_slots(fd_engine *e, int block) {
         e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
     }
     if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
-    e->tree_parent_dev = be->alloc(be, (size_t)block * sizeof(int32_t));
+    e->tree_parent_dev = be->alloc(be, (size_t)2 * block * sizeof(int32_t)); // a tree's parents, then its depths
     for (int i = 0; i < p->num_layers; i++)
         if (p->layers[i].kind == FD_LAYER_GDN) {
             if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);

@@ -157,6 +157,32 @@ static void tr_argmax_rows(fd_backend *be, int32_t *o, const float *l, int rows,
 static void tr_topk_rows(fd_backend *be, int32_t *ids, float *vals, const float *l, int rows, int V, int K) {
     TRACED("topk_rows", rows, IN(be)->topk_rows(IN(be), ids, vals, l, rows, V, K));
 }
+static void tr_sample_rows(fd_backend *be, int32_t *o, const float *l, int rows, int V, const fd_sample_params *p,
+                           const double *u) {
+    TRACED("sample_rows", rows, IN(be)->sample_rows(IN(be), o, l, rows, V, p, u));
+}
+static void tr_conv_tree(fd_backend *be, void *o, const void *x, const fd_weight *w, const float *st, int n, int C,
+                         int K, float *slots, const int32_t *par) {
+    TRACED("conv1d_silu[tree]", n, IN(be)->conv1d_silu_tree(IN(be), o, x, w, st, n, C, K, slots, par));
+}
+static void tr_gdn_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a, const fd_weight *A,
+                        const fd_weight *dt, const float *st, int n, int Hk, int Hv, int dk, int dv, float *slots,
+                        const int32_t *par) {
+    TRACED("gdn_core[tree]", n, IN(be)->gdn_core_tree(IN(be), o, qkv, b, a, A, dt, st, n, Hk, Hv, dk, dv, slots, par));
+}
+static void tr_attention_tree(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0, int n, int H,
+                              int Hkv, int hd, float scale, const int32_t *par) {
+    TRACED("attention[tree]", pos0 + n, IN(be)->attention_tree(IN(be), o, q, c, pos0, n, H, Hkv, hd, scale, par));
+}
+static void tr_qk_norm_rope_tree(fd_backend *be, void *q, void *g, void *k, const void *qg, const fd_weight *qn,
+                                 const fd_weight *kn, int n, int H, int Hkv, int hd, int rot, float theta, float eps,
+                                 int64_t pos0, const int32_t *depth) {
+    TRACED("qk_norm_rope[tree]", n,
+           IN(be)->qk_norm_rope_tree(IN(be), q, g, k, qg, qn, kn, n, H, Hkv, hd, rot, theta, eps, pos0, depth));
+}
+static void tr_logsumexp_rows(fd_backend *be, float *o, const float *l, int rows, int V) {
+    TRACED("logsumexp_rows", rows, IN(be)->logsumexp_rows(IN(be), o, l, rows, V));
+}
 static void tr_moe(fd_backend *be, void *o, const void *x, const fd_moe_weights *mw, int n, int d) {
     TRACED("moe", n, IN(be)->moe(IN(be), o, x, mw, n, d));
 }
@@ -207,6 +233,12 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->attention_window = inner->attention_window ? tr_attention_window : NULL;
     be->argmax_rows = tr_argmax_rows;
     be->topk_rows = inner->topk_rows ? tr_topk_rows : NULL;
+    be->sample_rows = inner->sample_rows ? tr_sample_rows : NULL;
+    be->logsumexp_rows = inner->logsumexp_rows ? tr_logsumexp_rows : NULL;
+    be->conv1d_silu_tree = inner->conv1d_silu_tree ? tr_conv_tree : NULL;
+    be->gdn_core_tree = inner->gdn_core_tree ? tr_gdn_tree : NULL;
+    be->attention_tree = inner->attention_tree ? tr_attention_tree : NULL;
+    be->qk_norm_rope_tree = inner->qk_norm_rope_tree ? tr_qk_norm_rope_tree : NULL;
     // No recorded forwards under a trace: every op must run (and be timed) one by one, so the graphs route offers
     // only "off" on a traced backend.
     be->graph_begin = NULL;

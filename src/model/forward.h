@@ -33,8 +33,8 @@ void fwd_scratch_free(fd_fwd_scratch *s, fd_backend *be);
 // node's ancestors; its GDN / conv state comes from its parent's slot and lands in slot t (conv_slots / gdn_slots
 // required); the committed state is left as it was.
 typedef struct {
-    const int32_t *parent, *depth; // [n] host
-    const int32_t *parent_dev;     // [n] the parents in backend memory (the ops read them there)
+    const int32_t *parent, *depth;            // [n] host
+    const int32_t *parent_dev, *depth_dev;    // [n] the same in backend memory (the ops read them there)
 } fd_fwd_tree;
 
 // One sequence's rows of a forward, and where its per-sequence state lives. A forward runs its projections over

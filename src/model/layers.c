@@ -58,12 +58,18 @@ void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be,
     be->matmul(be, s->y, s->t[5], &L->out_proj, b->n, 0);
 }
 
-// A verify tree's attention: RoPE at each node's depth (one row at a time: the rows of a tree are not consecutive
-// positions; per row the op gives the bits it gives inside a block), K/V stored at pos + node, the tree mask.
+// A verify tree's attention: RoPE at each node's depth (one op over the rows with their depths; where a backend
+// lacks it, one row at a time: per row the op gives the bits it gives inside a block), K/V stored at pos + node,
+// the tree mask.
 static void tree_attention(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be, fd_fwd_scratch *s,
                            const fd_fwd_seg *q) {
     const int H = p->q_heads, Hkv = p->kv_heads, hd = p->head_dim, ab = be->act_bytes, r0 = q->row0, m = q->n;
-    for (int t = r0; t < r0 + m; t++)
+    if (be->qk_norm_rope_tree)
+        be->qk_norm_rope_tree(be, row(s->t[2], r0, (int64_t)H * hd, ab), row(s->t[3], r0, (int64_t)H * hd, ab),
+                              row(s->t[4], r0, (int64_t)Hkv * hd, ab), row(s->t[0], r0, (int64_t)2 * H * hd, ab),
+                              &L->q_norm, &L->k_norm, m, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps, q->pos,
+                              q->tree->depth_dev);
+    for (int t = r0; !be->qk_norm_rope_tree && t < r0 + m; t++)
         be->qk_norm_rope(be, row(s->t[2], t, (int64_t)H * hd, ab), row(s->t[3], t, (int64_t)H * hd, ab),
                          row(s->t[4], t, (int64_t)Hkv * hd, ab), row(s->t[0], t, (int64_t)2 * H * hd, ab), &L->q_norm,
                          &L->k_norm, 1, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps,
