@@ -3,7 +3,8 @@
 #   tests  every fd_cuda_tests test, one process each (FD_CUDA_SYNC=1 so a fault names its op)
 #   nosync the same without FD_CUDA_SYNC, so launches overlap (route pdl): catches ordering races
 #   bench  the op benches (FD_CUDA_BENCH=1): gemv, decode attention, prefill attention, 27B ops, fused norms, and
-#          the op harness in perf mode (bench_cuda_op_table_dense / _seq: one BENCH line per table row)
+#          the op harness in perf mode (bench_cuda_op_table_dense / _seq: one BENCH line per table row), the tree
+#          verify ops vs the chain's (bench_cuda_tree_ops)
 #   prof   the 27B op table again with per-stage CUDA events (FD_CUDA_PROFILE=1; not headline timings)
 #   sanit  compute-sanitizer memcheck/racecheck/synccheck over the newest kernels' small tests
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
@@ -47,7 +48,7 @@ if has nosync; then
 fi
 if has bench; then
     stamp "bench"
-    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling bench_cuda_op_table_dense bench_cuda_op_table_seq}; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling bench_cuda_op_table_dense bench_cuda_op_table_seq bench_cuda_tree_ops}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
