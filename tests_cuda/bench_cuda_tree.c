@@ -28,8 +28,18 @@ typedef struct {
     int64_t ctx;
 } tree_ctx;
 
-enum { W_GDN_CHAIN, W_GDN_TREE, W_CONV_CHAIN, W_CONV_TREE, W_ATT_CHAIN, W_ATT_TREE, W_ROPE_ROWS, W_ROPE_TREE,
-       W_TOPK, W_ROWS_TO_HOST };
+enum {
+    W_GDN_CHAIN,
+    W_GDN_TREE,
+    W_CONV_CHAIN,
+    W_CONV_TREE,
+    W_ATT_CHAIN,
+    W_ATT_TREE,
+    W_ROPE_ROWS,
+    W_ROPE_TREE,
+    W_TOPK,
+    W_ROWS_TO_HOST
+};
 
 static void run(void *p) {
     tree_ctx *c = p;
@@ -45,12 +55,18 @@ static void run(void *p) {
         be->gdn_core_tree(be, c->o, c->qkv, c->b, c->a, c->A_log, c->dt_bias, c->state, c->n, Hk, Hv, d, d, c->slots,
                           c->par);
         break;
-    case W_CONV_CHAIN: be->conv1d_silu(be, c->o, c->qkv, c->conv_w, c->conv_state, c->n, C, 4, c->conv_slots); break;
+    case W_CONV_CHAIN:
+        be->conv1d_silu(be, c->o, c->qkv, c->conv_w, c->conv_state, c->n, C, 4, c->conv_slots);
+        break;
     case W_CONV_TREE:
         be->conv1d_silu_tree(be, c->o, c->qkv, c->conv_w, c->conv_state, c->n, C, 4, c->conv_slots, c->par);
         break;
-    case W_ATT_CHAIN: be->attention(be, c->o, c->q, &kv, c->ctx, NULL, c->n, H, Hkv, hd, 0.0625f, 1); break;
-    case W_ATT_TREE: be->attention_tree(be, c->o, c->q, &kv, c->ctx, c->n, H, Hkv, hd, 0.0625f, c->par); break;
+    case W_ATT_CHAIN:
+        be->attention(be, c->o, c->q, &kv, c->ctx, NULL, c->n, H, Hkv, hd, 0.0625f, 1);
+        break;
+    case W_ATT_TREE:
+        be->attention_tree(be, c->o, c->q, &kv, c->ctx, c->n, H, Hkv, hd, 0.0625f, c->par);
+        break;
     case W_ROPE_ROWS:
         for (int t = 0; t < c->n; t++)
             be->qk_norm_rope(be, (float *)c->q + (size_t)t * H * hd, (float *)c->g + (size_t)t * H * hd,
@@ -65,7 +81,9 @@ static void run(void *p) {
         be->topk_rows(be, c->ids, c->host, c->logits, 7, V, 32);
         be->logsumexp_rows(be, c->host + 7 * 32, c->logits, 7, V);
         break;
-    default: be->to_host(be, c->host, c->logits, (size_t)7 * V * sizeof(float)); break;
+    default:
+        be->to_host(be, c->host, c->logits, (size_t)7 * V * sizeof(float));
+        break;
     }
 }
 
@@ -90,7 +108,9 @@ static double event_us(tree_ctx *c) {
     return t[5];
 }
 
-static void line(const char *what, tree_ctx *c) { printf("BENCH | %-52s | %9.2f us\n", what, event_us(c)); }
+static void line(const char *what, tree_ctx *c) {
+    printf("BENCH | %-52s | %9.2f us\n", what, event_us(c));
+}
 
 TEST(bench_cuda_tree_ops) {
     if (cuda_rig_bench_skipped()) return;
@@ -100,7 +120,8 @@ TEST(bench_cuda_tree_ops) {
     tree_ctx c;
     memset(&c, 0, sizeof c);
     c.A_log = &Al, c.dt_bias = &dtb, c.conv_w = &cw, c.qn = &qn, c.kn = &kn;
-    c.qkv = dev_rand((size_t)N * cq, -1, 1), c.b = dev_rand((size_t)N * Hv, -3, 3), c.a = dev_rand((size_t)N * Hv, -3, 3);
+    c.qkv = dev_rand((size_t)N * cq, -1, 1), c.b = dev_rand((size_t)N * Hv, -3, 3),
+    c.a = dev_rand((size_t)N * Hv, -3, 3);
     c.o = B()->alloc(B(), (size_t)N * cq * 4);
     c.state = dev_rand((size_t)Hv * d * d, -0.1f, 0.1f);
     c.slots = B()->alloc(B(), (size_t)N * Hv * d * d * 4);
@@ -152,8 +173,8 @@ TEST(bench_cuda_tree_ops) {
             line(name, &c);
         }
     }
-    void *bufs[] = {c.qkv, c.b, c.a, c.o, c.state, c.slots, c.conv_state, c.conv_slots, c.spacer, c.par, c.dep, c.q,
-                    c.g, c.qg, c.k, c.kv, c.logits, Al.dev, dtb.dev, cw.dev, qn.dev, kn.dev};
+    void *bufs[] = {c.qkv, c.b, c.a,  c.o, c.state, c.slots,  c.conv_state, c.conv_slots, c.spacer, c.par,  c.dep,
+                    c.q,   c.g, c.qg, c.k, c.kv,    c.logits, Al.dev,       dtb.dev,      cw.dev,   qn.dev, kn.dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) B()->free(B(), bufs[i]);
     free(c.host), free(c.ids);
 }

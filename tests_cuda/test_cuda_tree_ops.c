@@ -64,7 +64,9 @@ static int make_shapes(tree_shape *s) {
     return k;
 }
 
-static void *up_i32(const int32_t *h, int n) { return cuda_rig_up(gpu(), h, sizeof(int32_t) * (size_t)n); }
+static void *up_i32(const int32_t *h, int n) {
+    return cuda_rig_up(gpu(), h, sizeof(int32_t) * (size_t)n);
+}
 
 static fd_weight f32_weight(fd_backend *be, const char *name, const float *data, int64_t rows, int64_t cols) {
     fd_weight w;
@@ -74,7 +76,9 @@ static fd_weight f32_weight(fd_backend *be, const char *name, const float *data,
     return w;
 }
 
-static int same_bits(const void *a, const void *b, size_t floats) { return !memcmp(a, b, floats * sizeof(float)); }
+static int same_bits(const void *a, const void *b, size_t floats) {
+    return !memcmp(a, b, floats * sizeof(float));
+}
 
 static void conv_case(const tree_shape *ts, int C, int K) {
     const int n = ts->n;
@@ -188,7 +192,8 @@ static double attn_case(fd_backend *c, fd_backend *g, const tree_shape *ts, int6
                         int chain_too) {
     const int n = ts->n, H = G * Hkv;
     const int64_t cap = pos0 + n + 5;
-    void *cc = c->alloc(c, c->kv_bytes_per_token(c, Hkv, hd) * cap), *cg = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * cap);
+    void *cc = c->alloc(c, c->kv_bytes_per_token(c, Hkv, hd) * cap),
+         *cg = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * cap);
     const size_t kvn = (size_t)(pos0 + n) * Hkv * hd, qn = (size_t)n * H * hd;
     float *k = rnd(kvn, -2, 2), *v = rnd(kvn, -1, 1), *q = rnd(qn, -2, 2), *oc = fd_malloc(qn * 4);
     void *dk = cuda_rig_up(g, k, kvn * 4), *dv = cuda_rig_up(g, v, kvn * 4), *dq = cuda_rig_up(g, q, qn * 4);
@@ -236,12 +241,13 @@ TEST(cuda_tree_attention_vs_cpu) {
                     for (int p = 0; p < 4; p++) {
                         const int chain_too = s == 0 && gi == 1 && p == 2; // chain 12, G 6, across a chunk
                         const double e = attn_case(c, g, &shapes[s], pos0s[p], hds[h], groups[gi], 2, chain_too);
-                        EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d %s pos0=%lld: rel-L2 %.3g", kvs[kv], hds[h],
-                               groups[gi], shapes[s].name, (long long)pos0s[p], e);
+                        EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d %s pos0=%lld: rel-L2 %.3g", kvs[kv], hds[h], groups[gi],
+                               shapes[s].name, (long long)pos0s[p], e);
                         if (!(e <= worst)) worst = e; // a NaN becomes the worst
                     }
-                printf("    attention tree kv=%s hd=%-3d G=%d Hkv=2 (%s), %d shapes x pos0 0..5000: worst rel-L2 %.3g\n",
-                       kvs[kv], hds[h], groups[gi], hds[h] == 32 || hds[h] == 96 ? "simt" : "splitk", ns, worst);
+                printf(
+                    "    attention tree kv=%s hd=%-3d G=%d Hkv=2 (%s), %d shapes x pos0 0..5000: worst rel-L2 %.3g\n",
+                    kvs[kv], hds[h], groups[gi], hds[h] == 32 || hds[h] == 96 ? "simt" : "splitk", ns, worst);
             }
         c->destroy(c);
         g->destroy(g);
@@ -264,7 +270,8 @@ TEST(cuda_tree_qk_norm_rope_rows) {
         fd_weight qc = f32_weight(cpu(), "q_norm", qw, hd, 1), kc = f32_weight(cpu(), "k_norm", kw, hd, 1);
         fd_weight qgw = f32_weight(gpu(), "q_norm", qw, hd, 1), kgw = f32_weight(gpu(), "k_norm", kw, hd, 1);
         // the op over the tree
-        void *dqg = up(qg, 2 * nq), *dk = up(k, nk), *dq = poisoned(nq), *dgate = poisoned(nq), *ddep = up_i32(depth, n);
+        void *dqg = up(qg, 2 * nq), *dk = up(k, nk), *dq = poisoned(nq), *dgate = poisoned(nq),
+             *ddep = up_i32(depth, n);
         gpu()->qk_norm_rope_tree(gpu(), dq, dgate, dk, dqg, &qgw, &kgw, n, H, Hkv, hd, rot, 1e7f, 1e-6f, pos0, ddep);
         float *q1 = down(dq, nq), *g1 = down(dgate, nq), *k1 = down(dk, nk);
         // one qk_norm_rope per row at pos0 + depth

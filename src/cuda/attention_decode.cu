@@ -404,14 +404,14 @@ static void launch_decode(fd_backend *be, float *opart, float *ml, const float *
     static int opted_in[64];
     const int dev = cu_of(be)->device;
     if (dev < 0 || dev >= 64 || !opted_in[dev]) {
-        FD_CUDA_CHECK(
-            cudaFuncSetAttribute(k_attn_decode<HD, MT, E4, TREE>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::TOTAL));
+        FD_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD, MT, E4, TREE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           P::TOTAL));
         if (dev >= 0 && dev < 64) opted_in[dev] = 1;
     }
     const int64_t rows = (int64_t)n * (H / Hkv);
     dim3 grid((unsigned)((rows + P::ROWS - 1) / P::ROWS), (unsigned)zslots, (unsigned)Hkv);
-    cu_launch(be, (k_attn_decode<HD, MT, E4, TREE>), grid, DEC_WARPS * 32, P::TOTAL, opart, ml, q, kv, pos0, pos_dev,
-              n, H, Hkv, capacity, zslots, scale * 1.4426950408889634f, causal, tree_parent);
+    cu_launch(be, (k_attn_decode<HD, MT, E4, TREE>), grid, DEC_WARPS * 32, P::TOTAL, opart, ml, q, kv, pos0, pos_dev, n,
+              H, Hkv, capacity, zslots, scale * 1.4426950408889634f, causal, tree_parent);
 }
 
 template <int HD, bool E4, bool TREE>
@@ -471,8 +471,8 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
     return 1;
 }
 
-int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H,
-                             int Hkv, int hd, float scale, const int32_t *parent_dev) {
+int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
+                             int hd, float scale, const int32_t *parent_dev) {
     if (n > CU_TREE_MAX_NODES || (hd != 64 && hd != 128 && hd != 256)) return 0;
     // the live keys end at the last node (pos_dev NULL: the grid is sized from them, not from the capacity)
     decode_run<true>(be, out, q, kv, pos0, NULL, n, H, Hkv, hd, pos0 + n, scale, 1, parent_dev);

@@ -131,6 +131,6 @@ void cu_conv1d_silu_tree(fd_backend *be, void *out, const void *x, const fd_weig
     FD_CHECK(state_slots && parent_dev, "conv tree: slots and parents required");
     FD_CHECK(n <= 65535, "conv tree of %d nodes exceeds the grid", n);
     const dim3 grid(cu_blocks(C, 128), (unsigned)n);
-    cu_launch(be, k_conv1d_silu_tree, grid, 128, 0, (float *)out, state_slots, (const float *)x, cu_wf32(w),
-              conv_state, parent_dev, n, C, K);
+    cu_launch(be, k_conv1d_silu_tree, grid, 128, 0, (float *)out, state_slots, (const float *)x, cu_wf32(w), conv_state,
+              parent_dev, n, C, K);
 }

@@ -419,8 +419,8 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
 // The same kernel with the tree mask (backend.h: attention_tree; n <= CU_TREE_MAX_NODES): node t's key sits at
 // pos0 + t, and query t sees the keys before pos0 and those of its ancestors and itself. Returns 0 (nothing
 // launched) for head dims other than 64/128/256.
-int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H,
-                             int Hkv, int hd, float scale, const int32_t *parent_dev);
+int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
+                             int hd, float scale, const int32_t *parent_dev);
 // Merges split-K partials opart [n*H][zslots][hd], ml [n*H][zslots][2] (max, sum) over each row's live chunks
 // z = 0 .. qpos / chunk (chunks on absolute boundaries), in increasing z; max in log2 units when log2_domain.
 void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,

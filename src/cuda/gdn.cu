@@ -191,8 +191,9 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
         rec_state_load<RL, VEC>(s0, s1, source_of(parent_of(0)), i0, c, dk, dv);
     else
         rec_state_load<RL, VEC>(s0, s1, Sh, i0, c, dk, dv);
-    float p0s[TREE && PREFETCH ? RL : 1], p1s[TREE && PREFETCH ? RL : 1]; // the next node's parent state, early
-    bool next_jumps = false; // node t + 1's parent is not node t
+    // TREE: the next node's parent state, loaded early, and whether the next node's parent is another node
+    float p0s[TREE && PREFETCH ? RL : 1], p1s[TREE && PREFETCH ? RL : 1];
+    bool next_jumps = false;
     const float Al = A_log[h], dtb = dt_bias[h], qscale = rsqrtf((float)dk);
     rec_in<RL> cur, nxt;
     rec_load<RL, VEC>(cur, qkv, bb, aa, 0, h, g, i0, c, Hk, Hv, dk, dv);
@@ -298,8 +299,8 @@ static void rec_launch_kind(fd_backend *be, bool vec, float *o, float *slots, co
         cu_launch(be, (k_gdn_rec<RL, true, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk,
                   Hv, dk, dv, parent);
     else
-        cu_launch(be, (k_gdn_rec<RL, false, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n,
-                  Hk, Hv, dk, dv, parent);
+        cu_launch(be, (k_gdn_rec<RL, false, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk,
+                  Hv, dk, dv, parent);
 }
 
 template <int RL>

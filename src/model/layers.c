@@ -69,11 +69,12 @@ static void tree_attention(const fd_rank_plan *p, const fd_layer *L, int li, fd_
                               row(s->t[4], r0, (int64_t)Hkv * hd, ab), row(s->t[0], r0, (int64_t)2 * H * hd, ab),
                               &L->q_norm, &L->k_norm, m, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps, q->pos,
                               q->tree->depth_dev);
-    for (int t = r0; !be->qk_norm_rope_tree && t < r0 + m; t++)
-        be->qk_norm_rope(be, row(s->t[2], t, (int64_t)H * hd, ab), row(s->t[3], t, (int64_t)H * hd, ab),
-                         row(s->t[4], t, (int64_t)Hkv * hd, ab), row(s->t[0], t, (int64_t)2 * H * hd, ab), &L->q_norm,
-                         &L->k_norm, 1, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps,
-                         q->pos + q->tree->depth[t - r0], NULL);
+    else
+        for (int t = r0; t < r0 + m; t++)
+            be->qk_norm_rope(be, row(s->t[2], t, (int64_t)H * hd, ab), row(s->t[3], t, (int64_t)H * hd, ab),
+                             row(s->t[4], t, (int64_t)Hkv * hd, ab), row(s->t[0], t, (int64_t)2 * H * hd, ab),
+                             &L->q_norm, &L->k_norm, 1, H, Hkv, hd, p->rotary_dim, p->rope_theta, p->eps,
+                             q->pos + q->tree->depth[t - r0], NULL);
     const fd_kv_view kv = q->kv_view(q->seq, li);
     be->kv_store(be, &kv, row(s->t[4], r0, (int64_t)Hkv * hd, ab), row(s->t[5], r0, (int64_t)Hkv * hd, ab), q->pos,
                  NULL, m, Hkv, hd);
