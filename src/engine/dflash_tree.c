@@ -41,8 +41,8 @@ void spec_tree_rank_row(const float *z, int V, int k, int32_t *top, float *lp) {
 int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
                            int budget) {
     if (budget < 0 || budget > FD_SPEC_MAX_BLOCK - 1 || rows < 0 || (rows > 0 && budget > 0 && k < 1))
-        return fd_error_set("draft tree: budget %d (0..%d), %d rows of %d ranks", budget, FD_SPEC_MAX_BLOCK - 1,
-                            rows, k);
+        return fd_error_set("draft tree: budget %d (0..%d), %d rows of %d ranks", budget, FD_SPEC_MAX_BLOCK - 1, rows,
+                            k);
     t->n = 1;
     t->token[0] = anchor;
     t->parent[0] = -1;
