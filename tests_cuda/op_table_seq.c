@@ -1,5 +1,6 @@
 // Rows of the op harness (op_harness.h), second half: the ops with per-sequence state or a cache (conv1d_silu,
-// gdn_core, attention, the DFlash2 drafter's dyn_conv and windowed attention), the MoE FFN, argmax_rows and topk_rows. The GDN
+// gdn_core, attention, the DFlash2 drafter's dyn_conv and windowed attention), the MoE FFN, argmax_rows and topk_rows,
+// and the tree verify ops (conv1d_silu_tree, gdn_core_tree, attention_tree, qk_norm_rope_tree, logsumexp_rows). The GDN
 // core is also checked against an fp64 recurrence in test_cuda_gdn.c (route by route, state across calls, every
 // chunk tail); here it is one call from a random state against the CPU, and its perf rows.
 #include <math.h>
@@ -190,6 +191,106 @@ static void r_topk(fd_backend *be, oh_case *c, int side) {
     be->topk_rows(be, oh_p(c, 1, side), oh_p(c, 2, side), oh_p(c, 0, side), c->i[0], c->i[1], c->i[2]);
 }
 
+// ---- tree verify (spec_verify=tree): s[..] ends with the tree's shape: 0 a chain, 1 wide (every node a child of
+// the root), 2 random (each node hangs off one of the 6 nodes before it, a fixed seed) ----
+static void tree_parents(int n, int shape, int32_t *parent, int32_t *depth) {
+    uint64_t seed = 99;
+    for (int t = 0; t < n; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const int lo = t > 6 ? t - 6 : 0;
+        parent[t] = t == 0 ? -1 : shape == 0 ? t - 1 : shape == 1 ? 0 : lo + (int)((seed >> 33) % (uint64_t)(t - lo));
+        if (depth) depth[t] = t == 0 ? 0 : depth[parent[t]] + 1;
+    }
+}
+static const char *tree_shape_name(int shape) {
+    return shape == 0 ? "chain" : shape == 1 ? "wide" : "random";
+}
+// conv1d_silu_tree: s = C, n, K, shape. The committed state is only read: INOUT with an exact bound checks that.
+static void b_conv_tree(oh_case *c, const int *s) {
+    const int C = s[0], n = s[1], K = s[2];
+    int32_t parent[64];
+    tree_parents(n, s[3], parent, NULL);
+    snprintf(c->what, sizeof c->what, "conv1d_silu_tree C=%d n=%d K=%d %s", C, n, K, tree_shape_name(s[3]));
+    oh_weight(c, "conv", C, K, FD_BF16, -0.7f, 0.7f);
+    oh_buf_f32(c, "x", OH_IN, (size_t)n * C, -2, 2, 0);
+    oh_buf_f32(c, "out", OH_OUT, (size_t)n * C, 0, 0, TOL_F32);
+    oh_buf_f32(c, "state", OH_INOUT, (size_t)C * (K - 1), -1, 1, TOL_EXACT);
+    oh_buf_f32(c, "slots", OH_OUT, (size_t)n * C * (K - 1), 0, 0, TOL_EXACT); // copies of inputs
+    oh_buf_i32(c, "parent", OH_IN, (size_t)n, parent);
+    memcpy(c->i, s, 4 * sizeof(int));
+}
+static void r_conv_tree(fd_backend *be, oh_case *c, int side) {
+    be->conv1d_silu_tree(be, oh_p(c, 1, side), oh_p(c, 0, side), oh_w(c, 0, side), oh_p(c, 2, side), c->i[1], c->i[0],
+                         c->i[2], oh_p(c, 3, side), oh_p(c, 4, side));
+}
+// gdn_core_tree: s = n, Hk, Hv, dk, dv, shape.
+static void b_gdn_tree(oh_case *c, const int *s) {
+    const int n = s[0], Hk = s[1], Hv = s[2], dk = s[3], dv = s[4];
+    int32_t parent[64];
+    tree_parents(n, s[5], parent, NULL);
+    snprintf(c->what, sizeof c->what, "gdn_core_tree n=%d Hk=%d Hv=%d dk=%d dv=%d %s", n, Hk, Hv, dk, dv,
+             tree_shape_name(s[5]));
+    oh_weight(c, "A_log", Hv, 1, FD_F32, -1.0f, 1.5f);
+    oh_weight(c, "dt_bias", Hv, 1, FD_F32, -1, 1);
+    oh_buf_f32(c, "qkv", OH_IN, (size_t)n * (2 * Hk * dk + Hv * dv), -1, 1, 0);
+    oh_buf_f32(c, "b", OH_IN, (size_t)n * Hv, -3, 3, 0);
+    oh_buf_f32(c, "a", OH_IN, (size_t)n * Hv, -3, 3, 0);
+    oh_buf_f32(c, "o", OH_OUT, (size_t)n * Hv * dv, 0, 0, TOL_GDN);
+    oh_buf_f32(c, "state", OH_INOUT, (size_t)Hv * dk * dv, -0.3f, 0.3f, TOL_EXACT);
+    oh_buf_f32(c, "slots", OH_OUT, (size_t)n * Hv * dk * dv, 0, 0, TOL_GDN);
+    oh_buf_i32(c, "parent", OH_IN, (size_t)n, parent);
+    memcpy(c->i, s, 6 * sizeof(int));
+}
+static void r_gdn_tree(fd_backend *be, oh_case *c, int side) {
+    be->gdn_core_tree(be, oh_p(c, 3, side), oh_p(c, 0, side), oh_p(c, 1, side), oh_p(c, 2, side), oh_w(c, 0, side),
+                      oh_w(c, 1, side), oh_p(c, 4, side), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], oh_p(c, 5, side),
+                      oh_p(c, 6, side));
+}
+// attention_tree: s = n0, n, H, Hkv, hd, shape; the buffers of attention (b_attn_common), then 6 the parents.
+static void b_attn_tree(oh_case *c, const int *s) {
+    char mode[32];
+    snprintf(mode, sizeof mode, " %s", tree_shape_name(s[5]));
+    b_attn_common(c, s, "attention_tree", mode);
+    int32_t parent[64];
+    tree_parents(s[1], s[5], parent, NULL);
+    oh_buf_i32(c, "parent", OH_IN, (size_t)s[1], parent);
+}
+static void r_attn_tree(fd_backend *be, oh_case *c, int side) {
+    be->attention_tree(be, oh_p(c, 4, side), oh_p(c, 3, side), FD_KV_FLAT(oh_p(c, 0, side), c->i[6]), c->i[0], c->i[1],
+                       c->i[2], c->i[3], c->i[4], 1.0f / sqrtf((float)c->i[4]), oh_p(c, 6, side));
+}
+// qk_norm_rope_tree: s = n, H, Hkv, hd, rot_dim, shape (row t at position 1000 + its depth).
+static void b_rope_tree(oh_case *c, const int *s) {
+    const int n = s[0], H = s[1], Hkv = s[2], hd = s[3];
+    int32_t parent[64], depth[64];
+    tree_parents(n, s[5], parent, depth);
+    snprintf(c->what, sizeof c->what, "qk_norm_rope_tree n=%d H=%d Hkv=%d hd=%d rot=%d %s", n, H, Hkv, hd, s[4],
+             tree_shape_name(s[5]));
+    oh_weight(c, "q_norm", hd, 1, FD_F32, -0.5f, 0.5f);
+    oh_weight(c, "k_norm", hd, 1, FD_F32, -0.5f, 0.5f);
+    oh_buf_f32(c, "qg", OH_IN, (size_t)n * H * 2 * hd, -2, 2, 0);
+    oh_buf_f32(c, "q", OH_OUT, (size_t)n * H * hd, 0, 0, TOL_F32);
+    oh_buf_f32(c, "gate", OH_OUT, (size_t)n * H * hd, 0, 0, TOL_EXACT);
+    oh_buf_f32(c, "k", OH_INOUT, (size_t)n * Hkv * hd, -2, 2, TOL_F32);
+    oh_buf_i32(c, "depth", OH_IN, (size_t)n, depth);
+    memcpy(c->i, s, 6 * sizeof(int));
+}
+static void r_rope_tree(fd_backend *be, oh_case *c, int side) {
+    be->qk_norm_rope_tree(be, oh_p(c, 1, side), oh_p(c, 2, side), oh_p(c, 3, side), oh_p(c, 0, side), oh_w(c, 0, side),
+                          oh_w(c, 1, side), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], 1e7f, 1e-6f, 1000,
+                          oh_p(c, 4, side));
+}
+// logsumexp_rows: s = rows, V (to the host; fp32 partial sums on the GPU vs double on the CPU).
+static void b_lse(oh_case *c, const int *s) {
+    snprintf(c->what, sizeof c->what, "logsumexp_rows rows=%d V=%d", s[0], s[1]);
+    oh_buf_f32(c, "logits", OH_IN, (size_t)s[0] * s[1], -30, 30, 0);
+    oh_buf_f32(c, "lse", OH_HOST_OUT, (size_t)s[0], 0, 0, TOL_F32);
+    c->i[0] = s[0], c->i[1] = s[1];
+}
+static void r_lse(fd_backend *be, oh_case *c, int side) {
+    be->logsumexp_rows(be, oh_p(c, 1, side), oh_p(c, 0, side), c->i[0], c->i[1]);
+}
+
 // ---- the rows ----
 #define CONV(C, n, slots, p) ROW(conv1d_silu, b_conv, r_conv, .s = {C, n, 4, slots}, .perf = p)
 #define GDN(n, Hk, Hv, dk, dv, route, slots, p)                                                                        \
@@ -320,5 +421,23 @@ const oh_row oh_rows_seq[] = {
     ROW(topk_rows, b_topk, r_topk, .s = {3, 1000, 1}, .perf = TEST_ONLY),
     ROW(topk_rows, b_topk, r_topk, .s = {2, 300, 256}, .perf = TEST_ONLY),
     ROW(topk_rows, b_topk, r_topk, .s = {7, 248320, 16}, .perf = BOTH),
+    // tree verify: chain-shaped, wide and random trees of 12 / 17 / 33 / 64 nodes, the 27B's layer in perf mode
+    ROW(conv1d_silu_tree, b_conv_tree, r_conv_tree, .s = {1000, 12, 4, 0}, .perf = TEST_ONLY),
+    ROW(conv1d_silu_tree, b_conv_tree, r_conv_tree, .s = {300, 17, 2, 1}, .perf = TEST_ONLY),
+    ROW(conv1d_silu_tree, b_conv_tree, r_conv_tree, .s = {10240, 33, 4, 2}, .perf = BOTH),
+    ROW(gdn_core_tree, b_gdn_tree, r_gdn_tree, .s = {12, 2, 6, 128, 128, 0}, .perf = TEST_ONLY),
+    ROW(gdn_core_tree, b_gdn_tree, r_gdn_tree, .s = {17, 2, 2, 48, 37, 1}, .perf = TEST_ONLY),
+    ROW(gdn_core_tree, b_gdn_tree, r_gdn_tree, .s = {64, 1, 2, 256, 128, 2}, .perf = TEST_ONLY),
+    ROW(gdn_core_tree, b_gdn_tree, r_gdn_tree, .s = {33, 16, 48, 128, 128, 2}, .perf = BOTH),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {500, 33, 12, 2, 128, 2},
+        .perf = TEST_ONLY),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {7, 17, 4, 2, 32, 1}, .perf = TEST_ONLY),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {1000, 64, 6, 2, 256, 2},
+        .perf = TEST_ONLY),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {8192, 33, 24, 4, 256, 2}, .perf = BOTH),
+    ROW(qk_norm_rope_tree, b_rope_tree, r_rope_tree, .s = {33, 6, 2, 128, 64, 2}, .perf = TEST_ONLY),
+    ROW(qk_norm_rope_tree, b_rope_tree, r_rope_tree, .s = {33, 24, 4, 256, 64, 2}, .perf = BOTH),
+    ROW(logsumexp_rows, b_lse, r_lse, .s = {3, 1000}, .perf = TEST_ONLY),
+    ROW(logsumexp_rows, b_lse, r_lse, .s = {7, 248320}, .perf = BOTH),
 };
 const size_t oh_n_rows_seq = sizeof oh_rows_seq / sizeof oh_rows_seq[0];
