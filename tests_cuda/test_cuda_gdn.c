@@ -1,4 +1,4 @@
-// The GDN core on the GPU against an fp64 recurrence written here from the definition (DESIGN.md section 3) and
+// The GDN core on the GPU against an fp64 recurrence written from the definition (DESIGN.md section 3; gdn_rig.c) and
 // against the CPU reference, both routes: the state carried across consecutive calls of uneven sizes, every chunk
 // tail (n = 1..200), calls longer than one 4096-token pass of the chunked route, and per-token state slots. GPU
 // outputs are poisoned with NaN before each call (test_rel_l2 returns INFINITY on any NaN); bound TOL_GDN
@@ -11,123 +11,17 @@
 #include "backend.h"
 #include "cuda/cuda.h"
 #include "cuda_rig.h"
+#include "gdn_rig.h"
 
 CUDA_RIG(0x9e3779b97f4a7c15ull)
 
-// ---- GDN: fp64 recurrence from the definition (DESIGN.md §3), gates and norms in fp64 too ----
-static void gdn_ref64(double *o, double *S, const float *qkv, const float *b, const float *a, const float *A_log,
-                      const float *dt_bias, int n, int Hk, int Hv, int dk, int dv) {
-    int cq = 2 * Hk * dk + Hv * dv, r = Hv / Hk;
-    double *q = fd_malloc(sizeof(double) * dk), *k = fd_malloc(sizeof(double) * dk);
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Hv; h++) {
-            const float *row = qkv + (int64_t)t * cq;
-            const float *qs = row + (h / r) * dk, *ks = row + Hk * dk + (h / r) * dk, *vs = row + 2 * Hk * dk + h * dv;
-            double nq = 0, nk = 0;
-            for (int i = 0; i < dk; i++) nq += (double)qs[i] * qs[i], nk += (double)ks[i] * ks[i];
-            for (int i = 0; i < dk; i++)
-                q[i] = qs[i] / sqrt(nq + 1e-6) / sqrt((double)dk), k[i] = ks[i] / sqrt(nk + 1e-6);
-            double x = (double)a[t * Hv + h] + dt_bias[h];
-            double g = -exp((double)A_log[h]) * (x > 20 ? x : log1p(exp(x)));
-            double beta = 1 / (1 + exp(-(double)b[t * Hv + h]));
-            double *Sh = S + (int64_t)h * dk * dv;
-            for (int i = 0; i < dk * dv; i++) Sh[i] *= exp(g);
-            for (int j = 0; j < dv; j++) {
-                double kv = 0;
-                for (int i = 0; i < dk; i++) kv += Sh[i * dv + j] * k[i];
-                double u = beta * (vs[j] - kv);
-                for (int i = 0; i < dk; i++) Sh[i * dv + j] += k[i] * u;
-            }
-            for (int j = 0; j < dv; j++) {
-                double s = 0;
-                for (int i = 0; i < dk; i++) s += Sh[i * dv + j] * q[i];
-                o[((int64_t)t * Hv + h) * dv + j] = s;
-            }
-        }
-    free(q), free(k);
-}
-
-static double rel_l2_64(const float *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += (a[i] - b[i]) * (a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
-// Consecutive calls of calls[0], calls[1], ... tokens from a random initial state, so the state carries across
-// calls; the whole sequence is compared with the fp64 recurrence and the CPU reference. With `slots`, the last call
-// (if not the first) also writes per-token state slots. Returns the worst of the four errors; `quiet` prints
-// nothing unless a check fails (sweeps print their own summary).
+// The checks live in gdn_rig.c (shared with the bf16 chunk kernels' tests, test_cuda_gdn_bf16.c); this file's rig
+// draws their inputs. The chunked route here is the fp32 kernel set (gdn_chunk=tf32x3), whatever the environment
+// selects.
 static double check_gdn_calls(fd_gdn_route route, const int *calls, int ncalls, int Hk, int Hv, int dk, int dv,
                               int slots, int quiet) {
-    int cq = 2 * Hk * dk + Hv * dv, n = 0;
-    for (int i = 0; i < ncalls; i++) n += calls[i];
-    size_t ns = (size_t)Hv * dk * dv;
-    tw A_log = mkw("A_log", Hv, 1, FD_F32, -1.0f, 1.5f), dt_bias = mkw("dt_bias", Hv, 1, FD_F32, -1, 1);
-    float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
-    float *S0 = rnd(ns, -0.3f, 0.3f), *Sc = fd_malloc(ns * 4);
-    memcpy(Sc, S0, ns * 4);
-    double *S64 = fd_malloc(ns * 8), *o64 = fd_malloc((size_t)n * Hv * dv * 8);
-    for (size_t i = 0; i < ns; i++) S64[i] = S0[i];
-    gdn_ref64(o64, S64, qkv, b, a, (const float *)A_log.c.data, (const float *)dt_bias.c.data, n, Hk, Hv, dk, dv);
-    void *dS = up(S0, ns);
-    float *og = fd_malloc((size_t)n * Hv * dv * 4), *oc = fd_malloc((size_t)n * Hv * dv * 4);
-    int t0 = 0;
-    for (int call = 0; call < ncalls; call++) {
-        int m = calls[call];
-        if (!m) continue;
-        size_t no = (size_t)m * Hv * dv;
-        void *dqkv = up(qkv + (size_t)t0 * cq, (size_t)m * cq), *db = up(b + (size_t)t0 * Hv, (size_t)m * Hv);
-        void *da = up(a + (size_t)t0 * Hv, (size_t)m * Hv), *dout = dalloc(no);
-        poison(dout, no);
-        // slots (last call only): the state after every token; the CPU computes them with the serial route
-        int use_slots = slots && call > 0 && call == ncalls - 1;
-        size_t nsl = (size_t)m * ns;
-        void *dsl = use_slots ? dalloc(nsl) : NULL;
-        float *slc = use_slots ? fd_malloc(nsl * 4) : NULL;
-        if (dsl) poison(dsl, nsl);
-        gpu()->gdn_core(gpu(), route, dout, dqkv, db, da, &A_log.g, &dt_bias.g, dS, m, Hk, Hv, dk, dv, dsl);
-        cpu()->gdn_core(cpu(), use_slots ? FD_GDN_SERIAL : route, oc + (size_t)t0 * Hv * dv, qkv + (size_t)t0 * cq,
-                        b + (size_t)t0 * Hv, a + (size_t)t0 * Hv, &A_log.c, &dt_bias.c, Sc, m, Hk, Hv, dk, dv, slc);
-        if (dsl) {
-            float *slg = down(dsl, nsl);
-            double e = test_rel_l2(slg, slc, nsl), elast = test_rel_l2(slg + (m - 1) * ns, slc + (m - 1) * ns, ns);
-            printf("    gdn %s n=%d state slots vs cpu %.3g (last slot %.3g)\n",
-                   route == FD_GDN_SERIAL ? "serial " : "chunked", m, e, elast);
-            EXPECT(e <= TOL_GDN, "gdn state slots vs cpu: %.3g", e);
-            free(slg), free(slc), dfree(dsl);
-        }
-        gpu()->to_host(gpu(), og + (size_t)t0 * Hv * dv, dout, no * 4);
-        dfree(dqkv), dfree(db), dfree(da), dfree(dout);
-        t0 += m;
-    }
-    float *Sg = down(dS, ns);
-    const char *rn = route == FD_GDN_SERIAL ? "serial " : "chunked";
-    size_t no = (size_t)n * Hv * dv;
-    double eo = rel_l2_64(og, o64, no), es = rel_l2_64(Sg, S64, ns);
-    double eoc = test_rel_l2(og, oc, no), esc = test_rel_l2(Sg, Sc, ns);
-    double cpu_o = rel_l2_64(oc, o64, no);
-    char split[96];
-    int len = 0;
-    split[0] = 0;
-    for (int i = 0; i < ncalls && len < (int)sizeof split - 12; i++)
-        len += snprintf(split + len, sizeof split - (size_t)len, i ? "+%d" : "%d", calls[i]);
-    int bad = !(eo <= TOL_GDN && es <= TOL_GDN && eoc <= TOL_GDN && esc <= TOL_GDN);
-    if (!quiet || bad)
-        printf("    gdn %s n=%s Hk=%d Hv=%d dk=%d dv=%d: vs fp64 out %.3g state %.3g | vs cpu out %.3g state %.3g "
-               "| cpu vs fp64 out %.3g\n",
-               rn, split, Hk, Hv, dk, dv, eo, es, eoc, esc, cpu_o);
-    EXPECT(eo <= TOL_GDN && es <= TOL_GDN, "gdn %s n=%s vs fp64: out %.3g state %.3g", rn, split, eo, es);
-    EXPECT(eoc <= TOL_GDN && esc <= TOL_GDN, "gdn %s n=%s vs cpu: out %.3g state %.3g", rn, split, eoc, esc);
-    free(qkv), free(b), free(a), free(S0), free(Sc), free(S64), free(o64), free(og), free(oc), free(Sg);
-    dfree(dS), freew(&A_log), freew(&dt_bias);
-    double worst = eo > es ? eo : es;
-    if (eoc > worst) worst = eoc;
-    if (esc > worst) worst = esc;
-    return isfinite(worst) ? worst : INFINITY;
+    FD_CHECK(fd_cuda_set_route(gpu(), "gdn_chunk", "tf32x3") == 0, "%s", fd_error_msg());
+    return gdn_rig_check_calls(&g_rig, route, "tf32x3", TOL_GDN, calls, ncalls, Hk, Hv, dk, dv, slots, quiet);
 }
 
 // Two consecutive calls (n1 then n2 tokens).

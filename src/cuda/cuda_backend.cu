@@ -267,7 +267,7 @@ extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *
     fd_route *r = route_find(be, route);
     if (!r)
         return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, "
-                            "gemm_int4)",
+                            "gemm_int4, gdn_chunk)",
                             route);
     char known[64] = "";
     for (int i = 0; r->values[i]; i++) {
@@ -417,6 +417,13 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     ri->sel = &c->gemm_int4;
     ri->by_shape = "n > 16 rows, an act-order g_idx (not k / group_size) and unaligned x: always dequant";
     ri->help = "GPTQ / AWQ int4 weights: the int4 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 GEMM";
+    fd_route *rd = &c->routes[CU_ROUTE_GDN_CHUNK];
+    rd->name = "gdn_chunk";
+    rd->values[0] = "tf32x3";
+    rd->values[1] = "bf16";
+    rd->sel = &c->gdn_chunk;
+    rd->help = "chunked GDN prefill kernels: 3xTF32 products on fp32 operands (~fp32), or bf16 operands rounded "
+               "where FLA's chunk kernel rounds (fp32 sums and state)";
     be->routes = c->routes;
     be->n_routes = CU_N_ROUTES;
     // The environment (FD_ROUTE_<NAME>) and --route are applied by engine/routes.c (routes_backend_preset), the

@@ -97,10 +97,11 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[7]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4 (be->routes); counted
-                        // at dispatch
+    fd_route routes[8]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4, gdn_chunk
+                        // (be->routes); counted at dispatch
     int gemm_fp8;       // CU_GEMM_FP8_*
     int gemm_int4;      // CU_GEMM_INT4_*
+    int gdn_chunk;      // CU_GDN_CHUNK_*
     int pdl;            // CU_PDL_*: GEMVs launched with programmatic stream serialization (cu_launch_early)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
@@ -133,6 +134,7 @@ enum {
     CU_ROUTE_PDL = 4,
     CU_ROUTE_GEMM_FP8 = 5,
     CU_ROUTE_GEMM_INT4 = 6,
+    CU_ROUTE_GDN_CHUNK = 7,
     CU_N_ROUTES
 };
 // Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
@@ -147,6 +149,9 @@ enum { CU_GEMM_INT4_GEMV = 0, CU_GEMM_INT4_DEQUANT = 1 };
 // before it touches anything that grid may write, so results are bitwise those of off (test_cuda_graphs). Every
 // other kernel launches after its predecessor has completed.
 enum { CU_PDL_OFF = 0, CU_PDL_GEMV = 1 };
+// Route gdn_chunk: the kernels of gdn_core's chunked form: 3xTF32 products on fp32 operands (gdn_chunk.cu,
+// ~fp32 accuracy) or bf16 operands rounded where FLA rounds, fp32 sums and state (gdn_chunk_bf16.cu).
+enum { CU_GDN_CHUNK_TF32X3 = 0, CU_GDN_CHUNK_BF16 = 1 };
 // Route kv: the cache layout (attention.cu).
 enum { CU_KV_BF16 = 0, CU_KV_E4M3 = 1 };
 
@@ -395,6 +400,10 @@ void cu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, c
 // The chunked route of gdn_core (fp32 in/out, dk, dv <= 256); state [Hv, dk, dv] fp32 updated.
 void cu_gdn_chunked(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
                     const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv);
+// ---- gdn_chunk_bf16.cu ----
+// The same op with bf16 tensor-core operands (route gdn_chunk=bf16): same arguments, same state layout.
+void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
+                         const float *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv);
 
 // ---- attention.cu ----
 size_t cu_kv_bytes_per_token(fd_backend *be, int Hkv, int hd);

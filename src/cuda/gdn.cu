@@ -354,8 +354,15 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
         gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
                 Hk, Hv, dk, dv, NULL);
     } else {
-        cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n, Hk,
-                       Hv, dk, dv);
+        cu_impl *c = cu_of(be);
+        fd_route *rc = &c->routes[CU_ROUTE_GDN_CHUNK];
+        rc->calls[c->gdn_chunk]++, rc->tokens[c->gdn_chunk] += n;
+        if (c->gdn_chunk == CU_GDN_CHUNK_BF16)
+            cu_gdn_chunked_bf16(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state,
+                                n, Hk, Hv, dk, dv);
+        else
+            cu_gdn_chunked(be, (float *)o, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
+                           Hk, Hv, dk, dv);
     }
 }
 
