@@ -48,7 +48,7 @@ if has nosync; then
 fi
 if has bench; then
     stamp "bench"
-    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_fused_norms bench_cuda_sampling bench_cuda_op_table_dense bench_cuda_op_table_seq bench_cuda_tree_ops}; do
+    for b in ${BENCHES:-bench_cuda_gemv bench_cuda_gemv_fused bench_cuda_gemv_fp8 bench_cuda_gemv_int4 bench_cuda_decode_attn bench_cuda_attn_prefill bench_cuda_27b_ops bench_cuda_gemv_sweep bench_cuda_gdn_serial bench_cuda_gdn_chunk bench_cuda_fused_norms bench_cuda_sampling bench_cuda_op_table_dense bench_cuda_op_table_seq bench_cuda_tree_ops}; do
         FD_CUDA_BENCH=1 timeout 120 "$BIN/fd_cuda_tests" $b >"$OUT/$b.log" 2>&1 || echo "[$b exited $?]"
         grep -E '^BENCH|FAIL|fatal' "$OUT/$b.log"
     done
@@ -61,7 +61,7 @@ fi
 if has sanit; then
     stamp "sanitizers"
     # cuda_op_table_seq under SANIT_OP_TABLE: only the op table's rows of that op or route (the small mma ones)
-    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_op_table_seq cuda_gdn cuda_fused_smoke}
+    SANIT_TESTS=${SANIT_TESTS:-cuda_gemv_fallbacks cuda_decode_attn_smoke cuda_op_table_seq cuda_gdn_serial cuda_gdn_chunked cuda_gdn_state_slots cuda_gdn_bf16_vs cuda_gdn_bf16_route cuda_fused_smoke}
     for tool in ${SANIT_TOOLS:-memcheck racecheck synccheck}; do
         FD_OP_TABLE=${SANIT_OP_TABLE:-attn_kernel=mma} timeout 150 compute-sanitizer --tool $tool --print-limit 6 "$BIN/fd_cuda_tests" $SANIT_TESTS $SANIT_EXTRA \
             >"$OUT/sanit_$tool.log" 2>&1
