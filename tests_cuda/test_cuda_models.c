@@ -1,6 +1,7 @@
 // Whole-model checks of the CUDA backend against HF transformers fp32 on every committed fixture: logits at every
 // prompt position (rel-L2 <= 2e-2, DESIGN.md §7), greedy continuation identical, for both GDN prefill routes
-// and a prefill budget of 7 tokens (chunk boundaries inside GDN chunks and attention tiles).
+// and a prefill budget of 7 tokens (chunk boundaries inside GDN chunks and attention tiles), and with the GDN chunk
+// kernels in bf16 (cuda route gdn_chunk=bf16).
 // Asserted with the default route (gemm_act=auto: every fixture GEMM has k <= 256, so it runs bf16x2) and with
 // gemm_act=bf16x2 (activations enter the bf16 GEMMs at ~fp32 accuracy). With gemm_act=bf16 (activations rounded
 // to bf16 at every GEMM, what auto does on real geometries) the numbers are printed and only a loose bound asserted:
@@ -125,4 +126,15 @@ TEST(cuda_models_greedy_matches_hf) {
     gpu();
     greedy_vs_hf(g_rig.gemm_act_at_start);
     greedy_vs_hf("bf16x2");
+}
+
+// The same fixtures with the chunked GDN route on its bf16 kernel set (cuda route gdn_chunk=bf16) and GEMM
+// activations at ~fp32 (bf16x2), so the GDN rounding is the only bf16 step: logits within the model bound and
+// greedy identical, as with the fp32 kernels (the serial rows repeat the recurrence, unaffected by the route).
+TEST(cuda_models_gdn_chunk_bf16) {
+    ASSERT(fd_cuda_set_route(gpu(), "gdn_chunk", "bf16") == 0, "%s", fd_error_msg());
+    printf("    gdn_chunk=bf16:\n");
+    logits_vs_hf("bf16x2", TOL_MODEL, TOL_MODEL);
+    greedy_vs_hf("bf16x2");
+    ASSERT(fd_cuda_set_route(gpu(), "gdn_chunk", "tf32x3") == 0, "%s", fd_error_msg());
 }

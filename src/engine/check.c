@@ -187,11 +187,14 @@ static void screen_gdn(ck *c, int n, int Hk, int Hv, int dk, int dv) {
         inject(c, routes[ri].name, got_o[0], no);
         char name[48], shape[64];
         snprintf(shape, sizeof shape, "%d tokens, %d/%d heads, %dx%d", n, Hk, Hv, dk, dv);
-        // fp32 on both backends; long decays amplify the order differences of the chunked form (~1e-5 expected)
+        // fp32 on both backends; long decays amplify the order differences of the chunked form (~1e-5 expected).
+        // The cuda chunk kernels in bf16 (route gdn_chunk=bf16) round where FLA rounds: ~3-5e-3 expected.
+        const char *chunk = route_value(be, "gdn_chunk");
+        const double bound = routes[ri].route == FD_GDN_CHUNKED && chunk && !strcmp(chunk, "bf16") ? 1e-2 : 2e-4;
         snprintf(name, sizeof name, "%s: output", routes[ri].name);
-        report(c, name, shape, rel_l2(got_o[0], want_o, no), 2e-4, same);
+        report(c, name, shape, rel_l2(got_o[0], want_o, no), bound, same);
         snprintf(name, sizeof name, "%s: state", routes[ri].name);
-        report(c, name, shape, rel_l2(got_S[0], want_S, ns), 2e-4, same);
+        report(c, name, shape, rel_l2(got_S[0], want_S, ns), bound, same);
         for (int run = 0; run < 2; run++) free(got_o[run]), free(got_S[run]);
     }
     be->release_weight(be, &wA), be->release_weight(be, &wdt);
