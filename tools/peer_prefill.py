@@ -19,24 +19,16 @@ import os
 import re
 import struct
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--bin", default=".dev/build", help="folder with fd_cuda_tests (built with CUDA=1)")
-ap.add_argument("--skip-gdn", action="store_true")
-ap.add_argument("--skip-attn", action="store_true")
-ap.add_argument("--screen-tokens", type=int, default=4096, help="tokens of the fp64 screen (0: skip it)")
-args = ap.parse_args()
+HK, HV, DK, DV = 16, 48, 128, 128  # the 27B's GDN heads
 dev = torch.device("cuda")
-torch.manual_seed(0)
-HK, HV, DK, DV = 16, 48, 128, 128
-summary = []
-print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+summary, summary_attn = [], {}
+args = None
 
 
 def events_ms(fn, warm=3, runs=10):
@@ -81,6 +73,24 @@ def gdn_inputs(n, seed):
     A_log, dt_bias = u((HV,), -1, 1.5), u((HV,), -1, 1)
     S0 = u((HV, DK, DV), -0.3, 0.3)
     return dict(q=q, k=k, v=v, b=b, a=a, A_log=A_log, dt_bias=dt_bias, S0=S0)
+
+
+def write_gdn_input(path, x, n):
+    """The file peer_gdn_chunk_io reads (tests_cuda/bench_cuda_gdn.c): header, then fp32 qkv [n, Q | K | V heads],
+    b, a [n, HV], A_log, dt_bias [HV], S0 [HV, DK, DV]."""
+    qkv = torch.cat([x["q"].float().reshape(n, -1), x["k"].float().reshape(n, -1), x["v"].float().reshape(n, -1)], 1)
+    assert qkv.shape[1] == 2 * HK * DK + HV * DV
+    with open(path, "wb") as f:
+        f.write(struct.pack("<8i", 0x504E4447, 1, n, HK, HV, DK, DV, 0))
+        for t in (qkv, x["b"], x["a"], x["A_log"], x["dt_bias"], x["S0"]):
+            f.write(t.float().contiguous().cpu().numpy().astype("<f4").tobytes())
+
+
+def read_gdn_output(path, n):
+    """o [n, HV, DV], S [HV, DK, DV] as peer_gdn_chunk_io wrote them."""
+    raw = torch.from_numpy(np.fromfile(path, dtype="<f4")).to(dev)
+    assert raw.numel() == n * HV * DV + HV * DK * DV, f"{path}: {raw.numel()} floats"
+    return raw[: n * HV * DV].view(n, HV, DV), raw[n * HV * DV:].view(HV, DK, DV)
 
 
 def gates(x, dtype):
@@ -169,15 +179,9 @@ def gdn_peer():
         return
     n = args.screen_tokens
     x = gdn_inputs(n, 2)
-    cq = 2 * HK * DK + HV * DV
-    qkv = torch.cat([x["q"].float().reshape(n, -1), x["k"].float().reshape(n, -1), x["v"].float().reshape(n, -1)], 1)
-    assert qkv.shape[1] == cq
     with tempfile.TemporaryDirectory() as d:
         pin, pout = os.path.join(d, "in.bin"), os.path.join(d, "out")
-        with open(pin, "wb") as f:
-            f.write(struct.pack("<8i", 0x504E4447, 1, n, HK, HV, DK, DV, 0))
-            for t in (qkv, x["b"], x["a"], x["A_log"], x["dt_bias"], x["S0"]):
-                f.write(t.float().contiguous().cpu().numpy().astype("<f4").tobytes())
+        write_gdn_input(pin, x, n)
         exe = os.path.join(args.bin, "fd_cuda_tests")
         p = subprocess.run([exe, "peer_gdn_chunk_io"], env=dict(os.environ, FD_GDN_PEER_IN=pin, FD_GDN_PEER_OUT=pout),
                            capture_output=True, text=True, timeout=600)
@@ -188,8 +192,7 @@ def gdn_peer():
             if not os.path.exists(path):
                 print(f"  screen: {path} missing (exit {p.returncode}) {p.stderr[-1000:]}")
                 continue
-            raw = torch.from_numpy(np.fromfile(path, dtype="<f4")).to(dev)
-            res[kern] = (raw[: n * HV * DV].view(n, HV, DV), raw[n * HV * DV:].view(HV, DK, DV))
+            res[kern] = read_gdn_output(path, n)
     g64, b64 = gates(x, torch.float64)
     o_ref, S_ref = ref64(x["q"], x["k"], x["v"], g64, b64, x["S0"])
     errs = {k: (rel(o, o_ref), rel(S, S_ref)) for k, (o, S) in res.items()}
@@ -275,12 +278,24 @@ def attn_peer():
             summary.append(f"attn {name}: ours {ms:.3f} ms vs cuDNN {c:.3f} ms = {c / ms:.2f}x cuDNN (target >= 0.9x)")
 
 
-summary_attn = {}
-if not args.skip_gdn:
-    gdn_peer()
-if not args.skip_attn:
-    attn_peer()
-print("\nsummary (same call, one GPU):")
-for s in summary:
-    print("  " + s)
-sys.exit(0)
+def main():
+    global args
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=".dev/build", help="folder with fd_cuda_tests (built with CUDA=1)")
+    ap.add_argument("--skip-gdn", action="store_true")
+    ap.add_argument("--skip-attn", action="store_true")
+    ap.add_argument("--screen-tokens", type=int, default=4096, help="tokens of the fp64 screen (0: skip it)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if not args.skip_gdn:
+        gdn_peer()
+    if not args.skip_attn:
+        attn_peer()
+    print("\nsummary (same call, one GPU):")
+    for s in summary:
+        print("  " + s)
+
+
+if __name__ == "__main__":
+    main()
