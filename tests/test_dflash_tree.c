@@ -200,6 +200,100 @@ TEST(tree_greedy_identical_on_fixtures) {
             }
 }
 
+// DFlash2 drafters: the tree's children come from the selector after each node's token (dflash_tree.c).
+TEST(tree_dflash2_greedy_identical_on_fixtures) {
+    static const tree_fx d2[] = {{"qwen35_dense_tied_d2_b8", "qwen35_dense_tied"}, {"qwen35_moe_d2_b16", "qwen35_moe"}};
+    const int budgets[] = {1, 3, 8, 16, 40}, blocks[] = {4, 8, 16};
+    int cases = 0;
+    for (int f = 0; f < 2; f++)
+        for (int b = 0; b < 3; b++)
+            for (int k = 0; k < 5; k++) {
+                spec_rig r;
+                ASSERT(spec_rig_open(&r, cpu(), d2[f].target, d2[f].name, blocks[b], 0) == 0, "%s", fd_error_msg());
+                int32_t *out = calloc((size_t)r.fx.n_greedy, sizeof *out);
+                ASSERT(generate_tree(&r, budgets[k], out, r.fx.n_greedy) == 0, "%s", fd_error_msg());
+                int same = 0;
+                while (same < r.fx.n_greedy && out[same] == r.fx.greedy[same]) same++;
+                EXPECT(same == r.fx.n_greedy, "%s block %d budget %d: differs from greedy at token %d", d2[f].name,
+                       blocks[b], budgets[k], same);
+                EXPECT(r.s.st.tree_rounds == r.s.st.rounds && r.s.st.rounds >= 1);
+                cases++;
+                free(out);
+                spec_rig_close(&r);
+            }
+    printf("    %d DFlash2 cases (2 drafters x blocks 4/8/16 x budgets 1..40): tree greedy == plain greedy\n", cases);
+}
+
+// The general builder with children that depend on the parent's token: log-softmax rows z[d] + w[parent] against
+// every path enumerated, as tree_build_is_best_first does for parent-free rows.
+enum { PB_V = 4, PB_ROWS = 3 };
+typedef struct {
+    float z[PB_ROWS][PB_V], w[PB_V][PB_V];
+} pb_rows;
+static void pb_lp(const pb_rows *m, int d, int x, double *lp) {
+    double s = 0;
+    for (int v = 0; v < PB_V; v++) s += exp((double)m->z[d][v] + m->w[x][v]);
+    for (int v = 0; v < PB_V; v++) lp[v] = (double)m->z[d][v] + m->w[x][v] - log(s);
+}
+static void pb_rank(void *ctx, int depth, int32_t pred, int32_t *top, float *lp) {
+    double l[PB_V];
+    pb_lp(ctx, depth, pred, l);
+    int order[PB_V];
+    for (int i = 0; i < PB_V; i++) { // best first, the lower id on ties
+        int j = i;
+        while (j > 0 && l[i] > l[order[j - 1]]) order[j] = order[j - 1], j--;
+        order[j] = i;
+    }
+    for (int r = 0; r < PB_V; r++) top[r] = order[r], lp[r] = (float)l[order[r]];
+}
+TEST(tree_build_by_parent_is_best_first) {
+    pb_rows m;
+    uint64_t seed = 5;
+    test_fill_uniform(&m.z[0][0], PB_ROWS * PB_V, -2.0f, 2.0f, &seed);
+    test_fill_uniform(&m.w[0][0], PB_V * PB_V, -2.0f, 2.0f, &seed);
+    const int anchor = 2;
+    enum { N_PATHS = PB_V + PB_V * PB_V + PB_V * PB_V * PB_V };
+    double score[N_PATHS];
+    int code[N_PATHS], np = 0;
+    for (int d = 1; d <= PB_ROWS; d++) {
+        int count = 1;
+        for (int i = 0; i < d; i++) count *= PB_V;
+        for (int c = 0; c < count; c++) {
+            double s = 0, l[PB_V];
+            int prev = anchor;
+            for (int i = 0, x = c; i < d; i++, x /= PB_V) {
+                pb_lp(&m, i, prev, l);
+                s += l[x % PB_V];
+                prev = x % PB_V;
+            }
+            score[np] = s;
+            code[np++] = d * 1000 + c;
+        }
+    }
+    const int budgets[] = {1, 4, 9, 30};
+    for (int b = 0; b < 4; b++) {
+        fd_spec_tree t;
+        ASSERT(spec_tree_build_by_parent(&t, anchor, PB_ROWS, PB_V, budgets[b], pb_rank, &m) == 0, "%s",
+               fd_error_msg());
+        EXPECT(t.n == budgets[b] + 1 && t.token[0] == anchor);
+        int ok = 1;
+        for (int k = 1; k < t.n; k++) {
+            int32_t path[FD_SPEC_MAX_BLOCK];
+            const int len = path_of(t.parent, k, path);
+            int c = 0; // the path's tokens, depth 1 in the lowest digit
+            for (int i = len - 1; i >= 1; i--) c = c * PB_V + t.token[path[i]];
+            const int want = (len - 1) * 1000 + c;
+            double s = NAN;
+            int above = 0;
+            for (int p = 0; p < np; p++)
+                if (code[p] == want) s = score[p];
+            for (int p = 0; p < np; p++) above += score[p] > s + 1e-6;
+            ok &= above < budgets[b] && t.depth[k] == len - 1 && t.parent[k] < k && fabs(t.logq[k] - s) < 1e-4;
+        }
+        EXPECT(ok, "budget %d: a node outside the best paths (parent-dependent children)", budgets[b]);
+    }
+}
+
 TEST(tree_refusals) {
     spec_rig r;
     ASSERT(spec_rig_open(&r, cpu(), k_fx[0].target, k_fx[0].name, 0, 0) == 0, "%s", fd_error_msg());
@@ -216,11 +310,6 @@ TEST(tree_refusals) {
     EXPECT(engine_verify_tree(&r.e, ids, ok, 3, NULL) != 0 && strstr(fd_error_msg(), "spec_verify=chain"), "%s",
            fd_error_msg());
     *r.e.be = saved;
-    spec_rig_close(&r);
-    // DFlash2 drafters verify chains only
-    ASSERT(spec_rig_open(&r, cpu(), "qwen35_dense_tied", "qwen35_dense_tied_d2_b8", 0, 0) == 0, "%s", fd_error_msg());
-    int32_t out[8];
-    EXPECT(generate_tree(&r, 8, out, 8) != 0 && strstr(fd_error_msg(), "DFlash2"), "%s", fd_error_msg());
     spec_rig_close(&r);
 }
 
@@ -258,9 +347,9 @@ TEST(tree_sampling_accept_math) {
 }
 
 // End to end at T > 0: the token after the anchor of a tree round follows the target's sampling distribution.
-TEST(tree_sampling_is_lossless) {
+static void sampling_is_lossless(const char *drafter) {
     spec_rig r;
-    ASSERT(spec_rig_open(&r, cpu(), "qwen35_dense_tied", "qwen35_dense_tied_b8", 0, 0) == 0, "%s", fd_error_msg());
+    ASSERT(spec_rig_open(&r, cpu(), "qwen35_dense_tied", drafter, 0, 0) == 0, "%s", fd_error_msg());
     const int n = 24, V = r.m.cfg.vocab_size, trials = 800;
     fd_sampler smp;
     sampler_init(&smp, 1.5f, 0, 1.0f, 4321);
@@ -290,14 +379,20 @@ TEST(tree_sampling_is_lossless) {
     }
     int dof;
     const double stat = test_chi2(counts, p, V, trials, &dof);
-    printf("    T=1.5 budget 24: chi2 %.1f (dof %d, 0.1%% crit %.1f), rounds with an accepted draft %d of %d\n", stat,
-           dof, test_chi2_crit(dof), accepted, trials);
-    EXPECT(dof >= 3 && stat < test_chi2_crit(dof), "tree sampling is not distributed like the target: chi2 %.1f", stat);
+    printf("    %s T=1.5 budget 24: chi2 %.1f (dof %d, 0.1%% crit %.1f), rounds with an accepted draft %d of %d\n",
+           drafter, stat, dof, test_chi2_crit(dof), accepted, trials);
+    EXPECT(dof >= 3 && stat < test_chi2_crit(dof), "%s: tree sampling is not distributed like the target: chi2 %.1f",
+           drafter, stat);
     free(counts);
     free(logits);
     free(p);
     engine_free(&ref);
     spec_rig_close(&r);
+}
+
+TEST(tree_sampling_is_lossless) {
+    sampling_is_lossless("qwen35_dense_tied_b8");
+    sampling_is_lossless("qwen35_dense_tied_d2_b8"); // DFlash2: children from the selector
 }
 
 TEST(tree_cli_generate_stats_and_refusal) {

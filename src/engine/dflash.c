@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sample_math.h"
 #include "engine/dflash2.h"
 #include "engine/trace.h"
 #include "engine/dflash_tree.h"
@@ -169,16 +170,23 @@ static int propose_dflash(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, 
 // DFlash2: the candidate selector's walk over the draft logits proposes (q: its softmax over each step's
 // candidates). The walk needs the logits even when greedy; s->h_q ([B, V] host) holds them, and q may be that
 // buffer.
-static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
+int dflash2_draft_candidates(fd_dflash *s, int32_t anchor, int n) {
     fd_backend *be = s->be;
+    const int V = s->dr->vocab_size, K = s->dr->v2->top_k;
     if (be->topk_rows && dflash_draft_logits_raw(s)) { // the backend's top-k: only the candidates cross
         FD_TRY(dflash_draft_forward(s, anchor));
-        be->topk_rows(be, s->sel->cand, s->sel->unary, s->ds.logits_dev, n, s->dr->vocab_size, s->dr->v2->top_k);
-        dflash2_walk_candidates(s->sel, anchor, n, smp, draft, q);
+        be->topk_rows(be, s->sel->cand, s->sel->unary, s->ds.logits_dev, n, V, K);
         return 0;
     }
+    int32_t draft[FD_SPEC_MAX_BLOCK];
     FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
-    dflash2_walk(s->sel, anchor, s->h_q, n, smp, draft, q);
+    for (int i = 0; i < n; i++) top_k_row(s->h_q + (int64_t)i * V, V, K, s->sel->cand + i * K, s->sel->unary + i * K);
+    return 0;
+}
+
+static int propose_dflash2(fd_dflash *s, int32_t anchor, int n, fd_sampler *smp, int32_t *draft, float *q) {
+    FD_TRY(dflash2_draft_candidates(s, anchor, n));
+    dflash2_walk_candidates(s->sel, anchor, n, smp, draft, q);
     return 0;
 }
 

@@ -75,6 +75,9 @@ int dflash_draft(fd_dflash *s, int32_t anchor, int32_t *draft_ids, float *logits
 // softcap), so ranking them on the device ranks what the host would.
 int dflash_draft_forward(fd_dflash *s, int32_t anchor);
 int dflash_draft_logits_raw(const fd_dflash *s);
+// DFlash2: the draft forward, then the selector's candidates of the first n draft rows into s->sel->cand /
+// s->sel->unary (the backend's topk_rows where the logits are raw, else top_k_row over the rows on the host).
+int dflash2_draft_candidates(fd_dflash *s, int32_t anchor, int n);
 // Forgets the sequence (the target engine is reset separately).
 void dflash_reset(fd_dflash *s);
 // One round from `anchor`, the newest emitted token (not yet seen by the target): draft, verify at most L

@@ -68,6 +68,15 @@ void dflash2_scores(fd_dflash2_selector *s, const float *logits, const int32_t *
     }
 }
 
+void dflash2_prepare(fd_dflash2_selector *s, int n) {
+    selector_gate(s, n);
+}
+
+void dflash2_child_scores(fd_dflash2_selector *s, int i, int32_t pred, float *scores) {
+    const fd_dflash2 *m = s->dr->v2;
+    pair_scores(s, pred, s->gate + (int64_t)i * m->rank, s->cand + i * m->top_k, s->unary + i * m->top_k, scores);
+}
+
 void dflash2_walk(fd_dflash2_selector *s, int32_t anchor, const float *logits, int n, fd_sampler *smp,
                   int32_t *path, float *q) {
     const int V = s->dr->vocab_size, K = s->dr->v2->top_k;

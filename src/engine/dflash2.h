@@ -40,6 +40,10 @@ void dflash2_walk(fd_dflash2_selector *sel, int32_t anchor, const float *logits,
                   int32_t *path, float *q);
 // The same walk from the candidates already in sel->cand / sel->unary ([n, top_k], each row as top_k_row orders
 // it): what a backend's topk_rows gives without the [n, V] logits crossing to the host.
+// For trees (dflash_tree.c): the gate of the first n rows (W_h h_i, once per draft), then the selector's score of
+// every candidate of row i after predecessor pred (scores [top_k], in sel->cand's order).
+void dflash2_prepare(fd_dflash2_selector *sel, int n);
+void dflash2_child_scores(fd_dflash2_selector *sel, int i, int32_t pred, float *scores);
 void dflash2_walk_candidates(fd_dflash2_selector *sel, int32_t anchor, int n, fd_sampler *smp, int32_t *path,
                              float *q);
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dflash2.h"
 #include "engine/routes.h"
 #include "engine/trace.h"
 
@@ -38,8 +39,8 @@ void spec_tree_rank_row(const float *z, int V, int k, int32_t *top, float *lp) {
     for (int i = 0; i < k; i++) lp[i] -= lse;
 }
 
-int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
-                           int budget) {
+int spec_tree_build_by_parent(fd_spec_tree *t, int32_t anchor, int rows, int k, int budget, spec_tree_rank_fn rank,
+                              void *ctx) {
     if (budget < 0 || budget > FD_SPEC_MAX_BLOCK - 1 || rows < 0 || (rows > 0 && budget > 0 && k < 1))
         return fd_error_set("draft tree: budget %d (0..%d), %d rows of %d ranks", budget, FD_SPEC_MAX_BLOCK - 1, rows,
                             k);
@@ -49,8 +50,12 @@ int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, 
     t->depth[0] = 0;
     t->logq[0] = 0;
     if (budget == 0 || rows == 0) return 0;
+    // Each node's children, ranked once when the node is made (they are drawn from the row below it).
+    int32_t *top = fd_malloc(sizeof(int32_t) * (size_t)(budget + 1) * k);
+    float *lp = fd_malloc(sizeof(float) * (size_t)(budget + 1) * k);
+    rank(ctx, 0, anchor, top, lp);
     // Best-first: popping a candidate adds it as a node and offers its next sibling (rank + 1) and its first child
-    // (rank 0 one depth down); scores only fall along either, so the pops are the budget best paths. Each pop
+    // (rank 0 of its own ranking); scores only fall along either, so the pops are the budget best paths. Each pop
     // removes one candidate and adds at most two: 2 * budget + 1 bounds the live set.
     tree_cand cand[2 * FD_SPEC_MAX_BLOCK + 1];
     int n_cand = 1;
@@ -63,16 +68,40 @@ int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, 
         memmove(cand + best, cand + best + 1, sizeof *cand * (size_t)(n_cand - best - 1));
         n_cand--;
         const int node = t->n++;
-        t->token[node] = top[(c.depth - 1) * k + c.rank];
+        const int32_t *ptop = top + (size_t)c.parent * k;
+        const float *plp = lp + (size_t)c.parent * k;
+        t->token[node] = ptop[c.rank];
         t->parent[node] = c.parent;
         t->depth[node] = c.depth;
         t->logq[node] = c.score;
-        if (c.rank + 1 < k)
-            cand[n_cand++] =
-                (tree_cand){t->logq[c.parent] + lp[(c.depth - 1) * k + c.rank + 1], c.parent, c.depth, c.rank + 1};
-        if (c.depth < rows) cand[n_cand++] = (tree_cand){c.score + lp[c.depth * k], node, c.depth + 1, 0};
+        if (c.rank + 1 < k) cand[n_cand++] = (tree_cand){t->logq[c.parent] + plp[c.rank + 1], c.parent, c.depth, c.rank + 1};
+        if (c.depth < rows && t->n < budget + 1) {
+            rank(ctx, c.depth, t->token[node], top + (size_t)node * k, lp + (size_t)node * k);
+            cand[n_cand++] = (tree_cand){c.score + lp[(size_t)node * k], node, c.depth + 1, 0};
+        }
     }
+    free(top);
+    free(lp);
     return 0;
+}
+
+// Rows ranked once for every parent (a DFlash drafter's rows do not depend on the tokens above them).
+typedef struct {
+    const int32_t *top;
+    const float *lp;
+    int k;
+} ranked_rows;
+static void rank_from_rows(void *ctx, int depth, int32_t pred, int32_t *top, float *lp) {
+    (void)pred;
+    const ranked_rows *r = ctx;
+    memcpy(top, r->top + (size_t)depth * r->k, sizeof(int32_t) * (size_t)r->k);
+    memcpy(lp, r->lp + (size_t)depth * r->k, sizeof(float) * (size_t)r->k);
+}
+
+int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
+                           int budget) {
+    ranked_rows r = {top, lp, k};
+    return spec_tree_build_by_parent(t, anchor, rows, k, budget, rank_from_rows, &r);
 }
 
 int spec_tree_accept_greedy(const fd_spec_tree *t, const int32_t *argmax, int32_t *path, int32_t *next) {
@@ -151,21 +180,51 @@ static int draft_ranked(fd_dflash *s, int32_t anchor, int rows, int k, int32_t *
 // `rows` and the rest of the budget branches off the spine where the drafter's own rows rank it, the shape of a
 // confident drafter's tree. With `force` the round accepts exactly the schedule's count along the spine.
 #define ORACLE_TREE_MARGIN 30.0f
+static void oracle_rank_row(int32_t *ids, float *l, int k, int32_t right) {
+    int at = k - 1; // where the reference sits, or the last rank (it drops out)
+    for (int i = 0; i < k; i++)
+        if (ids[i] == right) at = i;
+    for (int i = at; i > 0; i--) ids[i] = ids[i - 1], l[i] = l[i - 1] - ORACLE_TREE_MARGIN;
+    for (int i = at + 1; i < k; i++) l[i] -= ORACLE_TREE_MARGIN;
+    ids[0] = right;
+    l[0] = 0.0f;
+}
+static int32_t oracle_token(const fd_spec_oracle *o, int64_t j) {
+    return j < o->ref_len ? o->ref[j] : 0;
+}
 static void oracle_tree_ranks(const fd_dflash *s, int64_t produced, int32_t *top, float *lp, int rows, int k) {
-    const fd_spec_oracle *o = s->oracle;
-    for (int r = 0; r < rows; r++) {
-        int32_t *ids = top + r * k;
-        float *l = lp + r * k;
-        const int64_t j = produced + r;
-        const int32_t right = j < o->ref_len ? o->ref[j] : 0;
-        int at = k - 1; // where the reference sits, or the last rank (it drops out)
-        for (int i = 0; i < k; i++)
-            if (ids[i] == right) at = i;
-        for (int i = at; i > 0; i--) ids[i] = ids[i - 1], l[i] = l[i - 1] - ORACLE_TREE_MARGIN;
-        for (int i = at + 1; i < k; i++) l[i] -= ORACLE_TREE_MARGIN;
-        ids[0] = right;
-        l[0] = 0.0f;
+    for (int r = 0; r < rows; r++) oracle_rank_row(top + r * k, lp + r * k, k, oracle_token(s->oracle, produced + r));
+}
+
+// DFlash2: a node's children are its row's selector candidates, scored after the node's own token (the walk's
+// score_k = u_k + <A[pred] * W_h h_d, B[c_k]>), ranked by their log-softmax over the candidates (ties: the earlier
+// candidate, i.e. the larger draft logit, then the lower id).
+typedef struct {
+    fd_dflash *s;
+    int k;            // children kept per node
+    int64_t produced; // the oracle's position of row 0 (bench)
+} d2_rank_ctx;
+static void rank_dflash2(void *ctx, int depth, int32_t pred, int32_t *top, float *lp) {
+    const d2_rank_ctx *c = ctx;
+    fd_dflash2_selector *sel = c->s->sel;
+    const int K = sel->dr->v2->top_k;
+    float sc[FD_DFLASH2_MAX_TOPK];
+    int order[FD_DFLASH2_MAX_TOPK];
+    dflash2_child_scores(sel, depth, pred, sc);
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < K; i++) mx = sc[i] > mx ? sc[i] : mx;
+    for (int i = 0; i < K; i++) sum += exp((double)sc[i] - mx);
+    const float lse = isfinite(mx) ? (float)(mx + log(sum)) : 0.0f;
+    for (int i = 0; i < K; i++) { // stable insertion sort, best first
+        int j = i;
+        while (j > 0 && sc[i] > sc[order[j - 1]]) order[j] = order[j - 1], j--;
+        order[j] = i;
     }
+    for (int r = 0; r < c->k; r++) {
+        top[r] = sel->cand[depth * K + order[r]];
+        lp[r] = sc[order[r]] - lse;
+    }
+    if (c->s->oracle) oracle_rank_row(top, lp, c->k, oracle_token(c->s->oracle, c->produced + depth));
 }
 
 // The forced acceptance of the oracle's tree: `a` drafts down the spine (each node's first child: the spine
@@ -184,7 +243,6 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int6
     fd_engine *t = s->tgt;
     const int V = t->m->cfg.vocab_size;
     const int sampled = smp && !sampler_is_greedy(smp);
-    if (s->dr->v2) return fd_error_set("spec_verify=tree: DFlash2 drafters verify chains only for now");
     FD_TRY(engine_tree_supported(t));
     // Nodes: the budget and the root, within the scratch and the context left (a tree's K/V take one position per
     // node until the commit); depth L - 1 at most, so a round emits at most L tokens.
@@ -199,13 +257,21 @@ int dflash_round_tree(fd_dflash *s, int32_t anchor, int L, fd_sampler *smp, int6
         s->h_tree_rows = (int)nodes;
     }
     const double t0 = fd_time_s();
-    const int k = spec_tree_ranks((int)nodes - 1, V), rows = k > 0 ? L - 1 : 0;
-    int32_t top[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
-    float lp[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
-    FD_TRY(draft_ranked(s, anchor, rows, k, top, lp));
-    if (s->oracle) oracle_tree_ranks(s, produced, top, lp, rows, k);
     fd_spec_tree tree;
-    FD_TRY(spec_tree_build_ranked(&tree, anchor, top, lp, rows, k, (int)nodes - 1));
+    if (s->dr->v2) { // the selector's candidates, ranked per node after its token
+        const int K = s->dr->v2->top_k, k = K < nodes - 1 ? K : (int)nodes - 1, rows = k > 0 ? L - 1 : 0;
+        FD_TRY(dflash2_draft_candidates(s, anchor, rows));
+        if (rows > 0) dflash2_prepare(s->sel, rows);
+        d2_rank_ctx rc = {s, k, produced};
+        FD_TRY(spec_tree_build_by_parent(&tree, anchor, rows, k, (int)nodes - 1, rank_dflash2, &rc));
+    } else {
+        const int k = spec_tree_ranks((int)nodes - 1, V), rows = k > 0 ? L - 1 : 0;
+        int32_t top[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
+        float lp[FD_SPEC_MAX_BLOCK * FD_SPEC_MAX_BLOCK];
+        FD_TRY(draft_ranked(s, anchor, rows, k, top, lp));
+        if (s->oracle) oracle_tree_ranks(s, produced, top, lp, rows, k);
+        FD_TRY(spec_tree_build_ranked(&tree, anchor, top, lp, rows, k, (int)nodes - 1));
+    }
     const double t1 = fd_time_s();
     const int64_t n0 = t->n_past;
     // greedy: only each node's argmax crosses to the host (n ids, not n x V floats), as in a chain round

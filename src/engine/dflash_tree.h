@@ -34,6 +34,13 @@ void spec_tree_rank_row(const float *logits, int V, int k, int32_t *top, float *
 // log-softmax values (spec_tree_rank_row, or backend topk_rows + logsumexp_rows), k = spec_tree_ranks(budget, V).
 int spec_tree_build_ranked(fd_spec_tree *t, int32_t anchor, const int32_t *top, const float *lp, int rows, int k,
                            int budget);
+// The general best-first tree, for drafters whose rows depend on the tokens above (DFlash2's selector): rank(ctx,
+// d, pred, top, lp) writes the k best children of a node of token pred at depth d (drawn from draft row d), best
+// first, and their log-probabilities given that parent. Ranked once per node as it is made. The ranked build is
+// this with one ranking per depth (same trees, bit for bit).
+typedef void (*spec_tree_rank_fn)(void *ctx, int depth, int32_t pred, int32_t *top, float *lp);
+int spec_tree_build_by_parent(fd_spec_tree *t, int32_t anchor, int rows, int k, int budget, spec_tree_rank_fn rank,
+                              void *ctx);
 // Greedy acceptance over the target's argmax after every node (argmax[u]: engine_verify_tree_greedy's ids): from
 // the root, follow the child whose token is the argmax, while there is one. Writes the path's nodes (path[0] = 0)
 // and the target's argmax after its last node to *next; returns the path's length (accepted drafts + 1).
