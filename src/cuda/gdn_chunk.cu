@@ -29,6 +29,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 
 #include "cuda/gdn_gates.h"
@@ -123,17 +124,7 @@ static __device__ __forceinline__ void warp_mma3_pair(float (*acc1)[4], float (*
     }
 }
 
-// ---- asynchronous tile loads ----
-static __device__ __forceinline__ void cp_async16(float *dst, const float *src, bool valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
-}
-static __device__ __forceinline__ void cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// ---- asynchronous tile loads (cuda/cp_async.cuh) ----
 
 // dst[r][col] (leading dimension ld) = src[r * stride + col] for r < rows_valid, col < cols_valid, 0 elsewhere
 // in [0, rows) x [0, cols_pad) (cols_pad % 4 == 0). 16-byte cp.async when the source rows allow it, plain loads
@@ -146,7 +137,7 @@ static __device__ void tile_load(float *dst, int ld, const float *src, int64_t s
         for (int e = threadIdx.x; e < rows * c4n; e += blockDim.x) {
             int r = e / c4n, c4 = (e - r * c4n) * 4;
             bool ok = r < rows_valid && c4 < cols_valid;
-            cp_async16(dst + r * ld + c4, ok ? src + (int64_t)r * stride + c4 : src, ok);
+            cu_cp_async16(dst + r * ld + c4, ok ? src + (int64_t)r * stride + c4 : src, ok);
         }
     } else {
         for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
@@ -219,11 +210,11 @@ __global__ void __launch_bounds__(256)
 
     tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
     tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
-    cp_async_commit();
+    cu_cp_async_commit();
     if (threadIdx.x < GDN_C) bet[threadIdx.x] = threadIdx.x < L ? beta[(int64_t)(t0 + threadIdx.x) * Hv + h] : 0.f;
     chunk_cumsum(gam, gg + (int64_t)t0 * Hv + h, Hv, L);
     for (int e = threadIdx.x; e < GDN_C * LD_T; e += blockDim.x) Ts[e] = 0.f;
-    cp_async_wait<0>();
+    cu_cp_async_wait<0>();
     __syncthreads();
     if (threadIdx.x < L) gcum[(int64_t)h * n + t0 + threadIdx.x] = gam[threadIdx.x];
 
@@ -259,7 +250,7 @@ __global__ void __launch_bounds__(256)
     // Q is consumed: V of head h goes into its place while T is solved
     tile_load(QV, ldv, qkv + (int64_t)t0 * (2 * Hk * dk + Hv * dv) + 2 * Hk * dk + (int64_t)h * dv,
               2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
-    cp_async_commit();
+    cu_cp_async_commit();
 
     // T = (I + A)^-1, lower triangular, in 16 x 16 blocks (i, j): diagonal blocks by forward substitution (one
     // thread per column), then T_ij = -T_ii sum_{j <= k < i} A_ik T_kj by block distance i - j = 1, 2, 3.
@@ -296,7 +287,7 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-    cp_async_wait<0>();
+    cu_cp_async_wait<0>();
     __syncthreads();
     // fold the row scales into the right-hand sides: V rows by beta, K rows by beta exp(gamma)
     for (int e = threadIdx.x; e < GDN_C * dvp; e += blockDim.x) {
@@ -364,9 +355,9 @@ __global__ void __launch_bounds__(256)
                 S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
             }
     tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
-    cp_async_commit();
+    cu_cp_async_commit();
     tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
-    cp_async_commit();
+    cu_cp_async_commit();
     // gamma of the next chunk travels in a register (thread i < 64 holds row i), so its load is off the chain
     const float *gh = gcum + (int64_t)h * n;
     float gnext = (int)threadIdx.x < min(GDN_C, n) ? gh[threadIdx.x] : 0.f;
@@ -398,7 +389,7 @@ __global__ void __launch_bounds__(256)
                 const int t = vm * 16 + g + 8 * (e >> 1), col = col0 + vn0 + 8 * j + 2 * c + (e & 1);
                 u[j][e] = t < L && col < dv ? Uh[(int64_t)(t0 + t) * dv + col] : 0.f;
             }
-        cp_async_wait<1>(); // this chunk's W (its K may still be in flight)
+        cu_cp_async_wait<1>(); // this chunk's W (its K may still be in flight)
         __syncthreads();
         // Vnew = U - W S; Vs = Vnew o exp(gamma_last - gamma) (0 past L)
         {
@@ -417,11 +408,11 @@ __global__ void __launch_bounds__(256)
                     Vs[t * LD_COL + cl] = t < L ? v * expf(glast - gam[t]) : 0.f;
                 }
         }
-        cp_async_wait<0>(); // this chunk's K
+        cu_cp_async_wait<0>(); // this chunk's K
         __syncthreads();    // Ws consumed, Vs and Ks complete
         if (ch + 1 < nch)
             tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
-        cp_async_commit();
+        cu_cp_async_commit();
         // S <- exp(gamma_last) S + K^T Vs
         {
             const float eg = expf(gam[L - 1]);
@@ -439,7 +430,7 @@ __global__ void __launch_bounds__(256)
         if (ch + 1 < nch)
             tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
                       min(GDN_C, n - t0 - GDN_C), dk, dkp);
-        cp_async_commit();
+        cu_cp_async_commit();
     }
 #pragma unroll
     for (int m = 0; m < 2; m++)
@@ -473,9 +464,9 @@ __global__ void __launch_bounds__(256)
     tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
     tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
     tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
-    cp_async_commit();
+    cu_cp_async_commit();
     chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
-    cp_async_wait<0>();
+    cu_cp_async_wait<0>();
     __syncthreads();
 
     const int mt = w & 3, n0 = (w >> 2) * 32;

@@ -35,6 +35,20 @@ static __device__ __forceinline__ int topk_block_sum(int v, int *red) {
     return s;
 }
 
+// The sum of v over the threads before this one (Hillis-Steele over scan[TOPK_THREADS]).
+static __device__ __forceinline__ int topk_exclusive_scan(int v, int *scan) {
+    const int tid = threadIdx.x;
+    scan[tid] = v;
+    __syncthreads();
+    for (int o = 1; o < TOPK_THREADS; o <<= 1) {
+        const int u = tid >= o ? scan[tid - o] : 0;
+        __syncthreads();
+        scan[tid] += u;
+        __syncthreads();
+    }
+    return scan[tid] - v;
+}
+
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk_rows(int32_t *ids_out, float *vals_out, const float *logits,
                                                             int V, int K) {
     CU_PDL_ENTER();
@@ -92,26 +106,9 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_rows(int32_t *ids_out, fl
         if (take == valid || k > prefix) n_gt++;
         else if (k == prefix) n_eq++;
     }
-    // exclusive scans of n_gt and n_eq packed in one int (each < 2^15 per thread at V < 2^25... use two scans)
-    scan[tid] = n_gt;
-    __syncthreads();
-    for (int o = 1; o < TOPK_THREADS; o <<= 1) { // Hillis-Steele inclusive scan
-        const int v = tid >= o ? scan[tid - o] : 0;
-        __syncthreads();
-        scan[tid] += v;
-        __syncthreads();
-    }
-    int gt_pos = scan[tid] - n_gt;
-    __syncthreads();
-    scan[tid] = n_eq;
-    __syncthreads();
-    for (int o = 1; o < TOPK_THREADS; o <<= 1) {
-        const int v = tid >= o ? scan[tid - o] : 0;
-        __syncthreads();
-        scan[tid] += v;
-        __syncthreads();
-    }
-    int eq_pos = scan[tid] - n_eq;
+    int gt_pos = topk_exclusive_scan(n_gt, scan);
+    __syncthreads(); // scan is reused
+    int eq_pos = topk_exclusive_scan(n_eq, scan);
     for (int i = i0; i < i1; i++) {
         const float x = row[i];
         if (x != x) continue;

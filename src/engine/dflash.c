@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sample_math.h"
 #include "engine/dflash2.h"
 #include "engine/trace.h"
 #include "engine/dflash_tree.h"
@@ -180,7 +179,7 @@ int dflash2_draft_candidates(fd_dflash *s, int32_t anchor, int n) {
     }
     int32_t draft[FD_SPEC_MAX_BLOCK];
     FD_TRY(dflash_draft(s, anchor, draft, s->h_q));
-    for (int i = 0; i < n; i++) top_k_row(s->h_q + (int64_t)i * V, V, K, s->sel->cand + i * K, s->sel->unary + i * K);
+    dflash2_candidates(s->sel, s->h_q, n);
     return 0;
 }
 

@@ -77,10 +77,14 @@ void dflash2_child_scores(fd_dflash2_selector *s, int i, int32_t pred, float *sc
     pair_scores(s, pred, s->gate + (int64_t)i * m->rank, s->cand + i * m->top_k, s->unary + i * m->top_k, scores);
 }
 
-void dflash2_walk(fd_dflash2_selector *s, int32_t anchor, const float *logits, int n, fd_sampler *smp,
-                  int32_t *path, float *q) {
+void dflash2_candidates(fd_dflash2_selector *s, const float *logits, int n) {
     const int V = s->dr->vocab_size, K = s->dr->v2->top_k;
     for (int i = 0; i < n; i++) top_k_row(logits + (int64_t)i * V, V, K, s->cand + i * K, s->unary + i * K);
+}
+
+void dflash2_walk(fd_dflash2_selector *s, int32_t anchor, const float *logits, int n, fd_sampler *smp,
+                  int32_t *path, float *q) {
+    dflash2_candidates(s, logits, n);
     dflash2_walk_candidates(s, anchor, n, smp, path, q); // logits are read above, so q may alias them
 }
 

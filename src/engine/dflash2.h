@@ -38,6 +38,9 @@ void dflash2_scores(fd_dflash2_selector *sel, const float *logits, const int32_t
 // its candidates, 0 elsewhere).
 void dflash2_walk(fd_dflash2_selector *sel, int32_t anchor, const float *logits, int n, fd_sampler *smp,
                   int32_t *path, float *q);
+// sel->cand / sel->unary from host draft logits [n, V]: each row's top_k by top_k_row (what topk_rows gives on a
+// backend).
+void dflash2_candidates(fd_dflash2_selector *sel, const float *logits, int n);
 // The same walk from the candidates already in sel->cand / sel->unary ([n, top_k], each row as top_k_row orders
 // it): what a backend's topk_rows gives without the [n, V] logits crossing to the host.
 // For trees (dflash_tree.c): the gate of the first n rows (W_h h_i, once per draft), then the selector's score of
