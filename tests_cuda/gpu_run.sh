@@ -10,6 +10,8 @@
 #   e2e    flashdelta bench on the Qwen3.5-27B geometry (random bf16 weights), contexts $E2E_CTX
 #   hfnoise HF's own bf16-vs-fp32 logits noise on the fixtures (tools/hf_bf16_noise.py)
 #   tiny   the trained tiny target +- its DFlash drafter on the GPU (tokens/s, emitted tokens/round)
+#   tree   tree verify vs chain: the tiny trained pair (host clock) and the 27B geometry at 1K (issue 22)
+#   compare the previous main's binary (OLD_BIN) vs this one: fixture logits byte for byte, the 27B bench (issue 14)
 #   check  flashdelta check --backend cuda at the 27B's shapes (float64 screens; exit 0 only if all pass)
 # Binaries come prebuilt (make CUDA=1 STATIC_HOSTLIBS=1 BUILD=.dev/build .dev/build/fd_cuda_tests
 # .dev/build/flashdelta): the GPU machine has no -dev packages. Logs go to $OUT; a summary is printed last.
@@ -21,6 +23,7 @@ E2E_CTX=${E2E_CTX:-1024,65536}
 E2E_ARGS=${E2E_ARGS:-}
 SANIT_EXTRA=${SANIT_EXTRA:-}
 mkdir -p "$OUT"
+export FD_BIN=${FD_BIN:-$BIN/flashdelta} # the binary the CLI tests run (cuda_dflash_cli_generate_draft)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 [ -e /work/main/tests/data ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; } # FD_SOURCE_DIR of the build
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -94,6 +97,79 @@ if has tiny; then
         [ "$a" = "$b" ] && same=identical || same=DIFFERENT
         echo "  prompt ${#ids} chars: $same; $(grep -iE 'emitted|tokens/round' "$OUT/tiny_stats.tmp" | head -n 2 | tr '\n' ' ')"
         cat "$OUT/tiny_stats.tmp" >>"$OUT/tiny_stats.log"
+    done
+fi
+if has tree; then
+    # issue 22: tree verify against the chain. The tiny trained pair (host clock: emitted tokens/round over round
+    # ms from --stats, greedy output compared with plain greedy), then the 27B geometry at 1K: a chain of block 8,
+    # a chain of block 16 and a tree of budget 15 (16 rows, as the block-16 chain), DFlash2's drafter geometry with
+    # and without the tree.
+    stamp "tree vs chain: tiny trained pair (8 held-out prompts, 64 new tokens, block 8)"
+    python3 -c 'import json; [print(",".join(map(str, p["ids"]))) for p in json.load(open("tests/data/trained/val_prompts.json"))]' >"$OUT/val_ids.txt"
+    for v in "chain|" "tree15|--route spec_verify=tree --tree-budget 15" "tree32|--route spec_verify=tree --tree-budget 32"; do
+        name=${v%%|*} args=${v#*|} diff=0
+        : >"$OUT/tree_$name.stats"
+        while read -r ids; do
+            a=$(timeout 60 "$BIN/flashdelta" generate models/tiny-qwen35 --backend cuda --ids "$ids" -n 64 2>&1 | tail -n 1)
+            b=$(timeout 60 "$BIN/flashdelta" generate models/tiny-qwen35 --backend cuda --ids "$ids" -n 64 \
+                --draft models/tiny-qwen35-dflash --stats $args 2>>"$OUT/tree_$name.stats" | tail -n 1)
+            [ "$a" = "$b" ] || diff=$((diff + 1))
+        done <"$OUT/val_ids.txt"
+        awk -v n="$name" -v d="$diff" '/emitted tokens\/round/ { for (i = 1; i <= NF; i++) { if ($i == "tokens/round") e += $(i + 1);
+            if ($i == "round") r += $(i + 1) } k++ } END { printf "  %-7s %d prompts, %d differ from plain greedy: emitted/round %.3f, round %.3f ms, %.0f tok/s\n",
+            n, k, d, e / k, r / k, 1e3 * e / r }' "$OUT/tree_$name.stats"
+    done
+    for v in "chain b8|" "chain b16|--block-size 16" "tree 15 (b8)|--route spec_verify=tree --tree-budget 15" \
+        "dflash2 chain|--draft-random bench/configs/qwen3.5-27b-dflash2-b8.json" \
+        "dflash2 tree 15|--draft-random bench/configs/qwen3.5-27b-dflash2-b8.json --route spec_verify=tree --tree-budget 15"; do
+        name=${v%%|*} args=${v#*|}
+        stamp "27B at 1K: $name"
+        timeout 150 "$BIN/flashdelta" bench --random-weights bench/configs/qwen3.5-27b.json \
+            --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --backend cuda --oracle-tau 4.74 --decode 32 \
+            --contexts 1024 $args >"$OUT/tree27b.log" 2>&1
+        echo "  exit $?"; grep -E '^bench: ctx' "$OUT/tree27b.log" | sed 's/^bench: /  /'
+    done
+fi
+if has compare; then
+    # issue 14: the previous main's binary ($OLD_BIN) against this one on the same GPU in one call: every fixture's
+    # logits (and every DFlash fixture's draft logits) compared byte for byte, then the 27B bench alternated.
+    stamp "old $OLD_BIN vs new $BIN: fixture logits, cuda"
+    for d in tests/data/fixtures/*/; do
+        [ -f "$d/prompt.json" ] || continue
+        ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["ids"])))' "$d/prompt.json")
+        for b in old new; do
+            bin=$BIN; [ $b = old ] && bin=$OLD_BIN
+            rm -f "$OUT/l_$b.f32"
+            timeout 60 "$bin/flashdelta" logits "$d" --backend cuda --ids "$ids" --out "$OUT/l_$b.f32" >"$OUT/l_$b.log" 2>&1
+            eval "rc_$b=$?"
+        done
+        if [ "$rc_old" != 0 ]; then echo "  $(basename "$d"): old binary exit $rc_old ($(tail -n 1 "$OUT/l_old.log" | cut -c1-100))"
+        elif cmp -s "$OUT/l_old.f32" "$OUT/l_new.f32"; then echo "  $(basename "$d"): identical ($(stat -c %s "$OUT/l_new.f32") bytes)"
+        else echo "  $(basename "$d"): DIFFERENT (new exit $rc_new)"; fi
+    done
+    for d in tests/data/dflash/*/; do
+        t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"])' "$d/draft.json")
+        ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["ids"])))' "tests/data/fixtures/$t/prompt.json")
+        for b in old new; do
+            bin=$BIN; [ $b = old ] && bin=$OLD_BIN
+            rm -f "$OUT/l_$b.f32"
+            timeout 60 "$bin/flashdelta" draft-logits "tests/data/fixtures/$t" --draft "$d" --backend cuda --ids "$ids" \
+                --out "$OUT/l_$b.f32" >"$OUT/l_$b.log" 2>&1
+            eval "rc_$b=$?"
+        done
+        if [ "$rc_old" != 0 ] || [ "$rc_new" != 0 ]; then echo "  draft $(basename "$d"): exit old $rc_old new $rc_new ($(tail -n 1 "$OUT/l_new.log" | cut -c1-100))"
+        elif cmp -s "$OUT/l_old.f32" "$OUT/l_new.f32"; then echo "  draft $(basename "$d"): identical ($(stat -c %s "$OUT/l_new.f32") bytes)"
+        else echo "  draft $(basename "$d"): DIFFERENT"; fi
+    done
+    for i in 1 2; do
+        for b in old new; do
+            bin=$BIN; [ $b = old ] && bin=$OLD_BIN
+            stamp "27B bench, $b binary, run $i"
+            timeout 200 "$bin/flashdelta" bench --random-weights bench/configs/qwen3.5-27b.json \
+                --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --backend cuda --oracle-tau 4.74 --decode 32 \
+                --contexts ${CMP_CTX:-1024,32768} >"$OUT/cmp_bench_$b$i.log" 2>&1
+            echo "  exit $?"; grep -E '^bench: ctx' "$OUT/cmp_bench_$b$i.log" | sed 's/^bench: /  /'
+        done
     done
 fi
 if has hfnoise; then

@@ -1,5 +1,5 @@
 // Tree verify of DFlash drafts (route spec_verify=tree) end to end on the CUDA backend:
-//   - cuda_tree_greedy_identical_on_fixtures: on every DFlash fixture (the CPU test's three) at blocks 4/8/16 and
+//   - cuda_tree_greedy_identical_on_fixtures: on every DFlash fixture (the CPU tests' three DFlash and two DFlash2) at blocks 4/8/16 and
 //     budgets 1/3/8/16/40, tree greedy output identical to plain greedy on the GPU, with gemm_act=bf16x2 and with
 //     the default route; each case prints "identical" or the first differing position, and a difference fails
 //     unless plain greedy's own logits there make it a near tie (below). Why a tie can turn on the GPU and not on
@@ -33,6 +33,8 @@ static const tree_fx k_fx[] = {
     {"qwen35_dense_tied_b8", "qwen35_dense_tied"},
     {"qwen3_next_moe_b4", "qwen3_next_moe"},
     {"qwen35_moe_b16", "qwen35_moe"},
+    {"qwen35_dense_tied_d2_b8", "qwen35_dense_tied"}, // DFlash2: children from the selector's candidates
+    {"qwen35_moe_d2_b16", "qwen35_moe"},
 };
 #define N_FX (int)(sizeof k_fx / sizeof k_fx[0])
 
