@@ -31,9 +31,19 @@
 #include "cuda/cuda_common.h"
 #include "cuda/tree.cuh"
 
-#define DEC_BK          32 // keys per tile
-#define DEC_WARPS       8
-#define DEC_SMEM_BUDGET (200 * 1024) // of the 227 KB a block may have: as many stages as fit (one block per SM)
+#define DEC_BK    32 // keys per tile
+#define DEC_WARPS 8
+// Lab overrides (-D at compile time, for tests_cuda/lab measurements only; the defaults are the product):
+#ifndef DEC_SMEM_BUDGET_KB
+#define DEC_SMEM_BUDGET_KB 200 // of the 227 KB a block may have: as many stages as fit (one block per SM)
+#endif
+#ifndef DEC_MIN_BLOCKS
+#define DEC_MIN_BLOCKS 1 // blocks per SM the register budget is sized for
+#endif
+#ifndef DEC_MT_MAX
+#define DEC_MT_MAX 8 // m-tiles of 16 rows per block at most (more rows: more blocks over the same keys)
+#endif
+#define DEC_SMEM_BUDGET (DEC_SMEM_BUDGET_KB * 1024)
 static_assert(CU_DECODE_CHUNK % DEC_BK == 0, "tiles must not straddle chunks");
 
 static __device__ __forceinline__ void dec_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -136,7 +146,7 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
 // opart [n*H][zslots][HD], ml [n*H][zslots][2] = (max in log2 units, sum). TREE: causal, and tree_parent [n] (backend
 // memory) masks the keys at p0.. to the row's ancestors.
 template <int HD, int MT, bool E4, bool TREE>
-__global__ void __launch_bounds__(DEC_WARPS * 32, 1)
+__global__ void __launch_bounds__(DEC_WARPS * 32, DEC_MIN_BLOCKS)
     k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H,
                   int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal, const int32_t *tree_parent) {
     CU_PDL_ENTER();
@@ -420,14 +430,16 @@ static void dispatch_mt(fd_backend *be, float *opart, float *ml, const float *q,
                         int causal, const int32_t *tree_parent) {
     const int64_t rows = (int64_t)n * (H / Hkv);
 #define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
+    constexpr int M2 = DEC_MT_MAX < 2 ? DEC_MT_MAX : 2, M4 = DEC_MT_MAX < 4 ? DEC_MT_MAX : 4,
+                  M8 = DEC_MT_MAX < 8 ? DEC_MT_MAX : 8;
     if (rows <= 16)
         launch_decode<HD, 1, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 32)
-        launch_decode<HD, 2, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, M2, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 64)
-        launch_decode<HD, 4, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, M4, E4, TREE>(FD_DEC_ARGS);
     else
-        launch_decode<HD, 8, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, M8, E4, TREE>(FD_DEC_ARGS);
 #undef FD_DEC_ARGS
 }
 
