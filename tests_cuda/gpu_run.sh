@@ -110,9 +110,9 @@ if has tree; then
         name=${v%%|*} args=${v#*|} diff=0
         : >"$OUT/tree_$name.stats"
         while read -r ids; do
-            a=$(timeout 60 "$BIN/flashdelta" generate models/tiny-qwen35 --backend cuda --ids "$ids" -n 64 2>&1 | tail -n 1)
+            a=$(timeout 60 "$BIN/flashdelta" generate models/tiny-qwen35 --backend cuda --ids "$ids" -n 64 2>/dev/null)
             b=$(timeout 60 "$BIN/flashdelta" generate models/tiny-qwen35 --backend cuda --ids "$ids" -n 64 \
-                --draft models/tiny-qwen35-dflash --stats $args 2>>"$OUT/tree_$name.stats" | tail -n 1)
+                --draft models/tiny-qwen35-dflash --stats $args 2>>"$OUT/tree_$name.stats")
             [ "$a" = "$b" ] || diff=$((diff + 1))
         done <"$OUT/val_ids.txt"
         awk -v n="$name" -v d="$diff" '/emitted tokens\/round/ { for (i = 1; i <= NF; i++) { if ($i == "tokens/round") e += $(i + 1);

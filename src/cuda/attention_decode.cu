@@ -33,17 +33,14 @@
 
 #define DEC_BK    32 // keys per tile
 #define DEC_WARPS 8
-// Lab overrides (-D at compile time, for tests_cuda/lab measurements only; the defaults are the product):
-#ifndef DEC_SMEM_BUDGET_KB
-#define DEC_SMEM_BUDGET_KB 200 // of the 227 KB a block may have: as many stages as fit (one block per SM)
-#endif
-#ifndef DEC_MIN_BLOCKS
-#define DEC_MIN_BLOCKS 1 // blocks per SM the register budget is sized for
-#endif
-#ifndef DEC_MT_MAX
-#define DEC_MT_MAX 8 // m-tiles of 16 rows per block at most (more rows: more blocks over the same keys)
-#endif
-#define DEC_SMEM_BUDGET (DEC_SMEM_BUDGET_KB * 1024)
+// Shared memory per block, as many stages as fit. A 16-row block (MT 1: a decode step, n * G <= 16) takes 112 KB so
+// that two blocks share an SM and one block's barriers (three per tile) overlap the other's loads: measured on the
+// H200 at 128K keys, 0.297 -> 0.223 ms (bf16) and 0.338 -> 0.249 ms (e4m3), perf-notes session 9. Larger blocks
+// keep 200 KB, one per SM: at 112 KB they would have fewer than 3 stages, and 16-row blocks for a verify (the
+// same keys read by more blocks) measured slower (n = 8 at 128K 0.449 -> 0.565 ms).
+template <int MT> struct dec_budget {
+    static constexpr int BYTES = MT == 1 ? 112 * 1024 : 200 * 1024, BLOCKS_PER_SM = MT == 1 ? 2 : 1;
+};
 static_assert(CU_DECODE_CHUNK % DEC_BK == 0, "tiles must not straddle chunks");
 
 static __device__ __forceinline__ void dec_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -93,7 +90,7 @@ template <int HD, int MT, bool E4> struct dec_plan {
     static constexpr int P_BYTES = ROWS * LDP * 2;
     static constexpr int ROW_BYTES = ROWS * 4 * 3; // m, l, alpha per row
     static constexpr int FIXED = Q_BYTES + WORK_BYTES + S_BYTES + P_BYTES + ROW_BYTES;
-    static constexpr int NST_FIT = (DEC_SMEM_BUDGET - FIXED) / RAW_STAGE;
+    static constexpr int NST_FIT = (dec_budget<MT>::BYTES - FIXED) / RAW_STAGE;
     static constexpr int NST = NST_FIT > 6 ? 6 : NST_FIT; // stages in flight (>= 3 asserted below)
     static constexpr int TOTAL = FIXED + NST * RAW_STAGE;
     static_assert(NST >= 3, "decode attention: too little shared memory for 3 stages");
@@ -146,7 +143,7 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
 // opart [n*H][zslots][HD], ml [n*H][zslots][2] = (max in log2 units, sum). TREE: causal, and tree_parent [n] (backend
 // memory) masks the keys at p0.. to the row's ancestors.
 template <int HD, int MT, bool E4, bool TREE>
-__global__ void __launch_bounds__(DEC_WARPS * 32, DEC_MIN_BLOCKS)
+__global__ void __launch_bounds__(DEC_WARPS * 32, dec_budget<MT>::BLOCKS_PER_SM)
     k_attn_decode(float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n, int H,
                   int Hkv, int64_t capacity, int64_t zslots, float scale_log2, int causal, const int32_t *tree_parent) {
     CU_PDL_ENTER();
@@ -430,16 +427,14 @@ static void dispatch_mt(fd_backend *be, float *opart, float *ml, const float *q,
                         int causal, const int32_t *tree_parent) {
     const int64_t rows = (int64_t)n * (H / Hkv);
 #define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
-    constexpr int M2 = DEC_MT_MAX < 2 ? DEC_MT_MAX : 2, M4 = DEC_MT_MAX < 4 ? DEC_MT_MAX : 4,
-                  M8 = DEC_MT_MAX < 8 ? DEC_MT_MAX : 8;
     if (rows <= 16)
         launch_decode<HD, 1, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 32)
-        launch_decode<HD, M2, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, 2, E4, TREE>(FD_DEC_ARGS);
     else if (rows <= 64)
-        launch_decode<HD, M4, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, 4, E4, TREE>(FD_DEC_ARGS);
     else
-        launch_decode<HD, M8, E4, TREE>(FD_DEC_ARGS);
+        launch_decode<HD, 8, E4, TREE>(FD_DEC_ARGS);
 #undef FD_DEC_ARGS
 }
 
