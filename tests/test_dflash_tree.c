@@ -415,6 +415,10 @@ TEST(tree_cli_generate_stats_and_refusal) {
     EXPECT(stats && strstr(stats, "tree verify (budget 12)") && strstr(stats, "nodes verified/round") &&
                strstr(stats, "emitted tokens/round"),
            "%s", stats ? stats : "");
+    // whole trees up to the depth the last rounds allow: the context has room for a tree past the last new token
+    // (with a capacity of exactly prompt + new the rounds' trees shrank to 4.9 nodes here; now 11.3 of 13)
+    const char *nv = stats ? strstr(stats, "nodes verified/round ") : NULL;
+    EXPECT(nv && atof(nv + strlen("nodes verified/round ")) > 10.0, "%s", stats ? stats : "");
     free(cmd);
     cmd = fd_sprintf("%s generate %s --ids %s -n 8 --tree-budget 12 2>&1", test_bin(), fx.dir, csv);
     EXPECT(test_run(cmd, &bad) != 0);
