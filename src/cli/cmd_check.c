@@ -32,7 +32,7 @@ int cmd_check(int argc, char **argv) {
         }
         pc = &cfg;
     }
-    fd_backend *be = cli_make_backend(o.backend, o.threads);
+    fd_backend *be = cli_make_backend(o.backend, o.threads, 0);
     if (!be) return 2;
     if (routes_backend_preset(be, o.route_specs, o.n_routes)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

@@ -14,8 +14,7 @@ int tp_set_init(fd_tp_set *t, const fd_model *full, fd_backend *const *bes, int 
     memset(t, 0, sizeof *t);
     if (tp < 1 || tp > FD_TP_MAX) return fd_error_set("--tp %d: 1..%d ranks", tp, FD_TP_MAX);
     if (!bes[0]->group_join)
-        return fd_error_set("--tp %d: backend %s has no in-process tensor-parallel group (it runs --tp 1 only for now; "
-                            "NCCL is the next step)", tp, bes[0]->name);
+        return fd_error_set("--tp %d: backend %s has no in-process tensor-parallel group", tp, bes[0]->name);
     for (int r = 0; r < tp; r++) {
         if (model_shard(full, r, tp, &t->shards[r])) {
             for (int q = 0; q < r; q++) model_free(&t->shards[q]);
@@ -121,6 +120,11 @@ static void follow_leader(fd_engine *leader, fd_engine *q) {
     q->graphs_sel = r0->graphs_sel;
     if (q->be != r0->be)
         for (int i = 0; i < q->be->n_routes && i < r0->be->n_routes; i++) *q->be->routes[i].sel = *r0->be->routes[i].sel;
+}
+
+void engine_tp_sync_routes(fd_engine *e) {
+    if (!e->tp) return;
+    for (int r = 0; r < e->tp->tp; r++) follow_leader(e, &e->tp->ranks[r]);
 }
 
 typedef struct {

@@ -33,6 +33,9 @@ void tp_set_free(fd_tp_set *t); // releases and frees the shards (before the bac
 int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_engine_opts *opt);
 // Ranks of e (1 for a plain engine) and rank r's engine (e itself for a plain engine).
 int engine_tp_size(const fd_engine *e);
+// Gives every rank the leader's (rank 0's) route selections now, as each forward does (a no-op on a plain engine):
+// the agreement at start (tp_agree.h) compares what the ranks will run.
+void engine_tp_sync_routes(fd_engine *e);
 fd_engine *engine_tp_rank(fd_engine *e, int r);
 
 // ---- between engine.c and engine_tp.c ----
