@@ -411,3 +411,24 @@ TEST(tp_agreement_refuses_a_disagreeing_rank) {
            "%s", out ? out : "");
     free(out), free(cmd);
 }
+
+// check --tp 2: the rank agreement and the group's all-reduce are screens of the one table; a disagreement
+// injected on rank 1 fails the agreement screen by name (exit 1) and prints the ranks' table.
+TEST(tp_check_ranks_screens) {
+    char *out = NULL, *cmd = fd_sprintf("%s check --tp 2 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "0 failed") && strstr(out, "rank agreement") &&
+               strstr(out, "all_reduce             2 ranks x 4099 act"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("FD_TP_TEST_DISAGREE=1 %s check --tp 2 2>&1", test_bin());
+    const char *row = NULL;
+    EXPECT(test_run(cmd, &out) == 1 && out && (row = strstr(out, "rank agreement")) && strstr(row, "FAIL") &&
+               strstr(row, "FAIL") < strchr(row, '\n') && strstr(out, "DISAGREE on routes") && strstr(out, "1 failed"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("FD_CHECK_INJECT=all_reduce %s check --tp 2 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 1 && out && (row = strstr(out, "all_reduce ")) && strstr(row, "FAIL") &&
+               strstr(row, "FAIL") < strchr(row, '\n'),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+}

@@ -104,7 +104,7 @@ int tp_reports_compare(const tp_rank_report *reps, int tp, FILE *out, int verbos
         differ[4] |= a->weights != b->weights;
     }
     for (int f = 0; f < 5; f++) any |= differ[f];
-    if (!any && !verbose) return 0;
+    if (!out || (!any && !verbose)) return any;
     fprintf(out, "tensor-parallel ranks (%d): %s", tp, any ? "DISAGREE on" : "agree");
     for (int f = 0; f < 5; f++)
         if (differ[f]) fprintf(out, " %s", k_fields[f]);

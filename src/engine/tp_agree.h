@@ -33,7 +33,7 @@ void tp_report_rank(fd_engine *e, int r, const char *build, tp_rank_report *rep)
 // Applies FD_TP_TEST_DISAGREE to reps[0..tp).
 void tp_reports_inject(tp_rank_report *reps, int tp);
 // 0 when every field of every rank equals rank 0's; else 1, and the table (every rank, the fields that differ
-// named) is printed to out. verbose: the table is printed even when the ranks agree.
+// named) is printed to out (NULL: nothing printed). verbose: the table is printed even when the ranks agree.
 int tp_reports_compare(const tp_rank_report *reps, int tp, FILE *out, int verbose);
 // The whole check of a tensor-parallel leader: reports of every rank, injection, comparison. 0 agree, 1 not.
 int tp_agree(fd_engine *e, const char *build, FILE *out);
