@@ -200,23 +200,26 @@ TEST(tp_batched_decode_matches_tp1) {
     fixture_free(&fx);
 }
 
-// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed.
+// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed; so
+// does a one-rank group (an explicit --tp 1: its rank samples as the plain engine does).
 TEST(tp_sampling_matches_tp1) {
     fixture fx;
     ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
-    int32_t out[2][12];
-    for (int tp = 1; tp <= 2; tp++) {
+    int32_t out[3][12];
+    for (int run = 0; run < 3; run++) {
+        const int tp = run == 1 ? 2 : 1;
         tp_rig r;
-        ASSERT(rig_open(&r, fx.dir, NULL, 0, tp) == 0, "%s", fd_error_msg());
+        ASSERT(rig_open_as(&r, fx.dir, NULL, 0, tp, run == 2) == 0, "%s", fd_error_msg());
         fd_engine e;
         ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 16) == 0, "%s", fd_error_msg());
         fd_sampler smp;
         sampler_init(&smp, 0.9f, 40, 0.9f, 1234);
-        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[tp - 1]) == 0, "%s", fd_error_msg());
+        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[run]) == 0, "%s", fd_error_msg());
         engine_free(&e);
         rig_close(&r);
     }
     EXPECT(!memcmp(out[0], out[1], sizeof out[0]), "top-k/top-p sampled ids differ at tp 2");
+    EXPECT(!memcmp(out[0], out[2], sizeof out[0]), "top-k/top-p sampled ids differ at an explicit tp 1");
     fixture_free(&fx);
 }
 

@@ -144,8 +144,9 @@ static void *rank_main(void *arg) {
 void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                        const engine_sink *sink, int first) {
     const int tp = e->tp->tp, rows = n - first, V = e->m->cfg.vocab_size;
-    const int want = sink->logits || sink->ids;
-    // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit.
+    // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit. A one-rank group's slice
+    // is the whole vocabulary: its rank takes the caller's sink as it is (no gather, no per-row logit read back).
+    const int want = tp > 1 && (sink->logits || sink->ids);
     float *gathered = want && !sink->logits && sink->params ? fd_malloc(sizeof(float) * (size_t)rows * (size_t)V) : NULL;
     int32_t *rank_ids = want && !sink->logits && !sink->params ? fd_malloc(sizeof(int32_t) * (size_t)rows * tp) : NULL;
     float *rank_best = rank_ids ? fd_malloc(sizeof(float) * (size_t)rows * tp) : NULL;
@@ -159,7 +160,8 @@ void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const
             follow_leader(seqs[k], rs[k]);
         }
         engine_sink s = {0};
-        if (sink->logits) s.logits = sink->logits;
+        if (tp == 1) s = *sink;
+        else if (sink->logits) s.logits = sink->logits;
         else if (gathered) s.logits = gathered;
         else if (rank_ids) {
             s.ids = rank_ids + (size_t)r * rows;

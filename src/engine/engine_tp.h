@@ -7,6 +7,8 @@
 //   greedy    every rank's argmax of its slice and that logit (4 + 4 bytes a row), then the largest over the ranks
 //             in rank order (ties: the lowest id, as engine_argmax) — no logits row is gathered;
 //   sampling  not yet without a gather: the rows are gathered to the host and sampled by rank 0's sample_rows.
+// A one-rank group (an explicit --tp 1) holds the whole vocabulary: its rank takes the caller's outputs as a plain
+// engine does (no gather, no combine), so it costs what the plain engine costs beyond the one-rank all-reduces.
 // Every engine entry point takes a leader where it takes an engine, except the KV snapshots (engine_state.h:
 // es_kv_save / es_kv_load) and a shared KV pool, which are refused.
 #ifndef FD_ENGINE_TP_H
