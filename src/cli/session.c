@@ -110,6 +110,9 @@ static int tp_open(session *s, const cli_opts *o) {
         for (int r = 1; r < o->tp; r++) bes[r]->destroy(bes[r]);
         return 1;
     }
+    // The full model's device copy on rank 0 serves only a drafter (it reads the target's embedding and LM head);
+    // without one it would be a second copy of every weight beside rank 0's shard (the 27B at --tp 1: ~54 GB).
+    if (!o->draft_dir && !o->draft_random) model_release(&s->model, s->be);
     return 0;
 }
 
