@@ -7,6 +7,7 @@
 #include "cuda/cuda_common.h" // first: wraps backend.h in extern "C"
 
 int cu_debug_sync = 0;
+int cu_profile = 0;
 thread_local int cu_thread_device = -1;
 
 void cu_bind_device(int device) {
@@ -18,7 +19,6 @@ extern "C" int fd_cuda_device_count(void) {
     int count = 0;
     return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0; // no driver / no device: 0, not a panic
 }
-int cu_profile = 0;
 
 void cu_prof_begin(fd_backend *be, cu_prof *p, const char *op, int64_t size) {
     p->on = cu_profile, p->n = 0, p->op = op, p->size = size;
