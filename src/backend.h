@@ -184,14 +184,22 @@ struct fd_backend {
                       const int64_t *pos_dev, int n, int H, int Hkv, int hd, float scale, int causal);
 
     // ---- tensor parallelism (optional: NULL on a backend that is not one rank of a group) ----
-    // x [count] act += the same buffer of every other rank of the group: every rank ends with the sum over ranks
-    // 0, 1, ..., tp - 1 added in that order (the same bits on every rank, run after run). Every rank of the group
-    // must make the same calls in the same order (the decoder does: one after each row-parallel projection).
+    // x [count] act elements (act_bytes wide) += the same buffer of every other rank of the group, in place. Every
+    // rank ends with the same bits, run after run, but the summation order is the backend's:
+    //   cpu   ranks 0, 1, ..., tp - 1 added in that order (cpu_group.c);
+    //   cuda  NCCL's own order (ncclAllReduce, sum: ring or tree by its tuning, the same on every rank), not
+    //         0..tp-1; a one-rank group is the identity, bitwise.
+    // Issued in stream order like any op (cuda: on the rank's stream, so a CUDA graph records it). Every rank of
+    // the group must make the same calls in the same order (the decoder does: one after each row-parallel
+    // projection); at tp 1 the call is the identity (the --tp 1 code path, bitwise the plain engine).
     void (*all_reduce)(fd_backend *be, void *x, int64_t count);
-    // Makes ranks[0..tp) (backends of this kind, ranks[0] == be, none in a group yet) one group: ranks[r] is rank r
-    // and has all_reduce from then on. Returns 0, or -1 with fd_error set. NULL: this backend has no in-process
-    // group (cuda: NCCL is the next step).
+    // Makes ranks[0..tp) (backends of this kind, ranks[0] == be, none in a group yet, each on its own device)
+    // one group: ranks[r] is rank r and has all_reduce from then on. Returns 0, or -1 with fd_error set (cuda: also
+    // when NCCL cannot be loaded: it is dlopen'ed, "libnccl.so.2" or $FD_NCCL_LIB). NULL: no group on this backend.
     int (*group_join)(fd_backend *be, fd_backend *const *ranks, int tp);
+    // The kernel libraries this backend runs on, for the ranks' agreement at start (cpu: "cpu"; cuda: runtime,
+    // cuBLASLt and NCCL versions and the device). Writes a NUL-terminated line into buf[cap].
+    void (*lib_versions)(fd_backend *be, char *buf, size_t cap);
 
     // ---- mixture of experts ----
     // out[n, d] = sum_topk w_e SwiGLU_e(x) + sigmoid(x sh_gate_w) SwiGLU_sh(x)
@@ -280,6 +288,7 @@ struct fd_backend {
 fd_backend *fd_backend_cpu_create(int n_threads);
 #ifdef FD_HAVE_CUDA
 fd_backend *fd_backend_cuda_create(int device);
+int fd_cuda_device_count(void); // visible CUDA devices (0 when none or no driver)
 #endif
 
 #endif

@@ -91,10 +91,11 @@ TEST(backend_sources_include_nothing_above_them) {
 }
 
 // One environment name per route (docs/routes.md): route variables (FD_ROUTE_<NAME>) are read by engine/routes.c
-// only, so the CUDA backend may read nothing from the environment but its two debug knobs, which select no
-// route. A getenv of anything else in src/cuda (an FD_CUDA_<route> name put back) fails here.
+// only, so the CUDA backend may read nothing from the environment but its two debug knobs and where NCCL is
+// (FD_NCCL_LIB, cuda_group.cu), which select no route. A getenv of anything else in src/cuda (an FD_CUDA_<route>
+// name put back) fails here.
 TEST(cuda_sources_read_no_route_variables) {
-    static const char *const knobs[] = {"FD_CUDA_SYNC", "FD_CUDA_PROFILE"};
+    static const char *const knobs[] = {"FD_CUDA_SYNC", "FD_CUDA_PROFILE", "FD_NCCL_LIB"};
     const char *dir_path = FD_SOURCE_DIR "/src/cuda";
     DIR *dir = opendir(dir_path);
     ASSERT(dir, "cannot open %s", dir_path);

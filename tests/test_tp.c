@@ -20,6 +20,7 @@ typedef struct {
     fd_backend *bes[FD_TP_MAX];
     fd_tp_set set;
     int tp;
+    int group; // a group even at tp 1 (an explicit --tp 1)
 } tp_rig;
 
 static fd_backend *cpu0(void) {
@@ -29,16 +30,20 @@ static fd_backend *cpu0(void) {
 }
 
 // 0, or -1 with fd_error set (the shard refusal included). random_cfg: random weights from that config.
-static int rig_open(tp_rig *r, const char *dir, const char *random_cfg, int quantize_fp8, int tp) {
+static int rig_open_as(tp_rig *r, const char *dir, const char *random_cfg, int quantize_fp8, int tp, int group) {
     memset(r, 0, sizeof *r);
+    r->group = group;
     const fd_load_opts lo = {.quantize_fp8 = quantize_fp8};
     if (random_cfg ? model_random_with(random_cfg, 7, &lo, &r->full) : model_load(dir, &r->full)) return -1;
     r->tp = tp;
     r->bes[0] = fd_backend_cpu_create(0); // a backend of its own: it joins a group
     for (int i = 1; i < tp; i++) r->bes[i] = fd_backend_cpu_create(0);
     model_upload(&r->full, r->bes[0]);
-    if (tp > 1 && tp_set_init(&r->set, &r->full, r->bes, tp)) return -1;
+    if ((tp > 1 || group) && tp_set_init(&r->set, &r->full, r->bes, tp)) return -1;
     return 0;
+}
+static int rig_open(tp_rig *r, const char *dir, const char *random_cfg, int quantize_fp8, int tp) {
+    return rig_open_as(r, dir, random_cfg, quantize_fp8, tp, 0);
 }
 
 static void rig_close(tp_rig *r) {
@@ -55,7 +60,7 @@ static int rig_engine(tp_rig *r, fd_engine *e, int budget, int64_t cap) {
     engine_default_opts(&o);
     o.max_batch = budget;
     o.capacity = cap;
-    return r->tp > 1 ? engine_init_tp(e, &r->full, &r->set, &o) : engine_init(e, &r->full, r->bes[0], &o);
+    return r->set.tp ? engine_init_tp(e, &r->full, &r->set, &o) : engine_init(e, &r->full, r->bes[0], &o);
 }
 
 // Prefill of `ids` in chunks of `chunk` with every row's logits, then `steps` greedy decode steps (their logits
@@ -195,23 +200,26 @@ TEST(tp_batched_decode_matches_tp1) {
     fixture_free(&fx);
 }
 
-// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed.
+// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed; so
+// does a one-rank group (an explicit --tp 1: its rank samples as the plain engine does).
 TEST(tp_sampling_matches_tp1) {
     fixture fx;
     ASSERT(fixture_load("qwen35_dense_tied", &fx) == 0, "%s", fd_error_msg());
-    int32_t out[2][12];
-    for (int tp = 1; tp <= 2; tp++) {
+    int32_t out[3][12];
+    for (int run = 0; run < 3; run++) {
+        const int tp = run == 1 ? 2 : 1;
         tp_rig r;
-        ASSERT(rig_open(&r, fx.dir, NULL, 0, tp) == 0, "%s", fd_error_msg());
+        ASSERT(rig_open_as(&r, fx.dir, NULL, 0, tp, run == 2) == 0, "%s", fd_error_msg());
         fd_engine e;
         ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 16) == 0, "%s", fd_error_msg());
         fd_sampler smp;
         sampler_init(&smp, 0.9f, 40, 0.9f, 1234);
-        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[tp - 1]) == 0, "%s", fd_error_msg());
+        ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[run]) == 0, "%s", fd_error_msg());
         engine_free(&e);
         rig_close(&r);
     }
     EXPECT(!memcmp(out[0], out[1], sizeof out[0]), "top-k/top-p sampled ids differ at tp 2");
+    EXPECT(!memcmp(out[0], out[2], sizeof out[0]), "top-k/top-p sampled ids differ at an explicit tp 1");
     fixture_free(&fx);
 }
 
@@ -315,5 +323,115 @@ TEST(tp_spec_verify_route_is_rank0s) {
     cmd = fd_sprintf("%s generate %s --ids 1,2,3 -n 8 --tp 2 --draft %s --route spec_verify=tree 2>&1", test_bin(), F, D);
     EXPECT(test_run(cmd, &out) != 0 && out && strstr(out, "spec_verify=tree does not run under --tp"), "%s",
            out ? out : "");
+    free(out), free(cmd);
+}
+
+// An explicit --tp 1 runs the group path (a one-rank group, its all-reduce the identity, the leader's argmax
+// combine): logits bitwise the plain engine's on every fixture, greedy ids identical, DFlash included.
+TEST(tp1_group_bitwise_plain) {
+    const char *k[] = {"qwen35_dense_tied", "qwen3_next_moe", "qwen35_moe", "fp8_qwen35_dense"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        fixture fx;
+        ASSERT(fixture_load(k[i], &fx) == 0, "%s", fd_error_msg());
+        tp_rig plain, one;
+        ASSERT(rig_open(&plain, fx.dir, NULL, 0, 1) == 0, "%s", fd_error_msg());
+        ASSERT(rig_open_as(&one, fx.dir, NULL, 0, 1, 1) == 0, "%s", fd_error_msg());
+        EXPECT(one.set.tp == 1 && one.bes[0]->all_reduce, "%s: no one-rank group", k[i]);
+        const int V = plain.full.cfg.vocab_size, n = fx.n_ids, steps = 6;
+        const size_t cnt = (size_t)(n + steps) * V;
+        float *lp = malloc(sizeof(float) * cnt), *lo = malloc(sizeof(float) * cnt);
+        int32_t gp[8], go[8];
+        run_logits(&plain, fx.ids, n, 7, steps, lp, gp);
+        run_logits(&one, fx.ids, n, 7, steps, lo, go);
+        EXPECT(!memcmp(lp, lo, sizeof(float) * cnt), "%s: --tp 1 logits are not the plain engine's bitwise", k[i]);
+        EXPECT(!memcmp(gp, go, sizeof(int32_t) * steps), "%s: --tp 1 greedy ids differ", k[i]);
+        int32_t *want = malloc(sizeof(int32_t) * (size_t)fx.n_greedy), *got = malloc(sizeof(int32_t) * (size_t)fx.n_greedy);
+        fd_engine ep, eo;
+        ASSERT(rig_engine(&plain, &ep, 5, n + fx.n_greedy + 1) == 0 && rig_engine(&one, &eo, 5, n + fx.n_greedy + 1) == 0,
+               "%s", fd_error_msg());
+        ASSERT(engine_generate_greedy(&ep, fx.ids, n, 5, fx.n_greedy, want) == 0, "%s", fd_error_msg());
+        ASSERT(engine_generate_greedy(&eo, fx.ids, n, 5, fx.n_greedy, got) == 0, "%s", fd_error_msg());
+        EXPECT(!memcmp(want, got, sizeof(int32_t) * (size_t)fx.n_greedy), "%s: --tp 1 engine_generate_greedy differs", k[i]);
+        engine_free(&ep);
+        engine_free(&eo);
+        free(want), free(got), free(lp), free(lo);
+        rig_close(&one);
+        rig_close(&plain);
+        fixture_free(&fx);
+    }
+    // DFlash: the one-rank group's greedy ids are the plain engine's
+    const struct {
+        const char *drafter, *target;
+    } d[] = {{"qwen35_dense_tied_b8", "qwen35_dense_tied"}, {"qwen3_next_moe_b4", "qwen3_next_moe"}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        fixture fx;
+        ASSERT(fixture_load(d[i].target, &fx) == 0, "%s", fd_error_msg());
+        int32_t *out[2];
+        for (int g = 0; g < 2; g++) {
+            tp_rig r;
+            ASSERT(rig_open_as(&r, fx.dir, NULL, 0, 1, g) == 0, "%s", fd_error_msg());
+            fd_drafter dr;
+            char *dir = fd_sprintf("tests/data/dflash/%s", d[i].drafter);
+            ASSERT(drafter_load(dir, &r.full, &dr) == 0, "%s", fd_error_msg());
+            free(dir);
+            drafter_upload(&dr, r.bes[0]);
+            fd_engine e;
+            ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 64) == 0, "%s", fd_error_msg());
+            fd_dflash s;
+            ASSERT(dflash_init(&s, &e, &dr, 0) == 0, "%s", fd_error_msg());
+            out[g] = calloc((size_t)fx.n_greedy, sizeof(int32_t));
+            ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, fx.n_greedy, NULL, out[g]) == 0, "%s", fd_error_msg());
+            EXPECT(s.st.rounds >= 1);
+            dflash_free(&s);
+            engine_free(&e);
+            drafter_release(&dr, r.bes[0]);
+            drafter_free(&dr);
+            rig_close(&r);
+        }
+        EXPECT(!memcmp(out[0], out[1], sizeof(int32_t) * (size_t)fx.n_greedy), "%s: DFlash ids at --tp 1 differ from plain",
+               d[i].drafter);
+        free(out[0]), free(out[1]);
+        fixture_free(&fx);
+    }
+}
+
+// The agreement at start: --tp 1 and --tp 2 say the ranks agree; a disagreement injected on rank 1 refuses to
+// start (exit 2) with the table of every rank and the field named.
+TEST(tp_agreement_refuses_a_disagreeing_rank) {
+    const char *F = "tests/data/fixtures/qwen3_next_moe";
+    char *out = NULL, *cmd = fd_sprintf("%s run %s --ids 1,2,3 -n 2 --tp 1 2>&1", test_bin(), F);
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "tensor parallelism: 1 rank, one host thread each; the ranks agree"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("%s run %s --ids 1,2,3 -n 2 --tp 2 2>&1", test_bin(), F);
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "2 ranks, one host thread each; the ranks agree"), "%s",
+           out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("FD_TP_TEST_DISAGREE=1 %s run %s --ids 1,2,3 -n 2 --tp 2 2>&1", test_bin(), F);
+    EXPECT(test_run(cmd, &out) == 2 && out && strstr(out, "tensor-parallel ranks (2): DISAGREE on weights\n") &&
+               strstr(out, "  rank 0: build ") && strstr(out, "  rank 1: build ") && strstr(out, "| libraries cpu |") &&
+               strstr(out, "refusing to start") && !strstr(out, "generated ids"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+}
+
+// check --tp 2: the rank agreement and the group's all-reduce are screens of the one table; a disagreement
+// injected on rank 1 fails the agreement screen by name (exit 1) and prints the ranks' table.
+TEST(tp_check_ranks_screens) {
+    char *out = NULL, *cmd = fd_sprintf("%s check --tp 2 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 0 && out && strstr(out, "0 failed") && strstr(out, "rank agreement") &&
+               strstr(out, "all_reduce             2 ranks x 4099 act"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("FD_TP_TEST_DISAGREE=1 %s check --tp 2 2>&1", test_bin());
+    const char *row = NULL;
+    EXPECT(test_run(cmd, &out) == 1 && out && (row = strstr(out, "rank agreement")) && strstr(row, "FAIL") &&
+               strstr(row, "FAIL") < strchr(row, '\n') && strstr(out, "DISAGREE on routes") && strstr(out, "1 failed"),
+           "%s", out ? out : "");
+    free(out), free(cmd);
+    cmd = fd_sprintf("FD_CHECK_INJECT=all_reduce %s check --tp 2 2>&1", test_bin());
+    EXPECT(test_run(cmd, &out) == 1 && out && (row = strstr(out, "all_reduce ")) && strstr(row, "FAIL") &&
+               strstr(row, "FAIL") < strchr(row, '\n'),
+           "%s", out ? out : "");
     free(out), free(cmd);
 }

@@ -6,12 +6,15 @@
 #include "cli/cli.h"
 #include "cli/session.h"
 #include "engine/check.h"
+#include "engine/engine_tp.h"
 #include "engine/routes.h"
 
-static const opt_id k_check_opts[] = {O_MODEL, O_RANDOM_WEIGHTS, O_BACKEND, O_THREADS, O_ROUTE, O_COUNT};
-const cmd_spec cmd_check_spec = {"check", "[MODEL_DIR | --random-weights CONFIG.json]",
+static const opt_id k_check_opts[] = {O_MODEL, O_RANDOM_WEIGHTS, O_BACKEND, O_THREADS, O_ROUTE, O_TP, O_COUNT};
+const cmd_spec cmd_check_spec = {"check", "[MODEL_DIR | --random-weights CONFIG.json] [--tp N]",
                                  "float64 screens of this backend's ops (GEMM, GDN chunked and serial, attention "
-                                 "prefill and decode) at the model's shapes, and determinism; exit 0 only if all pass",
+                                 "prefill and decode) at the model's shapes, and determinism; with --tp N also the "
+                                 "ranks' agreement (build, libraries, routes) and the group's all-reduce on every "
+                                 "rank (cuda: device r, NCCL); exit 0 only if all pass",
                                  k_check_opts, NULL};
 
 int cmd_check(int argc, char **argv) {
@@ -32,15 +35,20 @@ int cmd_check(int argc, char **argv) {
         }
         pc = &cfg;
     }
-    fd_backend *be = cli_make_backend(o.backend, o.threads);
-    if (!be) return 2;
-    if (routes_backend_preset(be, o.route_specs, o.n_routes)) {
-        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
-        be->destroy(be);
-        return 2;
+    if (cli_check_tp_devices(&o)) return 2;
+    const int ranks = o.tp ? o.tp : 1; // rank r: its own backend (cuda: device r), the routes preset on each
+    fd_backend *bes[FD_TP_MAX] = {0};
+    for (int r = 0; r < ranks; r++) {
+        bes[r] = cli_make_backend(o.backend, o.threads, r);
+        if (!bes[r] || routes_backend_preset(bes[r], o.route_specs, o.n_routes)) {
+            if (bes[r]) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+            for (int q = 0; q <= r; q++)
+                if (bes[q]) bes[q]->destroy(bes[q]);
+            return 2;
+        }
     }
-    const int failed = fd_check_run(be, pc, stdout);
-    be->destroy(be);
+    const int failed = fd_check_run_ranks(bes, o.tp, pc, stdout);
+    for (int r = 0; r < ranks; r++) bes[r]->destroy(bes[r]);
     if (failed < 0) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         return 2;

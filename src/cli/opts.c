@@ -35,7 +35,7 @@ static const opt_def k_opts[] = {
     {O_JSON, "--json", "FILE", "results as JSON"},
     {O_BACKEND, "--backend", "cpu|cuda", "backend (default cpu)"},
     {O_THREADS, "--threads|-t", "N", "CPU backend threads (env FD_THREADS)"},
-    {O_TP, "--tp", "N", "tensor-parallel ranks: 1, 2, 4 or 8 (cpu backend, one host thread per rank)"},
+    {O_TP, "--tp", "N", "tensor-parallel ranks: 1, 2, 4 or 8, one host thread each (cpu; cuda: device r per rank, NCCL)"},
     {O_ROUTE, "--route", "NAME=VALUE", "an execution route (docs/routes.md; env FD_ROUTE_<NAME>); repeatable"},
     {O_GDN_PREFILL, "--gdn-prefill", "chunked|serial", "shorthand for --route gdn_prefill=..."},
     {O_CTX, "--ctx|-c|--max-model-len", "N", "context capacity, tokens"},

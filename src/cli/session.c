@@ -7,19 +7,23 @@
 #include <unistd.h>
 
 #include "base/threads.h"
+#include "cli/cli.h"
 #include "engine/dflash_tree.h"
+#include "engine/tp_agree.h"
 #include "engine/routes.h"
 #include "engine/trace.h"
 
-fd_backend *cli_make_backend(const char *name, int threads) {
+fd_backend *cli_make_backend(const char *name, int threads, int rank) {
     if (!strcmp(name, "cuda")) {
 #ifdef FD_HAVE_CUDA
-        return fd_backend_cuda_create(0);
+        return fd_backend_cuda_create(rank); // rank r of a tensor-parallel group runs on device r
 #else
+        (void)rank;
         fprintf(stderr, "flashdelta: error: this build has no CUDA backend (rebuild with CUDA=1)\n");
         return NULL;
 #endif
     }
+    (void)rank; // every cpu rank is a backend of its own in this process
     return fd_backend_cpu_create(threads);
 }
 
@@ -77,7 +81,25 @@ static int64_t pick_capacity(const cli_opts *o, const fd_config *c, int64_t toke
     return cap > 0 ? cap : 1;
 }
 
-// --tp N > 1: a backend per further rank, the shards (the plan's refusals name the config field) and the group.
+// Refuses --tp N on a cuda build with fewer than N visible devices (rank r runs on device r), naming both.
+int cli_check_tp_devices(const cli_opts *o) {
+#ifdef FD_HAVE_CUDA
+    if (o->tp > 0 && !strcmp(o->backend, "cuda")) {
+        const int count = fd_cuda_device_count();
+        if (o->tp > count) {
+            fprintf(stderr, "flashdelta: error: --tp %d needs %d CUDA devices (rank r runs on device r); %d %s visible\n",
+                    o->tp, o->tp, count, count == 1 ? "is" : "are");
+            return 1;
+        }
+    }
+#else
+    (void)o;
+#endif
+    return 0;
+}
+
+// --tp N given (1 included: a one-rank group, the same code path as N > 1): a backend per further rank, the shards
+// (the plan's refusals name the config field) and the group.
 static int tp_open(session *s, const cli_opts *o) {
     if (s->trace) {
         fprintf(stderr, "flashdelta: error: --trace records one backend; it does not run with --tp %d\n", o->tp);
@@ -85,7 +107,7 @@ static int tp_open(session *s, const cli_opts *o) {
     }
     fd_backend *bes[FD_TP_MAX] = {s->be};
     for (int r = 1; r < o->tp; r++)
-        if (!(bes[r] = cli_make_backend(o->backend, o->threads))) {
+        if (!(bes[r] = cli_make_backend(o->backend, o->threads, r))) {
             for (int q = 1; q < r; q++) bes[q]->destroy(bes[q]);
             return 1;
         }
@@ -94,6 +116,9 @@ static int tp_open(session *s, const cli_opts *o) {
         for (int r = 1; r < o->tp; r++) bes[r]->destroy(bes[r]);
         return 1;
     }
+    // The full model's device copy on rank 0 serves only a drafter (it reads the target's embedding and LM head);
+    // without one it would be a second copy of every weight beside rank 0's shard (the 27B at --tp 1: ~54 GB).
+    if (!o->draft_dir && !o->draft_random) model_release(&s->model, s->be);
     return 0;
 }
 
@@ -121,14 +146,18 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
                 (long long)tokens, (long long)o->ctx);
         return 1;
     }
-    s->be = cli_make_backend(o->backend, o->threads);
+    if (cli_check_tp_devices(o)) {
+        if (load.on) fputc('\n', stderr);
+        return 1;
+    }
+    s->be = cli_make_backend(o->backend, o->threads, 0);
     if (!s->be) return 1;
     if (o->trace) {
         s->be = trace_wrap(s->be);
         s->trace = o->trace;
     }
     model_upload(&s->model, s->be);
-    if (o->tp > 1 && tp_open(s, o)) {
+    if (o->tp >= 1 && tp_open(s, o)) {
         if (load.on) fputc('\n', stderr);
         return 1;
     }
@@ -163,7 +192,15 @@ static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     // refused here, before any prompt is computed, rather than at the first round
     const fd_route *sv = routes_find(&s->eng, "spec_verify");
     if (s->has_draft && sv && !strcmp(sv->values[*sv->sel], "tree") && engine_tree_supported(&s->eng)) return fail(2);
-    if (s->tp.tp) FD_INFO("tensor parallelism: %d ranks, one host thread each", s->tp.tp);
+    if (s->tp.tp) {
+        // Every rank runs the same build, libraries, routes, configuration and weights, or none runs (exit 2).
+        if (tp_agree(&s->eng, FD_VERSION, stderr)) {
+            fprintf(stderr, "flashdelta: error: the tensor-parallel ranks disagree (table above): refusing to start\n");
+            return 2;
+        }
+        FD_INFO("tensor parallelism: %d rank%s, one host thread each; the ranks agree on build, libraries, routes, "
+                "configuration and weight sample", s->tp.tp, s->tp.tp == 1 ? "" : "s");
+    }
     FD_INFO("backend %s, %d threads, capacity %lld tokens (KV pool %lld), prefill budget %d", s->be->name,
             fd_threads_count(), (long long)eo.capacity, (long long)kv_pool_tokens(s->eng.pool), eo.max_batch);
     if (fd_log_level_enabled(FD_LOG_INFO)) routes_print(&s->eng, stderr);

@@ -12,8 +12,8 @@ typedef struct {
     const char *trace; // write the trace here at close
     fd_model model;
     fd_backend *be;
-    fd_engine eng;       // with --tp N > 1 a tensor-parallel leader over tp's ranks
-    fd_tp_set tp;        // --tp N > 1: the shards and the ranks' backends (bes[0] == be; the others are ours)
+    fd_engine eng;       // with --tp N (1 included, when given) a tensor-parallel leader over tp's ranks
+    fd_tp_set tp;        // --tp N: the shards and the ranks' backends (bes[0] == be; the others are ours)
     fd_drafter dr;
     fd_dflash spec;
     int has_draft;
@@ -25,7 +25,10 @@ typedef struct {
 int session_open(session *s, const cli_opts *o, int64_t tokens);
 void session_close(session *s); // a second close is a no-op
 
-fd_backend *cli_make_backend(const char *name, int threads);
+// The backend `name` for tensor-parallel rank `rank` (cuda: on device rank; 0 outside a group).
+fd_backend *cli_make_backend(const char *name, int threads, int rank);
+// 1 with a message naming both numbers when --tp asks for more CUDA devices than are visible; else 0.
+int cli_check_tp_devices(const cli_opts *o);
 
 // Progress of long work on stderr, only when stderr is a terminal (a pipe or file gets none): a line rewritten in
 // place with done/total, tok/s and the ETA, ended with a newline when the work completes.

@@ -3,6 +3,7 @@
 // in rank order into its private buffer (so every rank computes the same bits, whatever the thread timing), meets
 // them again once everyone has read, and copies the sum back.
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,4 +79,13 @@ void cpu_group_leave(fd_backend *be) {
     }
 }
 
-void cpu_install_group(fd_backend *be) { be->group_join = cpu_group_join; }
+// The reference backend links no kernel library: what a rank reports for the agreement at start (backend.h).
+static void cpu_lib_versions(fd_backend *be, char *buf, size_t cap) {
+    (void)be;
+    snprintf(buf, cap, "cpu");
+}
+
+void cpu_install_group(fd_backend *be) {
+    be->group_join = cpu_group_join;
+    be->lib_versions = cpu_lib_versions;
+}

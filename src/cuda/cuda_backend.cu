@@ -8,6 +8,17 @@
 
 int cu_debug_sync = 0;
 int cu_profile = 0;
+thread_local int cu_thread_device = -1;
+
+void cu_bind_device(int device) {
+    FD_CUDA_CHECK(cudaSetDevice(device));
+    cu_thread_device = device;
+}
+
+extern "C" int fd_cuda_device_count(void) {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0; // no driver / no device: 0, not a panic
+}
 
 void cu_prof_begin(fd_backend *be, cu_prof *p, const char *op, int64_t size) {
     p->on = cu_profile, p->n = 0, p->op = op, p->size = size;
@@ -242,6 +253,7 @@ static void cu_to_f32(fd_backend *be, float *out, const void *x, int64_t count) 
 static void cu_destroy(fd_backend *be) {
     cu_impl *c = cu_of(be);
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cu_group_leave(be); // its communicator uses the stream's device: before the stream goes
     for (int i = 0; i < CU_SCR_COUNT; i++)
         if (c->scratch[i]) FD_CUDA_CHECK(cudaFree(c->scratch[i]));
     for (int i = 0; i < c->n_rope_tab; i++) FD_CUDA_CHECK(cudaFree(c->rope_tab[i].inv));
@@ -291,7 +303,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     int count = 0;
     FD_CUDA_CHECK(cudaGetDeviceCount(&count));
     FD_CHECK(device >= 0 && device < count, "CUDA device %d requested, %d present", device, count);
-    FD_CUDA_CHECK(cudaSetDevice(device));
+    cu_bind_device(device);
     const char *dbg = getenv("FD_CUDA_SYNC");
     cu_debug_sync = dbg && dbg[0] == '1';
     const char *prof = getenv("FD_CUDA_PROFILE");
@@ -333,6 +345,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->release_weight = cu_release_weight;
     be->sync = cu_sync;
     be->destroy = cu_destroy;
+    cu_group_install(be);
     be->embed = cu_embed;
     be->rmsnorm = cu_rmsnorm;
     be->matmul = cu_matmul;

@@ -125,6 +125,10 @@ typedef struct {
     int argmax_host_len;
     void *topk_host; // pinned staging for topk_rows' pairs
     size_t topk_host_bytes;
+    // Tensor parallelism (cuda_group.cu): the group this backend is rank `rank` of, and its NCCL communicator.
+    struct cu_group *group;
+    int rank;
+    void *nccl_comm; // ncclComm_t
 } cu_impl;
 enum {
     CU_ROUTE_GEMM_ACT = 0,
@@ -216,9 +220,21 @@ static __device__ __forceinline__ uint4 cu_kv_oct(const __nv_bfloat16 *b, const 
 }
 cu_kv cu_kv_view(fd_backend *be, const fd_kv_view *view, int Hkv, int hd);
 
+// The device the calling host thread last made current through cu_bind_device (-1: none yet). Rank r of a
+// tensor-parallel group runs on device r, driven by a host thread of its own (engine_tp.c), and the main thread
+// calls into every rank too (uploads, resets, reads): every entry point reaches its state through cu_of, which makes
+// the backend's device current first: one compare per call when a process uses one device.
+extern thread_local int cu_thread_device;
+void cu_bind_device(int device);
 static inline cu_impl *cu_of(fd_backend *be) {
-    return (cu_impl *)be->impl;
+    cu_impl *c = (cu_impl *)be->impl;
+    if (c->device != cu_thread_device) cu_bind_device(c->device);
+    return c;
 }
+
+// cuda_group.cu: group_join / all_reduce / lib_versions on a new backend; leaving the group at destroy.
+void cu_group_install(fd_backend *be);
+void cu_group_leave(fd_backend *be);
 
 // Programmatic dependent launch. Every kernel starts with CU_PDL_ENTER (tests/test_cuda_sources.c checks it): wait
 // until the grid before it in the stream has completed and its memory is visible (a no-op when this grid was

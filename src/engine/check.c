@@ -249,7 +249,10 @@ static void screen_attention(ck *c, const char *what, int n, int64_t pos0, int H
     free(K), free(V), free(q), free(got), free(again), free(want), free(p);
 }
 
-int fd_check_run(fd_backend *be, const fd_config *cfg, FILE *out) {
+int fd_check_run(fd_backend *be, const fd_config *cfg, FILE *out) { return fd_check_run_ranks(&be, 0, cfg, out); }
+
+int fd_check_run_ranks(fd_backend *const *bes, int tp, const fd_config *cfg, FILE *out) {
+    fd_backend *be = bes[0];
     ck c = {be, out, getenv("FD_CHECK_INJECT"), 0x5eed5eedc0ffeeull, 0, 0, 0};
     if (c.inject && !*c.inject) c.inject = NULL;
     fprintf(out, "check: backend %s, routes:", be->name);
@@ -267,6 +270,7 @@ int fd_check_run(fd_backend *be, const fd_config *cfg, FILE *out) {
     const int H = cfg ? cfg->num_heads : 8, Hkv = cfg ? cfg->num_kv_heads : 2, hd = cfg ? cfg->head_dim : 128;
     screen_attention(&c, "attention prefill", 192, 0, H, Hkv, hd);
     screen_attention(&c, "attention decode", 1, 1023, H, Hkv, hd);
+    if (tp > 0) c.failed += fd_check_ranks(bes, tp, out, &c.screens);
     fprintf(out, "%-22s %-38s %10s %10s  %s\n", "determinism", "every screen run twice", "-", "bitwise",
             c.nondet ? "FAIL" : "ok");
     c.screens++;

@@ -14,8 +14,7 @@ int tp_set_init(fd_tp_set *t, const fd_model *full, fd_backend *const *bes, int 
     memset(t, 0, sizeof *t);
     if (tp < 1 || tp > FD_TP_MAX) return fd_error_set("--tp %d: 1..%d ranks", tp, FD_TP_MAX);
     if (!bes[0]->group_join)
-        return fd_error_set("--tp %d: backend %s has no in-process tensor-parallel group (it runs --tp 1 only for now; "
-                            "NCCL is the next step)", tp, bes[0]->name);
+        return fd_error_set("--tp %d: backend %s has no in-process tensor-parallel group", tp, bes[0]->name);
     for (int r = 0; r < tp; r++) {
         if (model_shard(full, r, tp, &t->shards[r])) {
             for (int q = 0; q < r; q++) model_free(&t->shards[q]);
@@ -123,6 +122,11 @@ static void follow_leader(fd_engine *leader, fd_engine *q) {
         for (int i = 0; i < q->be->n_routes && i < r0->be->n_routes; i++) *q->be->routes[i].sel = *r0->be->routes[i].sel;
 }
 
+void engine_tp_sync_routes(fd_engine *e) {
+    if (!e->tp) return;
+    for (int r = 0; r < e->tp->tp; r++) follow_leader(e, &e->tp->ranks[r]);
+}
+
 typedef struct {
     fd_engine *e;
     const int32_t *ids;
@@ -140,8 +144,9 @@ static void *rank_main(void *arg) {
 void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                        const engine_sink *sink, int first) {
     const int tp = e->tp->tp, rows = n - first, V = e->m->cfg.vocab_size;
-    const int want = sink->logits || sink->ids;
-    // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit.
+    // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit. A one-rank group's slice
+    // is the whole vocabulary: its rank takes the caller's sink as it is (no gather, no per-row logit read back).
+    const int want = tp > 1 && (sink->logits || sink->ids);
     float *gathered = want && !sink->logits && sink->params ? fd_malloc(sizeof(float) * (size_t)rows * (size_t)V) : NULL;
     int32_t *rank_ids = want && !sink->logits && !sink->params ? fd_malloc(sizeof(int32_t) * (size_t)rows * tp) : NULL;
     float *rank_best = rank_ids ? fd_malloc(sizeof(float) * (size_t)rows * tp) : NULL;
@@ -155,7 +160,8 @@ void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const
             follow_leader(seqs[k], rs[k]);
         }
         engine_sink s = {0};
-        if (sink->logits) s.logits = sink->logits;
+        if (tp == 1) s = *sink;
+        else if (sink->logits) s.logits = sink->logits;
         else if (gathered) s.logits = gathered;
         else if (rank_ids) {
             s.ids = rank_ids + (size_t)r * rows;

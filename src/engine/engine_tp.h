@@ -7,6 +7,8 @@
 //   greedy    every rank's argmax of its slice and that logit (4 + 4 bytes a row), then the largest over the ranks
 //             in rank order (ties: the lowest id, as engine_argmax) — no logits row is gathered;
 //   sampling  not yet without a gather: the rows are gathered to the host and sampled by rank 0's sample_rows.
+// A one-rank group (an explicit --tp 1) holds the whole vocabulary: its rank takes the caller's outputs as a plain
+// engine does (no gather, no combine), so it costs what the plain engine costs beyond the one-rank all-reduces.
 // Every engine entry point takes a leader where it takes an engine, except the KV snapshots (engine_state.h:
 // es_kv_save / es_kv_load) and a shared KV pool, which are refused.
 #ifndef FD_ENGINE_TP_H
@@ -33,6 +35,9 @@ void tp_set_free(fd_tp_set *t); // releases and frees the shards (before the bac
 int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_engine_opts *opt);
 // Ranks of e (1 for a plain engine) and rank r's engine (e itself for a plain engine).
 int engine_tp_size(const fd_engine *e);
+// Gives every rank the leader's (rank 0's) route selections now, as each forward does (a no-op on a plain engine):
+// the agreement at start (tp_agree.h) compares what the ranks will run.
+void engine_tp_sync_routes(fd_engine *e);
 fd_engine *engine_tp_rank(fd_engine *e, int r);
 
 // ---- between engine.c and engine_tp.c ----

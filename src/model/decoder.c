@@ -6,8 +6,9 @@
 // norm covers every row, not only the LM head's: it costs one extra row pass and saves a launch). The members of
 // the family differ only in their GDN in-projections (k_arch). Under tensor parallelism each rank's mixer and FFN
 // end in a row-parallel projection (out_proj / o_proj, down_proj / the experts' and shared expert's down) that
-// leaves a partial sum in s->y: one all-reduce after each makes y the full output on every rank (never called at
-// tp 1, so one rank runs exactly the ops it ran before tensor parallelism existed).
+// leaves a partial sum in s->y: one all-reduce after each makes y the full output on every rank (called only on a
+// shard of a group, plan.grouped: a plain model runs exactly the ops it ran before tensor parallelism existed, and
+// an explicit --tp 1 runs the one-rank all-reduce, the identity, so its logits are the plain engine's bitwise).
 #include "model/forward.h"
 
 #include <string.h>
@@ -35,7 +36,7 @@ static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)
 
 // The sum of the ranks' partial outputs y [n, hidden].
 static void reduce_partial(const fd_rank_plan *p, fd_backend *be, void *y, int n) {
-    if (p->tp_size > 1) be->all_reduce(be, y, (int64_t)n * p->hidden);
+    if (p->grouped) be->all_reduce(be, y, (int64_t)n * p->hidden);
 }
 
 static void hybrid_forward(const fd_model *m, fd_backend *be, fd_fwd_scratch *s, const fd_fwd_batch *b,
@@ -68,7 +69,7 @@ void model_forward(const fd_model *m, fd_backend *be, fd_fwd_scratch *s, const f
     const arch_forward *a = &k_arch[m->plan.arch];
     FD_CHECK(b->n >= 1 && b->n <= s->rows && a->forward, "forward of %d rows (scratch %d) for architecture %s", b->n,
              s->rows, cfg_arch_name(m->plan.arch));
-    FD_CHECK(m->plan.tp_size == 1 || be->all_reduce, "rank %d of %d on backend %s, which is in no tensor-parallel group",
+    FD_CHECK(!m->plan.grouped || be->all_reduce, "rank %d of %d on backend %s, which is in no tensor-parallel group",
              m->plan.tp_rank, m->plan.tp_size, be->name);
     a->forward(m, be, s, b, a->gdn_in_proj);
 }

@@ -26,6 +26,9 @@ typedef struct {
 
 typedef struct {
     int tp_rank, tp_size;
+    // A shard of a tensor-parallel group (model_shard sets it, at tp 1 too): its forward all-reduces after every
+    // row-parallel projection, so --tp 1 runs the group's code path (a one-rank all-reduce) rather than skipping it.
+    int grouped;
     fd_arch arch;
     int num_layers, hidden;
     float eps;

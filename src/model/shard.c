@@ -221,6 +221,7 @@ int model_shard(const fd_model *full, int rank, int tp, fd_model *out) {
     if (full->plan.tp_size != 1) return fd_error_set("model_shard: the source model is itself a shard");
     out->cfg = full->cfg;
     if (plan_init(&out->plan, &out->cfg, rank, tp)) return -1;
+    out->plan.grouped = 1;
     out->n_params = full->n_params;
     snprintf(out->weight_prefix, sizeof out->weight_prefix, "%s", full->weight_prefix);
     if (shard_all(full, out)) {
