@@ -161,15 +161,18 @@ if has compare; then
         elif cmp -s "$OUT/l_old.f32" "$OUT/l_new.f32"; then echo "  draft $(basename "$d"): identical ($(stat -c %s "$OUT/l_new.f32") bytes)"
         else echo "  draft $(basename "$d"): DIFFERENT"; fi
     done
-    for i in 1 2; do
-        for b in old new; do
-            bin=$BIN; [ $b = old ] && bin=$OLD_BIN
-            stamp "27B bench, $b binary, run $i"
-            timeout 200 "$bin/flashdelta" bench --random-weights bench/configs/qwen3.5-27b.json \
-                --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --backend cuda --oracle-tau 4.74 --decode 32 \
-                --contexts ${CMP_CTX:-1024,32768} >"$OUT/cmp_bench_$b$i.log" 2>&1
-            echo "  exit $?"; grep -E '^bench: ctx' "$OUT/cmp_bench_$b$i.log" | sed 's/^bench: /  /'
-        done
+    # CMP_RUNS: the order of the bench runs; tp1 = this binary with --tp 1 (issue 17: the NCCL path, one rank)
+    i=0
+    for b in ${CMP_RUNS:-old new old new}; do
+        i=$((i + 1))
+        bin=$BIN extra=""
+        [ $b = old ] && bin=$OLD_BIN
+        [ $b = tp1 ] && extra="--tp 1"
+        stamp "27B bench, $b, run $i"
+        timeout 200 "$bin/flashdelta" bench --random-weights bench/configs/qwen3.5-27b.json \
+            --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --backend cuda --oracle-tau 4.74 --decode 32 \
+            --contexts ${CMP_CTX:-1024,32768} $extra >"$OUT/cmp_bench_$b$i.log" 2>&1
+        echo "  exit $?"; grep -E '^bench: ctx|agree|error' "$OUT/cmp_bench_$b$i.log" | sed 's/^bench: /  /' | cut -c1-200
     done
 fi
 if has hfnoise; then
