@@ -171,15 +171,23 @@ static const size_t k_dtype_sizes[FD_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 1, 8, 1, 
 const char *fd_dtype_name(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_names[t] : "?"; }
 size_t fd_dtype_size(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_sizes[t] : 0; }
 
-float fd_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+// A float's bits and back (memcpy: the one well-defined type pun in C).
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
+
+float fd_bf16_to_f32(uint16_t h) {
+    return f32_from_bits((uint32_t)h << 16);
+}
 uint16_t fd_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
@@ -202,13 +210,10 @@ float fd_f16_to_f32(uint16_t h) {
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return f32_from_bits(u);
 }
 uint16_t fd_f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    const uint32_t u = f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000;
     int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
     uint32_t man = u & 0x7fffff;
