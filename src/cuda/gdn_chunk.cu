@@ -31,6 +31,7 @@
 
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
+#include "cuda/gdn_chunk.cuh"
 
 #include "cuda/gdn_gates.h"
 
@@ -39,6 +40,8 @@
 #define LD_T    68   // T, A, P tiles [64][68]
 #define LD_COL  40   // [rows][32 columns] tiles read column-indexed
 #define LD_OCOL 72   // [rows][64 columns] tiles read column-indexed
+
+static_assert(GDN_C == GDN_CHUNK && LD_T == GDN_CHUNK_LD, "gdn_chunk.cuh's tile layout");
 
 // ---- tensor-core helpers ----
 static __device__ __forceinline__ uint32_t tf32_bits(float x) {
@@ -228,23 +231,7 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
         if (n0 <= mt * 16 + 15)
             warp_mma3_pair<4>(kk, qk, Ks + mt * 16 * ldk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
-        float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) { // e2: rows g / g + 8
-                const int i = mt * 16 + g + 8 * e2, jj = n0 + 8 * j + 2 * c;
-                float pv[2];
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++) {
-                    const int col = jj + e1;
-                    const bool in = i < L && col <= i;
-                    const float dec = in ? expf(gam[i] - gam[col]) : 0.f;
-                    As[i * LD_T + col] = in && col < i ? bet[i] * kk[j][2 * e2 + e1] * dec : 0.f;
-                    pv[e1] = in ? qk[j][2 * e2 + e1] * dec : 0.f;
-                }
-                *(float2 *)(Pc + i * GDN_C + jj) = make_float2(pv[0], pv[1]);
-            }
+        gdn_decay_mask(As, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, kk, qk, gam, bet, mt, n0, g, c, L);
     }
     __syncthreads();
     // Q is consumed: V of head h goes into its place while T is solved
@@ -252,41 +239,7 @@ __global__ void __launch_bounds__(256)
               2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
     cu_cp_async_commit();
 
-    // T = (I + A)^-1, lower triangular, in 16 x 16 blocks (i, j): diagonal blocks by forward substitution (one
-    // thread per column), then T_ij = -T_ii sum_{j <= k < i} A_ik T_kj by block distance i - j = 1, 2, 3.
-    if (threadIdx.x < GDN_C) {
-        const int b16 = (threadIdx.x >> 4) * 16, j = threadIdx.x & 15;
-        float x[16];
-#pragma unroll
-        for (int r = 0; r < 16; r++) {
-            float s = r == j ? 1.f : 0.f;
-#pragma unroll
-            for (int k = 0; k < r; k++) s -= As[(b16 + r) * LD_T + b16 + k] * x[k];
-            x[r] = s;
-            Ts[(b16 + r) * LD_T + b16 + j] = s;
-        }
-    }
-    __syncthreads();
-    for (int d = 1; d < 4; d++) {
-        const int nb = 4 - d;
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, r = (e >> 4) & 15, cc = e & 15;
-            const float *Ar = As + (bi * 16 + r) * LD_T;
-            float s = 0.f;
-            for (int k = bj * 16; k < bi * 16; k++) s += Ar[k] * Ts[k * LD_T + bj * 16 + cc];
-            Xs[e] = s;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, r = (e >> 4) & 15, cc = e & 15;
-            const float *Tr = Ts + (bi * 16 + r) * LD_T + bi * 16;
-            float s = 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; m++) s += Tr[m] * Xs[bj * 256 + m * 16 + cc];
-            Ts[(bi * 16 + r) * LD_T + bj * 16 + cc] = -s;
-        }
-        __syncthreads();
-    }
+    gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 (gdn_chunk.cuh)
     cu_cp_async_wait<0>();
     __syncthreads();
     // fold the row scales into the right-hand sides: V rows by beta, K rows by beta exp(gamma)
@@ -345,15 +298,7 @@ __global__ void __launch_bounds__(256)
     float *Uh = UV + (int64_t)h * n * dv, *Sg = state + (int64_t)h * dk * dv;
 
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
-            }
+    gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
     tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
     cu_cp_async_commit();
     tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
@@ -432,16 +377,7 @@ __global__ void __launch_bounds__(256)
                       min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cu_cp_async_commit();
     }
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-        if (w + 8 * m < nmt)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                    if (i < dk && col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
-                }
+    gdn_state_store(Sg, S, w, g, c, nmt, col0, dk, dv);
 }
 
 // ---------------------------------------------------------------------------------------------------------

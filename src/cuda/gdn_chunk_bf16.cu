@@ -32,6 +32,7 @@
 #include "cuda/cuda_common.h"
 
 #include "cuda/cp_async.cuh"
+#include "cuda/gdn_chunk.cuh"
 #include "cuda/gdn_gates.h"
 #include "cuda/mma.cuh"
 
@@ -42,6 +43,7 @@
 #define GB_LDC  72   // bf16 tiles whose row is one chunk (T, P, Vnew^T): 64 + 8
 
 typedef __nv_bfloat16 bf16;
+static_assert(GB_C == GDN_CHUNK && GB_LDF == GDN_CHUNK_LD, "gdn_chunk.cuh's tile layout");
 
 static __device__ __forceinline__ int pad32(int x) {
     return (x + 31) & ~31;
@@ -212,23 +214,7 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
         if (n0 <= mt * 16 + 15)
             warp_mma_bf16_pair<4>(kk, qk, Kb + mt * 16 * ldk, QV + mt * 16 * ldk, ldk, Kb + n0 * ldk, ldk, dkp / 16);
-        bf16 *Pc = P + ((int64_t)h * nch + ch) * GB_C * GB_C;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) { // e2: rows g / g + 8
-                const int i = mt * 16 + g + 8 * e2, jj = n0 + 8 * j + 2 * c;
-                float pv[2];
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++) {
-                    const int col = jj + e1;
-                    const bool in = i < L && col <= i;
-                    const float dec = in ? expf(gam[i] - gam[col]) : 0.f;
-                    As[i * GB_LDF + col] = in && col < i ? bet[i] * kk[j][2 * e2 + e1] * dec : 0.f;
-                    pv[e1] = in ? qk[j][2 * e2 + e1] * dec : 0.f;
-                }
-                *(__nv_bfloat162 *)(Pc + i * GB_C + jj) = __floats2bfloat162_rn(pv[0], pv[1]);
-            }
+        gdn_decay_mask(As, P + ((int64_t)h * nch + ch) * GB_C * GB_C, kk, qk, gam, bet, mt, n0, g, c, L);
     }
     __syncthreads();
     // Q is consumed: bf16(beta V) of head h goes into its place, and K's rows become bf16(beta exp(gamma) K)
@@ -243,41 +229,7 @@ __global__ void __launch_bounds__(256)
             Kb[rr * ldk + cc] = __float2bfloat16_rn(__bfloat162float(Kb[rr * ldk + cc]) * bet[rr] * expf(gam[rr]));
         }
     }
-    // T = (I + A)^-1 in fp32 (gdn_chunk.cu's blocked substitution): 16 x 16 diagonal blocks by forward
-    // substitution (one thread per column), then T_ij = -T_ii sum_{j <= k < i} A_ik T_kj by block distance 1..3
-    if (threadIdx.x < GB_C) {
-        const int b16 = (threadIdx.x >> 4) * 16, j = threadIdx.x & 15;
-        float x[16];
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) {
-            float s = rr == j ? 1.f : 0.f;
-#pragma unroll
-            for (int k = 0; k < rr; k++) s -= As[(b16 + rr) * GB_LDF + b16 + k] * x[k];
-            x[rr] = s;
-            Ts[(b16 + rr) * GB_LDF + b16 + j] = s;
-        }
-    }
-    __syncthreads();
-    for (int d = 1; d < 4; d++) {
-        const int nb = 4 - d;
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, rr = (e >> 4) & 15, cc = e & 15;
-            const float *Ar = As + (bi * 16 + rr) * GB_LDF;
-            float s = 0.f;
-            for (int k = bj * 16; k < bi * 16; k++) s += Ar[k] * Ts[k * GB_LDF + bj * 16 + cc];
-            Xs[e] = s;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, rr = (e >> 4) & 15, cc = e & 15;
-            const float *Tr = Ts + (bi * 16 + rr) * GB_LDF + bi * 16;
-            float s = 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; m++) s += Tr[m] * Xs[bj * 256 + m * 16 + cc];
-            Ts[(bi * 16 + rr) * GB_LDF + bj * 16 + cc] = -s;
-        }
-        __syncthreads();
-    }
+    gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 in fp32 (gdn_chunk.cuh), the tf32x3 set's substitution
     for (int e = threadIdx.x; e < GB_C * GB_C; e += blockDim.x) {
         const int rr = e >> 6, cc = e & 63;
         Tb[rr * GB_LDC + cc] = __float2bfloat16_rn(Ts[rr * GB_LDF + cc]);
@@ -335,15 +287,7 @@ __global__ void __launch_bounds__(256, 2)
     float *Sg = state + (int64_t)h * dk * dv;
 
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
-            }
+    gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
     const int L0 = min(GB_C, n);
     tile_load_bf16(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
     tile_load_bf16(Qb, ldk, qg, qk_stride, GB_C, L0, dk, dkp);
@@ -453,16 +397,7 @@ __global__ void __launch_bounds__(256, 2)
         }
         cu_cp_async_commit();
     }
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-        if (w + 8 * m < nmt)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                    if (i < dk && col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
-                }
+    gdn_state_store(Sg, S, w, g, c, nmt, col0, dk, dv);
 }
 
 // ---------------------------------------------------------------------------------------------------------
