@@ -127,28 +127,7 @@ static __device__ __forceinline__ void warp_mma3_pair(float (*acc1)[4], float (*
     }
 }
 
-// ---- asynchronous tile loads (cuda/cp_async.cuh) ----
-
-// dst[r][col] (leading dimension ld) = src[r * stride + col] for r < rows_valid, col < cols_valid, 0 elsewhere
-// in [0, rows) x [0, cols_pad) (cols_pad % 4 == 0). 16-byte cp.async when the source rows allow it, plain loads
-// otherwise (odd dv); the caller commits / waits (the plain path has nothing pending, so waiting is harmless).
-static __device__ void tile_load(float *dst, int ld, const float *src, int64_t stride, int rows, int rows_valid,
-                                 int cols_valid, int cols_pad) {
-    const bool vec = ((((uintptr_t)src) | (uintptr_t)(stride * 4)) & 15) == 0 && (cols_valid & 3) == 0;
-    if (vec) {
-        const int c4n = cols_pad / 4;
-        for (int e = threadIdx.x; e < rows * c4n; e += blockDim.x) {
-            int r = e / c4n, c4 = (e - r * c4n) * 4;
-            bool ok = r < rows_valid && c4 < cols_valid;
-            cu_cp_async16(dst + r * ld + c4, ok ? src + (int64_t)r * stride + c4 : src, ok);
-        }
-    } else {
-        for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
-            int r = e / cols_pad, cc = e - r * cols_pad;
-            dst[r * ld + cc] = r < rows_valid && cc < cols_valid ? src[(int64_t)r * stride + cc] : 0.f;
-        }
-    }
-}
+// ---- asynchronous tile loads: gdn_tile_load (gdn_chunk.cuh) ----
 
 // gam[i] = g_0 + ... + g_i over the chunk (g = 0 past L), by one warp: two elements per lane and a shuffle scan.
 static __device__ void chunk_cumsum(float *gam, const float *g_row, int step, int L) {
@@ -211,8 +190,8 @@ __global__ void __launch_bounds__(256)
     float *Ks = (float *)sm4, *QV = Ks + GDN_C * ldk, *As = QV + GDN_C * max(ldk, ldv), *Ts = As + GDN_C * LD_T;
     float *Xs = Ts + GDN_C * LD_T, *gam = Xs + 3 * 256, *bet = gam + GDN_C;
 
-    tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
-    tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
     cu_cp_async_commit();
     if (threadIdx.x < GDN_C) bet[threadIdx.x] = threadIdx.x < L ? beta[(int64_t)(t0 + threadIdx.x) * Hv + h] : 0.f;
     chunk_cumsum(gam, gg + (int64_t)t0 * Hv + h, Hv, L);
@@ -235,8 +214,8 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
     // Q is consumed: V of head h goes into its place while T is solved
-    tile_load(QV, ldv, qkv + (int64_t)t0 * (2 * Hk * dk + Hv * dv) + 2 * Hk * dk + (int64_t)h * dv,
-              2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
+    gdn_tile_load(QV, ldv, qkv + (int64_t)t0 * (2 * Hk * dk + Hv * dv) + 2 * Hk * dk + (int64_t)h * dv,
+                  2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
     cu_cp_async_commit();
 
     gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 (gdn_chunk.cuh)
@@ -299,9 +278,9 @@ __global__ void __launch_bounds__(256)
 
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
     gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
-    tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
+    gdn_tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
     cu_cp_async_commit();
-    tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
+    gdn_tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
     cu_cp_async_commit();
     // gamma of the next chunk travels in a register (thread i < 64 holds row i), so its load is off the chain
     const float *gh = gcum + (int64_t)h * n;
@@ -356,7 +335,7 @@ __global__ void __launch_bounds__(256)
         cu_cp_async_wait<0>(); // this chunk's K
         __syncthreads();    // Ws consumed, Vs and Ks complete
         if (ch + 1 < nch)
-            tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
+            gdn_tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cu_cp_async_commit();
         // S <- exp(gamma_last) S + K^T Vs
         {
@@ -373,8 +352,8 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads(); // Ks, Vs, gam, Ss consumed
         if (ch + 1 < nch)
-            tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
-                      min(GDN_C, n - t0 - GDN_C), dk, dkp);
+            gdn_tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
+                          min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cu_cp_async_commit();
     }
     gdn_state_store(Sg, S, w, g, c, nmt, col0, dk, dv);
@@ -396,10 +375,10 @@ __global__ void __launch_bounds__(256)
     float *Qs = (float *)sm4, *Hsm = Qs + GDN_C * ldq, *Pm = Hsm + dkp * LD_OCOL, *Vm = Pm + GDN_C * LD_T;
     float *gam = Vm + GDN_C * LD_OCOL;
 
-    tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
-    tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
-    tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
-    tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
+    gdn_tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
+    gdn_tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
+    gdn_tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
     cu_cp_async_commit();
     chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
     cu_cp_async_wait<0>();

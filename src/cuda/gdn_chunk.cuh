@@ -8,8 +8,42 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "cuda/cp_async.cuh"
+
 #define GDN_CHUNK    64 // tokens per chunk
 #define GDN_CHUNK_LD 68 // leading dimension of the fp32 [64][68] A and T tiles
+
+static __device__ __forceinline__ float gdn_zero(const float *) {
+    return 0.f;
+}
+static __device__ __forceinline__ __nv_bfloat16 gdn_zero(const __nv_bfloat16 *) {
+    return __float2bfloat16_rn(0.f);
+}
+
+// dst[r][col] (leading dimension ld, a multiple of 16 bytes) = src[r * stride + col] for r < rows_valid,
+// col < cols_valid, 0 elsewhere in [0, rows) x [0, cols_pad) (cols_pad a multiple of 16 bytes), T = float or
+// bf16: 16-byte cp.async when the source rows allow it, plain loads otherwise (odd dv); the caller commits and
+// waits either way (the plain path has nothing pending, so waiting is harmless).
+template <typename T>
+static __device__ void gdn_tile_load(T *dst, int ld, const T *src, int64_t stride, int rows, int rows_valid,
+                                     int cols_valid, int cols_pad) {
+    constexpr int PER = 16 / sizeof(T); // elements per 16-byte copy
+    const bool vec = ((((uintptr_t)src) | (uintptr_t)(stride * sizeof(T))) & 15) == 0 && (cols_valid & (PER - 1)) == 0;
+    if (vec) {
+        const int cpn = cols_pad / PER;
+        for (int e = threadIdx.x; e < rows * cpn; e += blockDim.x) {
+            const int r = e / cpn, cp = (e - r * cpn) * PER;
+            const bool ok = r < rows_valid && cp < cols_valid;
+            cu_cp_async16(dst + r * ld + cp, ok ? src + (int64_t)r * stride + cp : src, ok);
+        }
+    } else {
+        const T zero = gdn_zero(src);
+        for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
+            const int r = e / cols_pad, cc = e - r * cols_pad;
+            dst[r * ld + cc] = r < rows_valid && cc < cols_valid ? src[(int64_t)r * stride + cc] : zero;
+        }
+    }
+}
 
 // Two adjacent P elements: fp32 (tf32x3 set) or bf16 rounded to nearest (bf16 set).
 static __device__ __forceinline__ void gdn_store_p_pair(float *p, float v0, float v1) {

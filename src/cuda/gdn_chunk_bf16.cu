@@ -112,28 +112,6 @@ static __device__ __forceinline__ void warp_mma_bf16_pair(float (*acc1)[4], floa
     }
 }
 
-// dst[r][col] (leading dimension ld, a multiple of 8) = src[r * stride + col] for r < rows_valid, col < cols_valid,
-// 0 elsewhere in [0, rows) x [0, cols_pad) (cols_pad % 8 == 0). 16-byte cp.async when the source allows it, plain
-// loads otherwise (the caller commits and waits either way).
-static __device__ void tile_load_bf16(bf16 *dst, int ld, const bf16 *src, int64_t stride, int rows, int rows_valid,
-                                      int cols_valid, int cols_pad) {
-    const bool vec = ((((uintptr_t)src) | (uintptr_t)(stride * 2)) & 15) == 0 && (cols_valid & 7) == 0;
-    if (vec) {
-        const int c8n = cols_pad / 8;
-        for (int e = threadIdx.x; e < rows * c8n; e += blockDim.x) {
-            const int r = e / c8n, c8 = (e - r * c8n) * 8;
-            const bool ok = r < rows_valid && c8 < cols_valid;
-            cu_cp_async16(dst + r * ld + c8, ok ? src + (int64_t)r * stride + c8 : src, ok);
-        }
-    } else {
-        const bf16 zero = __float2bfloat16_rn(0.f);
-        for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
-            const int r = e / cols_pad, cc = e - r * cols_pad;
-            dst[r * ld + cc] = r < rows_valid && cc < cols_valid ? src[(int64_t)r * stride + cc] : zero;
-        }
-    }
-}
-
 // row[col], row[col + 1] = v0, v1 rounded to bf16, the ones below ncol; one 32-bit store when aligned.
 static __device__ __forceinline__ void store_pair_bf16(bf16 *row, int col, float v0, float v1, int ncol) {
     if (col + 1 < ncol && ((uintptr_t)(row + col) & 3) == 0) {
@@ -289,11 +267,11 @@ __global__ void __launch_bounds__(256, 2)
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
     gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
     const int L0 = min(GB_C, n);
-    tile_load_bf16(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
-    tile_load_bf16(Qb, ldk, qg, qk_stride, GB_C, L0, dk, dkp);
+    gdn_tile_load(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
+    gdn_tile_load(Qb, ldk, qg, qk_stride, GB_C, L0, dk, dkp);
     cu_cp_async_commit();
-    tile_load_bf16(Kb, ldk, kg, qk_stride, GB_C, L0, dk, dkp);
-    tile_load_bf16(Pb, GB_LDC, Ph, GB_C, GB_C, GB_C, GB_C, GB_C);
+    gdn_tile_load(Kb, ldk, kg, qk_stride, GB_C, L0, dk, dkp);
+    gdn_tile_load(Pb, GB_LDC, Ph, GB_C, GB_C, GB_C, GB_C, GB_C);
     cu_cp_async_commit();
     // this thread's U elements of the Vnew tile (rows 16 (w & 3).., columns 16 (w >> 2)..) and gamma (thread
     // i < 64: row i) travel one chunk ahead in registers, so their loads are off the chain
@@ -357,8 +335,8 @@ __global__ void __launch_bounds__(256, 2)
         cu_cp_async_wait<0>(); // this chunk's K and P
         __syncthreads();       // Wb, Qb, SbT consumed; VbT, VdT, Kb, Pb complete
         if (Ln > 0) {
-            tile_load_bf16(Wb, ldk, Wh + (int64_t)(t0 + GB_C) * dk, dk, GB_C, Ln, dk, dkp);
-            tile_load_bf16(Qb, ldk, qg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Wb, ldk, Wh + (int64_t)(t0 + GB_C) * dk, dk, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Qb, ldk, qg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
         }
         cu_cp_async_commit();
 #pragma unroll
@@ -392,8 +370,8 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads(); // Kb, Pb, VbT, VdT, gam consumed
         if (Ln > 0) {
-            tile_load_bf16(Kb, ldk, kg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
-            tile_load_bf16(Pb, GB_LDC, Ph + (int64_t)(ch + 1) * GB_C * GB_C, GB_C, GB_C, GB_C, GB_C, GB_C);
+            gdn_tile_load(Kb, ldk, kg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Pb, GB_LDC, Ph + (int64_t)(ch + 1) * GB_C * GB_C, GB_C, GB_C, GB_C, GB_C, GB_C);
         }
         cu_cp_async_commit();
     }
