@@ -14,21 +14,25 @@
 static _Thread_local char g_err[1024];
 static _Thread_local int g_err_code;
 
+// The thread's error: the message and its code.
+static FD_PRINTF(2, 0) void error_vset(int code, const char *fmt, va_list ap) {
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    g_err_code = code;
+}
+
 int fd_error_set(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    error_vset(FD_ERR_GENERIC, fmt, ap);
     va_end(ap);
-    g_err_code = FD_ERR_GENERIC;
     return -1;
 }
 
 int fd_error_set_code(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    error_vset(code, fmt, ap);
     va_end(ap);
-    g_err_code = code;
     return -1;
 }
 
