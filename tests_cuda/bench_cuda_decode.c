@@ -81,8 +81,8 @@ TEST(bench_cuda_fused_norms) {
 
 // ---- GDN recurrence for decode and verify (serial route, 27B layer: Hk 16, Hv 48, dk dv 128) ----
 // GPU time per call from CUDA events (bench_event_us: `calls` back-to-back calls behind a 512 MB memset, median of
-// 11). The calls rotate through REC_STATES
-// state buffers (100 MB, one per layer as in a decode step), so every call reads its state from DRAM, not L2.
+// 11). The calls rotate through REC_STATES state buffers (100 MB, one per layer as in a decode step), so every call
+// reads its state from DRAM, not L2.
 // The serial kernel (k_gdn_rec), n = 1 (decode),
 // 8 and 16 (verify; with per-token state slots as DFlash writes them, and without), 4096 (serial prefill).
 // GB/s: state read + written, q/k/v rows read, outputs and slots written, over 4250 (copy bandwidth). Also

@@ -41,9 +41,6 @@ static int fixture_present(const char *name) {
     return have;
 }
 
-// Where the GPU's greedy leaves HF's at new token s, the GPU's pick must beat HF's token by a near tie on the GPU's
-// own logits after HF's tokens (cuda_rig_greedy_parts_at_near_tie), at the bound the logits test admits (TOL_MODEL,
-// 2e-2): a logit gap bf16 noise of that size can turn; a clearly worse pick fails.
 // Per-position rel-L2 of the prompt's logits vs HF (err[t]) on a fresh engine, and the whole prompt's.
 static double prompt_errors(fd_model *m, const fd_engine_opts *o, const fixture *fx, double *err) {
     fd_engine e;
@@ -129,6 +126,8 @@ TEST(cuda_int4_fixtures_match_hf) {
                        all, worst);
             }
             if (same < fx.n_greedy) {
+                // the GPU's pick must beat HF's token by a near tie on the GPU's own logits after HF's tokens, at
+                // the bound the logits test admits (TOL_MODEL, 2e-2): a gap bf16 noise of that size can turn
                 double gap = NAN, bound = NAN;
                 const int tie = cuda_rig_greedy_parts_at_near_tie(gpu(), &m, &o, fx.ids, fx.n_ids, fx.greedy, same,
                                                                   out[same], fx.greedy[same], TOL_MODEL, &gap, &bound);

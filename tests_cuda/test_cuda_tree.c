@@ -13,7 +13,6 @@
 //     as above), and emitted tokens/round against the chain's (the CPU measured 3.837 at budget 32 vs 2.938 =
 //     1.31x; issue 22 asks >= 1.3x), with the host clock per round (launch-bound at this size: not the 27B's cost).
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
