@@ -127,7 +127,7 @@ static __device__ __forceinline__ void warp_mma3_pair(float (*acc1)[4], float (*
     }
 }
 
-// ---- asynchronous tile loads: gdn_tile_load (gdn_chunk.cuh) ----
+// ---- chunk gates (the tile loads, the decay mask, the inverse and the state fragments: gdn_chunk.cuh) ----
 
 // gam[i] = g_0 + ... + g_i over the chunk (g = 0 past L), by one warp: two elements per lane and a shuffle scan.
 static __device__ void chunk_cumsum(float *gam, const float *g_row, int step, int L) {
