@@ -172,6 +172,14 @@ int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value) {
     return -1;
 }
 
+int64_t cuda_rig_route_value_calls(fd_backend *be, const char *route, const char *value) {
+    for (int i = 0; i < be->n_routes; i++)
+        if (!strcmp(be->routes[i].name, route))
+            for (int v = 0; be->routes[i].values[v]; v++)
+                if (!strcmp(be->routes[i].values[v], value)) return be->routes[i].calls[v];
+    return -1;
+}
+
 double cuda_rig_cmp(const char *what, const float *got, const float *want, size_t n, double tol) {
     const double e = test_rel_l2(got, want, n);
     EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);

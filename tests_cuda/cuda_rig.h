@@ -84,6 +84,8 @@ void cuda_rig_weight_free(cuda_rig *r, cuda_rig_weight *w);
 float *cuda_rig_gpu_matmul(fd_backend *g, const float *x, const fd_weight *W, int n);
 // Calls counted so far under value index `value` of backend route `route` (-1: no such route).
 int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value);
+// The same by the value's name (-1: no such route or value).
+int64_t cuda_rig_route_value_calls(fd_backend *be, const char *route, const char *value);
 // Where two greedy generations that agree on prefix[0..s) part at new token s, the GPU's `pick` against `other`:
 // accepted only at a near tie, i.e. on the GPU's own logits after prompt + prefix[0..s) (a fresh engine on m with
 // options o) the gap logit[pick] - logit[other] is within [0, 2 x tol x the row's rms], a gap that rounding of

@@ -25,13 +25,9 @@ static double check_bf16(const int *calls, int ncalls, int Hk, int Hv, int dk, i
 }
 
 static int64_t chunk_calls(const char *value) {
-    for (int i = 0; i < gpu()->n_routes; i++) {
-        const fd_route *r = &gpu()->routes[i];
-        if (strcmp(r->name, "gdn_chunk")) continue;
-        for (int v = 0; r->values[v]; v++)
-            if (!strcmp(r->values[v], value)) return r->calls[v];
-    }
-    FD_PANIC("cuda route gdn_chunk has no value %s", value);
+    const int64_t calls = cuda_rig_route_value_calls(gpu(), "gdn_chunk", value);
+    if (calls < 0) FD_PANIC("cuda route gdn_chunk has no value %s", value);
+    return calls;
 }
 
 TEST(cuda_gdn_bf16_vs_cpu_and_fp64) {

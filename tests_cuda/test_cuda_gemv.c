@@ -49,12 +49,7 @@ static void set_route(const char *route, const char *value) {
 
 // Calls counted under a route's value `value` so far.
 static int64_t route_calls(const char *route, const char *value) {
-    fd_backend *g = gpu();
-    for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, route))
-            for (int v = 0; g->routes[i].values[v]; v++)
-                if (!strcmp(g->routes[i].values[v], value)) return g->routes[i].calls[v];
-    return -1;
+    return cuda_rig_route_value_calls(gpu(), route, value);
 }
 static int64_t small_calls(const char *value) {
     return route_calls("gemm_small", value);

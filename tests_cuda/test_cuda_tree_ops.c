@@ -175,9 +175,7 @@ TEST(cuda_tree_gdn_path_equals_chain) {
 
 // ---- attention ----
 static int64_t attn_calls(fd_backend *g, int value) {
-    for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, "attn_kernel")) return g->routes[i].calls[value];
-    return -1;
+    return cuda_rig_route_calls(g, "attn_kernel", value);
 }
 
 // K/V at positions [0, pos0 + n) on both backends, then the tree's attention; returns the rel-L2. With chain_too
