@@ -65,26 +65,26 @@ int fd_error_prefix(const char *fmt, ...) {
 const char *fd_error_msg(void) { return g_err[0] ? g_err : "unknown error"; }
 void fd_error_clear(void) { g_err[0] = 0, g_err_code = FD_ERR_GENERIC; }
 
+// The rest of a fatal message after its prefix: the formatted text and a newline, flushed, then abort.
+static FD_NORETURN FD_PRINTF(1, 0) void panic_vfinish(const char *fmt, va_list ap) {
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
 void fd_panic(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "flashdelta: fatal: %s:%d: ", file, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-    abort();
+    panic_vfinish(fmt, ap); // aborts: no va_end needed after it
 }
 
 void fd_panic_check(const char *file, int line, const char *cond, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "flashdelta: fatal: %s:%d: check failed: %s", file, line, cond);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-    abort();
+    panic_vfinish(fmt, ap);
 }
 
 void *fd_malloc(size_t n) {
