@@ -29,6 +29,31 @@ void spec_rig_close(spec_rig *r) {
     fixture_free(&r->fx);
 }
 
+void spec_rig_release_close(spec_rig *r, fd_backend *be) {
+    drafter_release(&r->d, be);
+    model_release(&r->m, be);
+    spec_rig_close(r);
+}
+
+int spec_rig_plain_greedy(spec_rig *r, fd_backend *be, fd_engine *plain, int32_t *ref) {
+    FD_TRY(engine_init(plain, &r->m, be, &r->e.opt));
+    if (engine_generate_greedy(plain, r->fx.ids, r->fx.n_ids, 64, r->fx.n_greedy, ref) == 0) return 0;
+    engine_free(plain);
+    return -1;
+}
+
+int trained_pair_load(fd_backend *be, const fd_load_opts *lo, fd_model *m, fd_drafter *d) {
+    FD_TRY(model_load_with(TRAINED_TARGET_DIR, lo, m));
+    model_upload(m, be);
+    if (drafter_load(TRAINED_DRAFT_DIR, m, d)) {
+        model_release(m, be);
+        model_free(m);
+        return -1;
+    }
+    drafter_upload(d, be);
+    return 0;
+}
+
 float *dflash_fixture_f32(const char *drafter, const char *file, size_t n) {
     char *p = fd_sprintf("tests/data/dflash/%s/%s", drafter, file);
     float *f = test_read_f32(p, n);

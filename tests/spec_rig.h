@@ -18,6 +18,13 @@ typedef struct {
 // block 0 = the drafter's; capacity 0 = prompt + 64. Prefill budget 64. Returns 0 or -1 (fd_error set).
 int spec_rig_open(spec_rig *r, fd_backend *be, const char *target, const char *drafter, int block, int64_t capacity);
 void spec_rig_close(spec_rig *r);
+// spec_rig_close after releasing the model's and the drafter's copies on `be` (the GPU tests open many rigs in one
+// process).
+void spec_rig_release_close(spec_rig *r, fd_backend *be);
+// The plain greedy reference beside a rig: inits `plain` on r's model and backend with r's engine options and
+// generates the fixture's r->fx.n_greedy new tokens after its prompt (prefill budget 64) into ref. Returns 0 or -1
+// (fd_error set; `plain` needs engine_free only on 0).
+int spec_rig_plain_greedy(spec_rig *r, fd_backend *be, fd_engine *plain, int32_t *ref);
 // tests/data/dflash/DRAFTER/FILE as n floats, NULL if missing or of another size.
 float *dflash_fixture_f32(const char *drafter, const char *file, size_t n);
 // tests/data/dflash/DRAFTER/draft.json (the reference's anchor, argmax and selector paths), NULL if missing.
@@ -25,7 +32,13 @@ json_t *dflash_fixture_meta(const char *drafter);
 // 1 when the json array `key` of meta equals got[0..n).
 int dflash_meta_ids_equal(json_t *meta, const char *key, const int32_t *got, int n);
 
-// ---- the trained pair's held-out prompts (tests/data/trained/val_prompts.json: [{"ids": [...]}, ...]) ----
+// ---- the trained pair (models/tiny-qwen35 + models/tiny-qwen35-dflash, tools/train_tiny.py) ----
+#define TRAINED_TARGET_DIR "models/tiny-qwen35"
+#define TRAINED_DRAFT_DIR  "models/tiny-qwen35-dflash"
+// Loads the pair (the target with load options lo, NULL: as published) and uploads both to be. Returns 0 or -1
+// (fd_error set).
+int trained_pair_load(fd_backend *be, const fd_load_opts *lo, fd_model *m, fd_drafter *d);
+// Its held-out prompts (tests/data/trained/val_prompts.json: [{"ids": [...]}, ...]):
 // The prompts array, or NULL with fd_error set.
 json_t *held_out_prompts(void);
 // Prompt p's ids (malloc'ed, *n of them).

@@ -1,10 +1,12 @@
-// Helpers shared by the op benches (bench_cuda_ops.c, bench_cuda_gemv.c, bench_cuda_decode.c): bench_common.h.
+// Helpers shared by the op benches (bench_cuda_ops.c, bench_cuda_gemv.c, bench_cuda_decode.c, bench_cuda_tree.c):
+// bench_common.h.
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tests/test.h"
 #include "bench_common.h"
+#include "cuda/cuda.h"
 #include "cuda_rig.h"
 
 fd_backend *B(void) {
@@ -102,6 +104,27 @@ double time_be_ms(fd_backend *be, bench_fn fn, void *ctx) {
     }
     qsort(t, 5, sizeof t[0], cmp_d);
     return t[2];
+}
+
+double bench_event_us(bench_fn fn, void *ctx, int calls, void *spacer) {
+    cudaEvent_t e0, e1;
+    ASSERT(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess, "cudaEventCreate");
+    for (int w = 0; w < 3; w++) fn(ctx);
+    B()->sync(B());
+    double t[11];
+    for (int r = 0; r < 11; r++) {
+        B()->zero(B(), spacer, (size_t)512 << 20);
+        fd_cuda_record_event(B(), e0);
+        for (int k = 0; k < calls; k++) fn(ctx);
+        fd_cuda_record_event(B(), e1);
+        ASSERT(cudaEventSynchronize(e1) == cudaSuccess, "cudaEventSynchronize");
+        float ms = 0;
+        ASSERT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess, "cudaEventElapsedTime");
+        t[r] = 1e3 * ms / calls;
+    }
+    qsort(t, 11, sizeof t[0], cmp_d);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return t[5];
 }
 
 void row(const char *what, double ms, double flop, double bytes) {

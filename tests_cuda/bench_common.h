@@ -17,6 +17,10 @@ typedef void (*bench_fn)(void *ctx);
 extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
 double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
 double time_be_ms(fd_backend *be, bench_fn fn, void *ctx);              // the same, synchronising `be`
+// GPU time per call, us, from CUDA events on B()'s stream: a memset of `spacer` (512 MB) first keeps the GPU busy
+// while the host queues the start event and `calls` back-to-back fn(ctx) (so the host's launch cost is hidden, as
+// in a graph replay or a deep queue) and flushes L2; median of 11 such samples after 3 warm-up calls.
+double bench_event_us(bench_fn fn, void *ctx, int calls, void *spacer);
 // reps back-to-back matmuls of x [n, k] on B(), cycling through `copies` copies of one weight (enough of them that
 // no call finds its weights in L2): the bench_fn of the GEMM benches.
 typedef struct {

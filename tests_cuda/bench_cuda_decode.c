@@ -1,6 +1,5 @@
 // Decode-step benches of the small ops (FD_CUDA_BENCH=1): the fused row norms and q/k norm + RoPE against the ops
 // they replace, and the GDN recurrence (both kernels) and conv at the 27B layer.
-#include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,10 +80,9 @@ TEST(bench_cuda_fused_norms) {
 }
 
 // ---- GDN recurrence for decode and verify (serial route, 27B layer: Hk 16, Hv 48, dk dv 128) ----
-// GPU time per call from CUDA events on the backend's stream: a 512 MB memset first keeps the GPU busy while the
-// host queues the start event and `calls` back-to-back calls (then the host's launch cost is hidden, as in a graph
-// replay or a deep queue); median of 11 such samples after 3 warm-up calls. The calls rotate through REC_STATES
-// state buffers (100 MB, one per layer as in a decode step), so every call reads its state from DRAM, not L2.
+// GPU time per call from CUDA events (bench_event_us: `calls` back-to-back calls behind a 512 MB memset, median of
+// 11). The calls rotate through REC_STATES state buffers (100 MB, one per layer as in a decode step), so every call
+// reads its state from DRAM, not L2.
 // The serial kernel (k_gdn_rec), n = 1 (decode),
 // 8 and 16 (verify; with per-token state slots as DFlash writes them, and without), 4096 (serial prefill).
 // GB/s: state read + written, q/k/v rows read, outputs and slots written, over 4250 (copy bandwidth). Also
@@ -109,27 +107,6 @@ static void f_rec(void *p) {
 static void f_conv_rec(void *p) {
     rec_ctx *c = p;
     B()->conv1d_silu(B(), c->o, c->qkv, c->conv_w, c->conv_state, c->n, 10240, 4, c->with_slots ? c->conv_slots : NULL);
-}
-
-static double event_us(bench_fn fn, rec_ctx *c) {
-    cudaEvent_t e0, e1;
-    ASSERT(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess, "cudaEventCreate");
-    for (int w = 0; w < 3; w++) fn(c);
-    B()->sync(B());
-    double t[11];
-    for (int r = 0; r < 11; r++) {
-        B()->zero(B(), c->spacer, (size_t)512 << 20);
-        fd_cuda_record_event(B(), e0);
-        for (int k = 0; k < c->calls; k++) fn(c);
-        fd_cuda_record_event(B(), e1);
-        ASSERT(cudaEventSynchronize(e1) == cudaSuccess, "cudaEventSynchronize");
-        float ms = 0;
-        ASSERT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess, "cudaEventElapsedTime");
-        t[r] = 1e3 * ms / c->calls;
-    }
-    qsort(t, 11, sizeof t[0], cmp_d);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return t[5];
 }
 
 static void row_us(const char *what, double us, double bytes) {
@@ -161,7 +138,7 @@ TEST(bench_cuda_gdn_serial) {
             2 * state_bytes + (double)c.n * (cq + Hv * dv) * 4 + (c.with_slots ? (double)c.n * state_bytes : 0);
         char what[96];
         snprintf(what, sizeof what, "gdn serial n=%d%s (Hk16 Hv48 128/128)", c.n, c.with_slots ? " slots" : "");
-        row_us(what, event_us(f_rec, &c), bytes);
+        row_us(what, bench_event_us(f_rec, &c, c.calls, c.spacer), bytes);
     }
     for (int i = 0; i < 3; i++) {
         c.n = i == 0 ? 1 : 16, c.with_slots = i == 2, c.calls = 20;
@@ -169,7 +146,7 @@ TEST(bench_cuda_gdn_serial) {
         const double bytes = (double)c.n * cq * 8 + 2.0 * cq * 3 * 4 + (c.with_slots ? (double)c.n * cq * 12 : 0);
         char what[96];
         snprintf(what, sizeof what, "conv1d_silu n=%d%s C=10240 K=4", c.n, c.with_slots ? " slots" : "");
-        row_us(what, event_us(f_conv_rec, &c), bytes);
+        row_us(what, bench_event_us(f_conv_rec, &c, c.calls, c.spacer), bytes);
     }
     for (int i = 0; i < REC_STATES; i++) B()->free(B(), c.states[i]);
     B()->free(B(), c.qkv), B()->free(B(), c.b), B()->free(B(), c.a), B()->free(B(), c.o);

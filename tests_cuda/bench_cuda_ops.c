@@ -221,20 +221,7 @@ TEST(bench_cuda_decode_attn) {
 // ---- tensor-core attention prefill (route attn_kernel=mma) at the 27B geometry: a 4096-query chunk of a long
 // prompt against everything cached so far (24q/4kv x 256, causal), bf16 and e4m3 caches. FLOPs counted as
 // 4 * rows * visible keys * hd with rows = (token, q head) pairs; the ceiling is cuDNN's 621 TFLOP/s (DESIGN.md §8).
-typedef struct {
-    fd_backend *be;
-    void *out, *q, *cache;
-    int64_t pos0, cap;
-    int n;
-    const fd_kv_view *paged; // not NULL: read the cache through this page table instead
-} attn_ctx;
-
-static void f_attn_prefill(void *p) {
-    attn_ctx *a = p;
-    const fd_kv_view *kv = a->paged ? a->paged : FD_KV_FLAT(a->cache, a->cap);
-    a->be->attention(a->be, a->out, a->q, kv, a->pos0, NULL, a->n, 24, 4, 256, 0.0625f, 1);
-}
-
+// Timed with the decode bench's f_dattn (pos_dev NULL: the chunk starts at pos0).
 TEST(bench_cuda_attn_prefill) {
     if (cuda_rig_bench_skipped()) return;
     const int N = 4096, H = 24, Hkv = 4, hd = 256;
@@ -244,7 +231,7 @@ TEST(bench_cuda_attn_prefill) {
         const char *spec = e4 ? "kv=e4m3" : "kv=bf16";
         ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
         ASSERT(fd_cuda_set_route(be, "attn_kernel", "mma") == 0, "%s", fd_error_msg());
-        attn_ctx a = {.be = be, .n = N, .cap = cap};
+        dattn_t a = {.be = be, .n = N, .cap = cap}; // pos_dev NULL: the position is pos0
         a.cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * (size_t)cap);
         size_t kvn = (size_t)N * Hkv * hd, qn = (size_t)N * H * hd;
         float *h = fd_malloc(qn * 4);
@@ -266,7 +253,7 @@ TEST(bench_cuda_attn_prefill) {
         for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table
             for (int i = 0; i < 3; i++) {
                 a.pos0 = ctxs[i] - N, a.paged = pg ? &paged : NULL;
-                double ms = time_be_ms(be, f_attn_prefill, &a);
+                double ms = time_be_ms(be, f_dattn, &a);
                 double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the query tokens
                 double tf = 4.0 * H * visible * hd / ms / 1e9;
                 char what[96];

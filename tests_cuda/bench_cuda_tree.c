@@ -8,7 +8,6 @@
 //   - q/k norm + RoPE of a 33-node tree: qk_norm_rope_tree vs 33 one-row calls (what the forward did before);
 //   - the tree build's ranked rows (topk_rows + logsumexp_rows) of 7 draft rows of the 248320 vocabulary at k = 32 vs
 //     copying the rows to the host.
-#include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,29 +86,9 @@ static void run(void *p) {
     }
 }
 
-static double event_us(tree_ctx *c) {
-    cudaEvent_t e0, e1;
-    ASSERT(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess, "cudaEventCreate");
-    for (int w = 0; w < 3; w++) run(c);
-    B()->sync(B());
-    double t[11];
-    for (int r = 0; r < 11; r++) {
-        B()->zero(B(), c->spacer, (size_t)512 << 20); // the state and the cache come from memory, as in a round
-        fd_cuda_record_event(B(), e0);
-        for (int k = 0; k < c->calls; k++) run(c);
-        fd_cuda_record_event(B(), e1);
-        ASSERT(cudaEventSynchronize(e1) == cudaSuccess, "cudaEventSynchronize");
-        float ms = 0;
-        ASSERT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess, "cudaEventElapsedTime");
-        t[r] = 1e3 * ms / c->calls;
-    }
-    qsort(t, 11, sizeof t[0], cmp_d);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return t[5];
-}
-
+// The spacer memset before each sample: the state and the cache come from memory, as in a round.
 static void line(const char *what, tree_ctx *c) {
-    printf("BENCH | %-52s | %9.2f us\n", what, event_us(c));
+    printf("BENCH | %-52s | %9.2f us\n", what, bench_event_us(run, c, c->calls, c->spacer));
 }
 
 TEST(bench_cuda_tree_ops) {

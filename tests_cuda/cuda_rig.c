@@ -158,9 +158,25 @@ float *cuda_rig_gpu_matmul(fd_backend *g, const float *x, const fd_weight *W, in
     return h;
 }
 
+fd_weight cuda_rig_f32_weight(fd_backend *be, const char *name, const float *data, int64_t rows, int64_t cols) {
+    fd_weight w;
+    memset(&w, 0, sizeof w);
+    w.name = name, w.dtype = FD_F32, w.rows = rows, w.cols = cols, w.data = data;
+    be->upload_weight(be, &w);
+    return w;
+}
+
 int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value) {
     for (int i = 0; i < be->n_routes; i++)
         if (!strcmp(be->routes[i].name, route)) return be->routes[i].calls[value];
+    return -1;
+}
+
+int64_t cuda_rig_route_value_calls(fd_backend *be, const char *route, const char *value) {
+    for (int i = 0; i < be->n_routes; i++)
+        if (!strcmp(be->routes[i].name, route))
+            for (int v = 0; be->routes[i].values[v]; v++)
+                if (!strcmp(be->routes[i].values[v], value)) return be->routes[i].calls[v];
     return -1;
 }
 
@@ -169,4 +185,25 @@ double cuda_rig_cmp(const char *what, const float *got, const float *want, size_
     EXPECT(e <= tol, "%s: rel-L2 %.3g > %.1g", what, e, tol);
     printf("    %-52s rel-L2 %.3g\n", what, e);
     return e;
+}
+
+int cuda_rig_greedy_parts_at_near_tie(fd_backend *g, fd_model *m, const fd_engine_opts *o, const int32_t *prompt,
+                                      int n_prompt, const int32_t *prefix, int s, int32_t pick, int32_t other,
+                                      double tol, double *gap, double *bound) {
+    fd_engine e;
+    if (engine_init(&e, m, g, o)) return 0;
+    const int n = n_prompt + s, V = m->cfg.vocab_size;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
+    memcpy(ids + n_prompt, prefix, (size_t)s * sizeof *ids);
+    float *row = malloc((size_t)V * sizeof *row);
+    const int rc = engine_prefill(&e, ids, n, 0, row, 0);
+    double ss = 0;
+    for (int v = 0; v < V; v++) ss += (double)row[v] * row[v];
+    *gap = (double)row[pick] - row[other];
+    *bound = 2 * tol * sqrt(ss / V);
+    engine_free(&e);
+    free(ids);
+    free(row);
+    return rc == 0 && *gap >= 0 && *gap <= *bound;
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "engine/engine.h"
 
 // ---- tolerances: rel-L2 against the reference (test_rel_l2; INFINITY on any NaN), one per precision of the GPU
 // path, set from what that path rounds. Every test in tests_cuda/ takes its bound from here.
@@ -72,6 +73,9 @@ cuda_rig_weight cuda_rig_weight_rand(cuda_rig *r, const char *name, int64_t rows
 // bf16_scales: the scales stored as bf16 (rounded), as some published checkpoints do.
 cuda_rig_weight cuda_rig_weight_fp8(cuda_rig *r, const char *name, int rows, int cols, int block_rows, int block_cols,
                                     int bf16_scales);
+// An fp32 weight [rows, cols] over the caller's data (kept: it stays the caller's), uploaded to `be` (fp32 on the
+// GPU too: [rows, < 16] and vectors, the GDN and conv parameters).
+fd_weight cuda_rig_f32_weight(fd_backend *be, const char *name, const float *data, int64_t rows, int64_t cols);
 // Adds a weight whose host data the caller made (w->c filled in; `owned` what to free with it) and binds it to
 // both backends (w->g = w->c, uploaded).
 void cuda_rig_weight_bind(cuda_rig *r, cuda_rig_weight *w);
@@ -80,6 +84,16 @@ void cuda_rig_weight_free(cuda_rig *r, cuda_rig_weight *w);
 float *cuda_rig_gpu_matmul(fd_backend *g, const float *x, const fd_weight *W, int n);
 // Calls counted so far under value index `value` of backend route `route` (-1: no such route).
 int64_t cuda_rig_route_calls(fd_backend *be, const char *route, int value);
+// The same by the value's name (-1: no such route or value).
+int64_t cuda_rig_route_value_calls(fd_backend *be, const char *route, const char *value);
+// Where two greedy generations that agree on prefix[0..s) part at new token s, the GPU's `pick` against `other`:
+// accepted only at a near tie, i.e. on the GPU's own logits after prompt + prefix[0..s) (a fresh engine on m with
+// options o) the gap logit[pick] - logit[other] is within [0, 2 x tol x the row's rms], a gap that rounding of
+// rel-L2 size tol (the bound the caller's comparison admits) can turn. Returns 1 when so (the rest of the two
+// sequences is then not compared), 0 when not or when the prefill fails; *gap and *bound for the report.
+int cuda_rig_greedy_parts_at_near_tie(fd_backend *g, fd_model *m, const fd_engine_opts *o, const int32_t *prompt,
+                                      int n_prompt, const int32_t *prefix, int s, int32_t pick, int32_t other,
+                                      double tol, double *gap, double *bound);
 // rel-L2 of got vs want, printed as "what rel-L2 e" and EXPECTed <= tol; returns it.
 double cuda_rig_cmp(const char *what, const float *got, const float *want, size_t n, double tol);
 

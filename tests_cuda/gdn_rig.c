@@ -123,3 +123,40 @@ double gdn_rig_check_calls(cuda_rig *rig, fd_gdn_route route, const char *chunk,
     if (esc > worst) worst = esc;
     return isfinite(worst) ? worst : INFINITY;
 }
+
+const int gdn_rig_shapes[GDN_RIG_N_SHAPES][6] = {
+    // n1, n2, Hk, Hv, dk, dv
+    {1, 0, 2, 6, 128, 128},
+    {7, 0, 2, 6, 128, 128},
+    {64, 0, 2, 6, 128, 128},
+    {200, 0, 2, 6, 128, 128},
+    {64, 1, 2, 6, 128, 128},
+    {130, 70, 2, 4, 96, 48},
+    {7, 200, 1, 3, 64, 32},
+    {3, 5, 2, 2, 256, 256},
+    // Hv / Hk = 1, 2, 3 at the 27B head size; n not a multiple of 64; odd dv (scalar tile loads); head sizes
+    // that are not multiples of 32 (zero-padded tiles in the chunked kernels; the fixtures use 16)
+    {129, 63, 3, 3, 128, 128},
+    {191, 0, 2, 4, 128, 128},
+    {65, 127, 1, 3, 128, 128},
+    {100, 28, 2, 6, 64, 37},
+    {150, 0, 1, 2, 256, 128},
+    {70, 3, 1, 2, 48, 40},
+    {90, 40, 2, 4, 16, 16},
+    {66, 0, 1, 1, 24, 20},
+};
+
+void gdn_rig_sweep_n(cuda_rig *r, const char *label, const char *chunk, double tol) {
+    double worst = 0;
+    int worst_n = 0;
+    for (int n = 1; n <= 200; n++) {
+        const int ratio = 1 + n % 3, Hk = 1 + n % 2, big = n % 5 == 0;
+        const int calls[1] = {n};
+        const double e = gdn_rig_check_calls(r, FD_GDN_CHUNKED, chunk, tol, calls, 1, Hk, Hk * ratio, big ? 128 : 64,
+                                             big ? 128 : 48, 0, 1);
+        if (!(e <= worst)) worst = e, worst_n = n;
+    }
+    printf("    gdn %s n=1..200 (Hv/Hk 1..3): worst rel-L2 (out/state vs fp64 and cpu) %.3g at n=%d\n", label, worst,
+           worst_n);
+    EXPECT(worst <= tol, "gdn %s sweep worst %.3g at n=%d", label, worst, worst_n);
+}

@@ -23,4 +23,13 @@ double gdn_rig_rel_l2_64(const float *a, const double *b, size_t n);
 // fp64 and vs the CPU) is EXPECTed <= tol; returns the worst; `quiet` prints nothing unless a check fails.
 double gdn_rig_check_calls(cuda_rig *r, fd_gdn_route route, const char *chunk, double tol, const int *calls, int ncalls,
                            int Hk, int Hv, int dk, int dv, int slots, int quiet);
+
+// The GDN shapes both files check: n1, n2 (two consecutive calls; 0: one), Hk, Hv, dk, dv.
+#define GDN_RIG_N_SHAPES 16
+extern const int gdn_rig_shapes[GDN_RIG_N_SHAPES][6];
+
+// Every n from 1 to 200 (all chunk tails), Hv / Hk cycling through 1, 2, 3, one chunked call each from a random
+// state; every 5th n at the 27B head size 128/128, the others at 64/48, under the gdn_chunk value `chunk` in force
+// (the caller selects it). One summary line "gdn <label> n=1..200 ..." with the worst error, EXPECTed <= tol.
+void gdn_rig_sweep_n(cuda_rig *r, const char *label, const char *chunk, double tol);
 #endif

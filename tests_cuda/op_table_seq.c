@@ -29,18 +29,24 @@ static void r_conv(fd_backend *be, oh_case *c, int side) {
                     c->i[2], c->i[3] ? oh_p(c, 3, side) : NULL);
 }
 
-// ---- gdn_core: s = n, Hk, Hv, dk, dv, route (FD_GDN_*), with per-token state slots (the CPU then runs serial,
-// as the engine does) ----
-static void b_gdn(oh_case *c, const int *s) {
-    const int n = s[0], Hk = s[1], Hv = s[2], dk = s[3], dv = s[4];
-    snprintf(c->what, sizeof c->what, "gdn_core %s n=%d Hk=%d Hv=%d dk=%d dv=%d%s", s[5] ? "serial" : "chunked", n, Hk,
-             Hv, dk, dv, s[6] ? " state slots" : "");
+// What gdn_core and gdn_core_tree share, in their order: weights 0, 1 = A_log, dt_bias; buffers 0..3 = qkv, b, a
+// and the output o (the state and the slots follow, with each op's own bounds).
+static void gdn_operands(oh_case *c, int n, int Hk, int Hv, int dk, int dv) {
     oh_weight(c, "A_log", Hv, 1, FD_F32, -1.0f, 1.5f);
     oh_weight(c, "dt_bias", Hv, 1, FD_F32, -1, 1);
     oh_buf_f32(c, "qkv", OH_IN, (size_t)n * (2 * Hk * dk + Hv * dv), -1, 1, 0);
     oh_buf_f32(c, "b", OH_IN, (size_t)n * Hv, -3, 3, 0);
     oh_buf_f32(c, "a", OH_IN, (size_t)n * Hv, -3, 3, 0);
     oh_buf_f32(c, "o", OH_OUT, (size_t)n * Hv * dv, 0, 0, TOL_GDN);
+}
+
+// ---- gdn_core: s = n, Hk, Hv, dk, dv, route (FD_GDN_*), with per-token state slots (the CPU then runs serial,
+// as the engine does) ----
+static void b_gdn(oh_case *c, const int *s) {
+    const int n = s[0], Hk = s[1], Hv = s[2], dk = s[3], dv = s[4];
+    snprintf(c->what, sizeof c->what, "gdn_core %s n=%d Hk=%d Hv=%d dk=%d dv=%d%s", s[5] ? "serial" : "chunked", n, Hk,
+             Hv, dk, dv, s[6] ? " state slots" : "");
+    gdn_operands(c, n, Hk, Hv, dk, dv);
     oh_buf_f32(c, "state", OH_INOUT, (size_t)Hv * dk * dv, -0.3f, 0.3f, TOL_GDN);
     if (s[6]) oh_buf_f32(c, "slots", OH_OUT, (size_t)n * Hv * dk * dv, 0, 0, TOL_GDN);
     memcpy(c->i, s, 7 * sizeof(int));
@@ -230,12 +236,7 @@ static void b_gdn_tree(oh_case *c, const int *s) {
     tree_parents(n, s[5], parent, NULL);
     snprintf(c->what, sizeof c->what, "gdn_core_tree n=%d Hk=%d Hv=%d dk=%d dv=%d %s", n, Hk, Hv, dk, dv,
              tree_shape_name(s[5]));
-    oh_weight(c, "A_log", Hv, 1, FD_F32, -1.0f, 1.5f);
-    oh_weight(c, "dt_bias", Hv, 1, FD_F32, -1, 1);
-    oh_buf_f32(c, "qkv", OH_IN, (size_t)n * (2 * Hk * dk + Hv * dv), -1, 1, 0);
-    oh_buf_f32(c, "b", OH_IN, (size_t)n * Hv, -3, 3, 0);
-    oh_buf_f32(c, "a", OH_IN, (size_t)n * Hv, -3, 3, 0);
-    oh_buf_f32(c, "o", OH_OUT, (size_t)n * Hv * dv, 0, 0, TOL_GDN);
+    gdn_operands(c, n, Hk, Hv, dk, dv);
     oh_buf_f32(c, "state", OH_INOUT, (size_t)Hv * dk * dv, -0.3f, 0.3f, TOL_EXACT);
     oh_buf_f32(c, "slots", OH_OUT, (size_t)n * Hv * dk * dv, 0, 0, TOL_GDN);
     oh_buf_i32(c, "parent", OH_IN, (size_t)n, parent);

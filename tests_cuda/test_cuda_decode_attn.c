@@ -54,10 +54,8 @@ static void freerig(pair *p, rig *r) {
     p->g->free(p->g, r->cg);
 }
 
-static int64_t splitk_calls(fd_backend *g) {
-    for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, "attn_kernel")) return g->routes[i].calls[2];
-    return -1;
+static int64_t splitk_calls(fd_backend *g) { // attn_kernel's value 2: the split-K decode kernel
+    return cuda_rig_route_calls(g, "attn_kernel", 2);
 }
 
 // One call on both backends; returns the rel-L2 (INFINITY on any NaN).

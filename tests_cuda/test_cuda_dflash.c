@@ -44,13 +44,6 @@ static const char *route_value(fd_backend *be, const char *name) {
     return NULL;
 }
 
-// spec_rig_close plus the GPU copies of the weights (many rigs run in one process).
-static void rig_close(spec_rig *r) {
-    drafter_release(&r->d, gpu());
-    model_release(&r->m, gpu());
-    spec_rig_close(r);
-}
-
 // Draft logits on the GPU against the reference, both rounds, with the default GEMM route.
 TEST(cuda_dflash_draft_logits_match_reference) {
     gpu();
@@ -91,7 +84,7 @@ TEST(cuda_dflash_draft_logits_match_reference) {
         }
         free(got);
         json_decref(meta);
-        rig_close(&r);
+        spec_rig_release_close(&r, gpu());
     }
 }
 
@@ -109,10 +102,8 @@ static void greedy_identical(const char *gemm_act, int hf_too) {
             ASSERT(spec_rig_open(&r, gpu(), f->target, f->name, blocks[b], 0) == 0, "%s", fd_error_msg());
             const int n_new = r.fx.n_greedy;
             fd_engine plain;
-            fd_engine_opts o = r.e.opt;
-            ASSERT(engine_init(&plain, &r.m, gpu(), &o) == 0, "%s", fd_error_msg());
             int32_t *ref = calloc((size_t)n_new, sizeof *ref), *out = calloc((size_t)n_new, sizeof *out);
-            ASSERT(engine_generate_greedy(&plain, r.fx.ids, r.fx.n_ids, 64, n_new, ref) == 0, "%s", fd_error_msg());
+            ASSERT(spec_rig_plain_greedy(&r, gpu(), &plain, ref) == 0, "%s", fd_error_msg());
             ASSERT(dflash_generate(&r.s, r.fx.ids, r.fx.n_ids, 64, n_new, NULL, out) == 0, "%s", fd_error_msg());
             int same = 0, hf = 0;
             while (same < n_new && out[same] == ref[same]) same++;
@@ -139,7 +130,7 @@ static void greedy_identical(const char *gemm_act, int hf_too) {
             free(ref);
             free(out);
             engine_free(&plain);
-            rig_close(&r);
+            spec_rig_release_close(&r, gpu());
         }
     printf("    gemm_act=%s: %d of %d cases differ\n", gemm_act, diffs, N_SPEC * 3);
 }
@@ -295,7 +286,7 @@ TEST(cuda_dflash_every_accept_count_commits_state) {
         free(out);
         free(ref);
         engine_free(&cc.fresh);
-        rig_close(&r);
+        spec_rig_release_close(&r, gpu());
     }
     ASSERT(fd_cuda_set_route(gpu(), "attn_kernel", attn) == 0, "%s", fd_error_msg());
 }

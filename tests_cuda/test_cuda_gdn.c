@@ -30,44 +30,24 @@ static void check_gdn(fd_gdn_route route, int n1, int n2, int Hk, int Hv, int dk
     check_gdn_calls(route, calls, 2, Hk, Hv, dk, dv, slots, 0);
 }
 
-static const int gdn_shapes[][6] = {
-    // n1, n2, Hk, Hv, dk, dv
-    {1, 0, 2, 6, 128, 128},  {7, 0, 2, 6, 128, 128},  {64, 0, 2, 6, 128, 128}, {200, 0, 2, 6, 128, 128},
-    {64, 1, 2, 6, 128, 128}, {130, 70, 2, 4, 96, 48}, {7, 200, 1, 3, 64, 32},  {3, 5, 2, 2, 256, 256},
-    // Hv / Hk = 1, 2, 3 at the 27B head size; n not a multiple of 64; odd dv (scalar tile loads); head sizes
-    // that are not multiples of 32 (zero-padded tiles in the chunked kernels; the fixtures use 16)
-    {129, 63, 3, 3, 128, 128}, {191, 0, 2, 4, 128, 128}, {65, 127, 1, 3, 128, 128}, {100, 28, 2, 6, 64, 37},
-    {150, 0, 1, 2, 256, 128},  {70, 3, 1, 2, 48, 40},     {90, 40, 2, 4, 16, 16},    {66, 0, 1, 1, 24, 20},
-};
-
 TEST(cuda_gdn_serial_vs_cpu_and_fp64) {
-    for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
-        const int *c = gdn_shapes[s];
+    for (size_t s = 0; s < GDN_RIG_N_SHAPES; s++) {
+        const int *c = gdn_rig_shapes[s];
         check_gdn(FD_GDN_SERIAL, c[0], c[1], c[2], c[3], c[4], c[5], 0);
     }
 }
 
 TEST(cuda_gdn_chunked_vs_cpu_and_fp64) {
-    for (size_t s = 0; s < sizeof gdn_shapes / sizeof gdn_shapes[0]; s++) {
-        const int *c = gdn_shapes[s];
+    for (size_t s = 0; s < GDN_RIG_N_SHAPES; s++) {
+        const int *c = gdn_rig_shapes[s];
         check_gdn(FD_GDN_CHUNKED, c[0], c[1], c[2], c[3], c[4], c[5], 0);
     }
 }
 
-// Every n from 1 to 200 (all chunk tails), Hv / Hk cycling through 1, 2, 3, one call each from a random state;
-// every 5th n at the 27B head size 128/128, the others at 64/48. One summary line with the worst error.
+// Every n from 1 to 200 (all chunk tails): gdn_rig_sweep_n.
 TEST(cuda_gdn_chunked_sweep_n) {
-    double worst = 0;
-    int worst_n = 0;
-    for (int n = 1; n <= 200; n++) {
-        int r = 1 + n % 3, Hk = 1 + n % 2, big = n % 5 == 0;
-        int calls[1] = {n};
-        double e = check_gdn_calls(FD_GDN_CHUNKED, calls, 1, Hk, Hk * r, big ? 128 : 64, big ? 128 : 48, 0, 1);
-        if (!(e <= worst)) worst = e, worst_n = n;
-    }
-    printf("    gdn chunked n=1..200 (Hv/Hk 1..3): worst rel-L2 (out/state vs fp64 and cpu) %.3g at n=%d\n", worst,
-           worst_n);
-    EXPECT(worst <= TOL_GDN, "gdn chunked sweep worst %.3g at n=%d", worst, worst_n);
+    FD_CHECK(fd_cuda_set_route(gpu(), "gdn_chunk", "tf32x3") == 0, "%s", fd_error_msg());
+    gdn_rig_sweep_n(&g_rig, "chunked", "tf32x3", TOL_GDN);
 }
 
 // The state carried over several calls of uneven sizes, one of them longer than a 4096-token pass of the

@@ -25,44 +25,22 @@ static double check_bf16(const int *calls, int ncalls, int Hk, int Hv, int dk, i
 }
 
 static int64_t chunk_calls(const char *value) {
-    for (int i = 0; i < gpu()->n_routes; i++) {
-        const fd_route *r = &gpu()->routes[i];
-        if (strcmp(r->name, "gdn_chunk")) continue;
-        for (int v = 0; r->values[v]; v++)
-            if (!strcmp(r->values[v], value)) return r->calls[v];
-    }
-    FD_PANIC("cuda route gdn_chunk has no value %s", value);
+    const int64_t calls = cuda_rig_route_value_calls(gpu(), "gdn_chunk", value);
+    if (calls < 0) FD_PANIC("cuda route gdn_chunk has no value %s", value);
+    return calls;
 }
 
-// n1, n2 (two calls), Hk, Hv, dk, dv: test_cuda_gdn.c's GDN shapes
-static const int bf16_shapes[][6] = {
-    {1, 0, 2, 6, 128, 128},    {7, 0, 2, 6, 128, 128},   {64, 0, 2, 6, 128, 128},   {200, 0, 2, 6, 128, 128},
-    {64, 1, 2, 6, 128, 128},   {130, 70, 2, 4, 96, 48},  {7, 200, 1, 3, 64, 32},    {3, 5, 2, 2, 256, 256},
-    {129, 63, 3, 3, 128, 128}, {191, 0, 2, 4, 128, 128}, {65, 127, 1, 3, 128, 128}, {100, 28, 2, 6, 64, 37},
-    {150, 0, 1, 2, 256, 128},  {70, 3, 1, 2, 48, 40},    {90, 40, 2, 4, 16, 16},    {66, 0, 1, 1, 24, 20},
-};
-
 TEST(cuda_gdn_bf16_vs_cpu_and_fp64) {
-    for (size_t s = 0; s < sizeof bf16_shapes / sizeof bf16_shapes[0]; s++) {
-        const int *c = bf16_shapes[s];
+    for (size_t s = 0; s < GDN_RIG_N_SHAPES; s++) {
+        const int *c = gdn_rig_shapes[s]; // n1, n2 are the two calls
         check_bf16(c, 2, c[2], c[3], c[4], c[5], 0);
     }
 }
 
-// Every n from 1 to 200 (all chunk tails), Hv / Hk cycling through 1, 2, 3, one call each from a random state;
-// every 5th n at the 27B head size 128/128, the others at 64/48. One summary line with the worst error.
+// Every n from 1 to 200 (all chunk tails): gdn_rig_sweep_n.
 TEST(cuda_gdn_bf16_sweep_n) {
-    double worst = 0;
-    int worst_n = 0;
-    for (int n = 1; n <= 200; n++) {
-        const int r = 1 + n % 3, Hk = 1 + n % 2, big = n % 5 == 0;
-        const int calls[1] = {n};
-        const double e = check_bf16(calls, 1, Hk, Hk * r, big ? 128 : 64, big ? 128 : 48, 1);
-        if (!(e <= worst)) worst = e, worst_n = n;
-    }
-    printf("    gdn chunked/bf16 n=1..200 (Hv/Hk 1..3): worst rel-L2 (out/state vs fp64 and cpu) %.3g at n=%d\n", worst,
-           worst_n);
-    EXPECT(worst <= TOL_GDN_BF16, "gdn chunked/bf16 sweep worst %.3g at n=%d", worst, worst_n);
+    use_chunk_kernel("bf16");
+    gdn_rig_sweep_n(&g_rig, "chunked/bf16", "bf16", TOL_GDN_BF16);
 }
 
 // The state carried over several calls of uneven sizes, two of them longer than a 4096-token pass (split into

@@ -20,21 +20,14 @@ CUDA_RIG(0x2545f4914f6cdd1dull)
 static void down_to(float *h, const void *d, size_t n) { // into the caller's buffer
     gpu()->to_host(gpu(), h, d, n * 4);
 }
-// An fp32 weight uploaded to `be` (fp32 on the GPU too: [rows, < 16] and vectors); data stays the caller's.
-static fd_weight f32_weight(fd_backend *be, const char *name, const float *data, int64_t rows, int64_t cols) {
-    fd_weight w;
-    memset(&w, 0, sizeof w);
-    w.name = name, w.dtype = FD_F32, w.rows = rows, w.cols = cols, w.data = data;
-    be->upload_weight(be, &w);
-    return w;
-}
 
 static void decode_vs_verify(int n, int Hk, int Hv, int dk, int dv) {
     const int cq = 2 * Hk * dk + Hv * dv;
     const size_t ns = (size_t)Hv * dk * dv, no = (size_t)Hv * dv;
     float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
     float *S0 = rnd(ns, -0.3f, 0.3f), *Al = rnd((size_t)Hv, -1, 1.5f), *dtb = rnd((size_t)Hv, -1, 1);
-    fd_weight A_log = f32_weight(gpu(), "A_log", Al, Hv, 1), dt_bias = f32_weight(gpu(), "dt_bias", dtb, Hv, 1);
+    fd_weight A_log = cuda_rig_f32_weight(gpu(), "A_log", Al, Hv, 1),
+              dt_bias = cuda_rig_f32_weight(gpu(), "dt_bias", dtb, Hv, 1);
     // decode: one token per call; the state after every call is what a verify slot must hold
     float *o1 = fd_malloc((size_t)n * no * 4), *st1 = fd_malloc((size_t)n * ns * 4);
     void *dS = up(S0, ns);
@@ -96,7 +89,7 @@ TEST(cuda_conv1d_silu_one_launch) {
     const int C = 1000, ns[] = {1, 16, 64, 65, 3};
     for (int K = 2; K <= 4; K++) {
         float *wf = rnd((size_t)C * K, -0.7f, 0.7f), *st = rnd((size_t)C * (K - 1), -1, 1);
-        fd_weight wc = f32_weight(cpu(), "conv", wf, C, K), wg = f32_weight(gpu(), "conv", wf, C, K);
+        fd_weight wc = cuda_rig_f32_weight(cpu(), "conv", wf, C, K), wg = cuda_rig_f32_weight(gpu(), "conv", wf, C, K);
         void *dst = up(st, (size_t)C * (K - 1));
         double worst = 0;
         int state_exact = 1;

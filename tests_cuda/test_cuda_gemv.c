@@ -35,6 +35,13 @@ static void *up_x(const float *h, size_t n) {
 static tw mkw_bf16(int m, int k) {
     return mkw("W", m, k, FD_BF16, -0.1f, 0.1f);
 }
+// A fused group's operands: bf16 weights W[0..count) of m[i] x k (Wg[i] their GPU sides) and a 16-row input *x
+// (uniform in [-1, 1)); returns the input's device copy.
+static void *fused_group(int count, int k, const int *m, tw *W, const fd_weight **Wg, float **x) {
+    for (int i = 0; i < count; i++) W[i] = mkw_bf16(m[i], k), Wg[i] = &W[i].g;
+    *x = rnd((size_t)16 * k, -1, 1);
+    return up_x(*x, (size_t)16 * k);
+}
 
 static void set_route(const char *route, const char *value) {
     ASSERT(fd_cuda_set_route(gpu(), route, value) == 0, "%s", fd_error_msg());
@@ -42,12 +49,7 @@ static void set_route(const char *route, const char *value) {
 
 // Calls counted under a route's value `value` so far.
 static int64_t route_calls(const char *route, const char *value) {
-    fd_backend *g = gpu();
-    for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, route))
-            for (int v = 0; g->routes[i].values[v]; v++)
-                if (!strcmp(g->routes[i].values[v], value)) return g->routes[i].calls[v];
-    return -1;
+    return cuda_rig_route_value_calls(gpu(), route, value);
 }
 static int64_t small_calls(const char *value) {
     return route_calls("gemm_small", value);
@@ -241,9 +243,8 @@ TEST(cuda_gemv_multi_fused_equals_separate) {
         const int count = groups[gi].count, k = groups[gi].k;
         tw W[4];
         const fd_weight *Wg[4];
-        for (int i = 0; i < count; i++) W[i] = mkw_bf16(groups[gi].m[i], k), Wg[i] = &W[i].g;
-        float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up_x(x, (size_t)16 * k);
+        float *x;
+        void *dx = fused_group(count, k, groups[gi].m, W, Wg, &x);
         for (int act = 0; act < 2; act++) {
             const char *an = act ? "bf16x2" : "bf16";
             set_route("gemm_act", an);
@@ -418,9 +419,8 @@ TEST(cuda_gemv_slicing_targets) {
         const int count = groups[gi].count, k = groups[gi].k;
         tw W[4];
         const fd_weight *Wg[4];
-        for (int i = 0; i < count; i++) W[i] = mkw_bf16(groups[gi].m[i], k), Wg[i] = &W[i].g;
-        float *x = rnd((size_t)16 * k, -1, 1);
-        void *dx = up_x(x, (size_t)16 * k);
+        float *x;
+        void *dx = fused_group(count, k, groups[gi].m, W, Wg, &x);
         int bad = 0;
         for (size_t bi = 0; bi < sizeof bpss / sizeof bpss[0]; bi++) {
             fd_cuda_set_gemv_blocks_per_sm(gpu(), bpss[bi]);

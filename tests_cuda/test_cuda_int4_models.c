@@ -17,6 +17,7 @@
 #include "../tests/test.h"
 #include "backend.h"
 #include "cuda/cuda.h"
+#include "cuda_rig.h"
 #include "engine/dflash.h"
 #include "engine/engine.h"
 #include "model/dflash.h"
@@ -26,12 +27,6 @@ static fd_backend *gpu(void) {
     static fd_backend *be;
     if (!be) be = fd_backend_cuda_create(0);
     return be;
-}
-
-static int64_t route_calls(const char *route, int value) {
-    for (int i = 0; i < gpu()->n_routes; i++)
-        if (!strcmp(gpu()->routes[i].name, route)) return gpu()->routes[i].calls[value];
-    return -1;
 }
 
 static const char *const k_int4_fixtures[] = {"int4_gptq_qwen35_dense",   "int4_awq_qwen35_dense",
@@ -44,30 +39,6 @@ static int fixture_present(const char *name) {
     free(p);
     if (!have) printf("    skip: tests/data/fixtures/%s is absent (make it with tools/make_int4_fixtures.py)\n", name);
     return have;
-}
-
-// Where the GPU's greedy leaves HF's at new token s, the two must be a near tie for the GPU: with HF's own tokens
-// before s fed back, the GPU's logit for HF's token is within 2 x the test's rel-L2 bound (2e-2) x the row's rms of
-// its own pick (a logit gap that bf16 noise of the size the logits test admits can turn). Returns 1 when so (the
-// sequences may then part: the rest is not compared), 0 when the GPU left HF's token for a clearly worse one.
-static int greedy_parts_at_near_tie(fd_model *m, const fd_engine_opts *o, const fixture *fx, int s, int32_t gpu_tok,
-                                    double *gap, double *bound) {
-    fd_engine e;
-    if (engine_init(&e, m, gpu(), o)) return 0;
-    const int n = fx->n_ids + s;
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    memcpy(ids, fx->ids, (size_t)fx->n_ids * sizeof *ids);
-    memcpy(ids + fx->n_ids, fx->greedy, (size_t)s * sizeof *ids);
-    float *row = malloc((size_t)fx->vocab * sizeof *row);
-    const int rc = engine_prefill(&e, ids, n, 0, row, 0);
-    double ss = 0;
-    for (int v = 0; v < fx->vocab; v++) ss += (double)row[v] * row[v];
-    *gap = (double)row[gpu_tok] - row[fx->greedy[s]];
-    *bound = 2 * 2e-2 * sqrt(ss / fx->vocab);
-    engine_free(&e);
-    free(ids);
-    free(row);
-    return rc == 0 && *gap >= 0 && *gap <= *bound;
 }
 
 // Per-position rel-L2 of the prompt's logits vs HF (err[t]) on a fresh engine, and the whole prompt's.
@@ -155,8 +126,11 @@ TEST(cuda_int4_fixtures_match_hf) {
                        all, worst);
             }
             if (same < fx.n_greedy) {
+                // the GPU's pick must beat HF's token by a near tie on the GPU's own logits after HF's tokens, at
+                // the bound the logits test admits (TOL_MODEL, 2e-2): a gap bf16 noise of that size can turn
                 double gap = NAN, bound = NAN;
-                const int tie = greedy_parts_at_near_tie(&m, &o, &fx, same, out[same], &gap, &bound);
+                const int tie = cuda_rig_greedy_parts_at_near_tie(gpu(), &m, &o, fx.ids, fx.n_ids, fx.greedy, same,
+                                                                  out[same], fx.greedy[same], TOL_MODEL, &gap, &bound);
                 printf("      parts from HF at new token %d (GPU %d, HF %d): GPU logit gap %.4f, near-tie bound %.4f\n",
                        same, out[same], fx.greedy[same], gap, bound);
                 EXPECT(tie, "%s budget %d: greedy leaves HF at new token %d by a logit gap %.4g > %.4g (not a tie)",
@@ -206,7 +180,7 @@ TEST(cuda_int4_dflash_greedy_identical) {
                 ASSERT(dflash_init(&s, &tgt, &d, blocks[b]) == 0, "%s", fd_error_msg());
                 const int n_new = fx.n_greedy;
                 int32_t *ref = calloc((size_t)n_new, sizeof *ref), *out = calloc((size_t)n_new, sizeof *out);
-                const int64_t gemv_calls = route_calls("gemm_int4", 0);
+                const int64_t gemv_calls = cuda_rig_route_calls(gpu(), "gemm_int4", 0);
                 ASSERT(engine_generate_greedy(&plain, fx.ids, fx.n_ids, 64, n_new, ref) == 0, "%s", fd_error_msg());
                 ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, n_new, NULL, out) == 0, "%s", fd_error_msg());
                 int same = 0;
@@ -216,7 +190,8 @@ TEST(cuda_int4_dflash_greedy_identical) {
                        n_new, (long long)s.st.rounds, s.st.rounds ? (double)s.st.emitted / (double)s.st.rounds : 0.0);
                 EXPECT(same == n_new, "%s %s block %d: speculative differs from plain greedy at token %d",
                        pairs[pi].target, awq ? "awq" : "gptq", blocks[b], same);
-                EXPECT(route_calls("gemm_int4", 0) > gemv_calls, "%s: the int4 GEMV never ran", pairs[pi].target);
+                EXPECT(cuda_rig_route_calls(gpu(), "gemm_int4", 0) > gemv_calls, "%s: the int4 GEMV never ran",
+                       pairs[pi].target);
                 free(ref), free(out);
                 spec_pair_free(&s, &plain, &d, &m, gpu());
                 fixture_free(&fx);
@@ -233,10 +208,7 @@ TEST(cuda_int4_dflash_trained_pair) {
         fd_model m;
         fd_drafter d;
         fd_load_opts lo = {.quantize_int4 = awq ? FD_WFMT_AWQ_INT4 : FD_WFMT_GPTQ_INT4};
-        ASSERT(model_load_with("models/tiny-qwen35", &lo, &m) == 0, "%s", fd_error_msg());
-        model_upload(&m, gpu());
-        ASSERT(drafter_load("models/tiny-qwen35-dflash", &m, &d) == 0, "%s", fd_error_msg());
-        drafter_upload(&d, gpu());
+        ASSERT(trained_pair_load(gpu(), &lo, &m, &d) == 0, "%s", fd_error_msg());
         fd_engine plain, tgt;
         fd_engine_opts o;
         engine_default_opts(&o);

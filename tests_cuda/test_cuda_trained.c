@@ -12,8 +12,6 @@
 #include "cuda_rig.h"
 #include "engine/dflash.h"
 
-#define TARGET_DIR "models/tiny-qwen35"
-#define DRAFT_DIR  "models/tiny-qwen35-dflash"
 #define N_NEW      64
 
 CUDA_RIG(0) // the backend only
@@ -27,10 +25,7 @@ TEST(cuda_trained_dflash_greedy_identical) {
     const char *routes[2] = {"bf16x2", def};
     fd_model m;
     fd_drafter d;
-    ASSERT(model_load(TARGET_DIR, &m) == 0, "%s", fd_error_msg());
-    model_upload(&m, gpu());
-    ASSERT(drafter_load(DRAFT_DIR, &m, &d) == 0, "%s", fd_error_msg());
-    drafter_upload(&d, gpu());
+    ASSERT(trained_pair_load(gpu(), NULL, &m, &d) == 0, "%s", fd_error_msg());
     const int max_n = held_out_max_len(prompts);
     fd_engine plain, tgt;
     fd_engine_opts o;

@@ -13,7 +13,6 @@
 //     as above), and emitted tokens/round against the chain's (the CPU measured 3.837 at budget 32 vs 2.938 =
 //     1.31x; issue 22 asks >= 1.3x), with the host clock per round (launch-bound at this size: not the 27B's cost).
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,35 +37,8 @@ static const tree_fx k_fx[] = {
 };
 #define N_FX (int)(sizeof k_fx / sizeof k_fx[0])
 
-// Where the tree's output leaves plain greedy's (ref) at new token s: with ref's tokens before s fed back, plain
-// greedy's logit for the tree's token must be within 2 x TOL_ATTN x the row's rms of its own pick (a gap the
-// attention rounding above can turn). Returns 1 when so (the rest is then not compared).
-static int parts_at_near_tie(fd_model *m, const fd_engine_opts *o, const int32_t *prompt, int n_prompt,
-                             const int32_t *ref, int s, int32_t tree_tok, double *gap, double *bound) {
-    fd_engine e;
-    if (engine_init(&e, m, gpu(), o)) return 0;
-    const int n = n_prompt + s, V = m->cfg.vocab_size;
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
-    memcpy(ids + n_prompt, ref, (size_t)s * sizeof *ids);
-    float *row = malloc((size_t)V * sizeof *row);
-    const int rc = engine_prefill(&e, ids, n, 0, row, 0);
-    double ss = 0;
-    for (int v = 0; v < V; v++) ss += (double)row[v] * row[v];
-    *gap = (double)row[ref[s]] - row[tree_tok];
-    *bound = 2 * TOL_ATTN * sqrt(ss / V);
-    engine_free(&e);
-    free(ids);
-    free(row);
-    return rc == 0 && *gap >= 0 && *gap <= *bound;
-}
-
-static void rig_close(spec_rig *r) {
-    drafter_release(&r->d, gpu());
-    model_release(&r->m, gpu());
-    spec_rig_close(r);
-}
-
+// Where the tree's output leaves plain greedy's (ref) at new token s, plain greedy's own pick there must beat the
+// tree's token by a near tie: the bound TOL_ATTN (cuda_rig_greedy_parts_at_near_tie), the attention rounding above.
 static void greedy_identical(const char *gemm_act) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", gemm_act) == 0, "%s", fd_error_msg());
     const int budgets[] = {1, 3, 8, 16, 40}, blocks[] = {4, 8, 16};
@@ -77,10 +49,8 @@ static void greedy_identical(const char *gemm_act) {
             ASSERT(spec_rig_open(&r, gpu(), k_fx[f].target, k_fx[f].name, blocks[b], 0) == 0, "%s", fd_error_msg());
             const int n_new = r.fx.n_greedy;
             fd_engine plain;
-            fd_engine_opts o = r.e.opt;
-            ASSERT(engine_init(&plain, &r.m, gpu(), &o) == 0, "%s", fd_error_msg());
             int32_t *ref = calloc((size_t)n_new, sizeof *ref), *out = calloc((size_t)n_new, sizeof *out);
-            ASSERT(engine_generate_greedy(&plain, r.fx.ids, r.fx.n_ids, 64, n_new, ref) == 0, "%s", fd_error_msg());
+            ASSERT(spec_rig_plain_greedy(&r, gpu(), &plain, ref) == 0, "%s", fd_error_msg());
             for (int k = 0; k < 5; k++) {
                 engine_reset(&r.e);
                 dflash_reset(&r.s);
@@ -95,7 +65,8 @@ static void greedy_identical(const char *gemm_act) {
                     snprintf(verdict, sizeof verdict, "identical");
                 } else {
                     double gap, bound;
-                    tie = parts_at_near_tie(&r.m, &o, r.fx.ids, r.fx.n_ids, ref, same, out[same], &gap, &bound);
+                    tie = cuda_rig_greedy_parts_at_near_tie(gpu(), &r.m, &r.e.opt, r.fx.ids, r.fx.n_ids, ref, same,
+                                                            ref[same], out[same], TOL_ATTN, &gap, &bound);
                     snprintf(verdict, sizeof verdict,
                              "DIFFERS at token %d (tree %d, plain %d): plain's logit gap %.4f, "
                              "near-tie bound %.4f%s",
@@ -117,7 +88,7 @@ static void greedy_identical(const char *gemm_act) {
             free(ref);
             free(out);
             engine_free(&plain);
-            rig_close(&r);
+            spec_rig_release_close(&r, gpu());
         }
     printf("    gemm_act=%s: %d of %d cases differ (%d more part at a near tie)\n", gemm_act, diffs, cases, ties);
 }
@@ -131,27 +102,12 @@ TEST(cuda_tree_greedy_identical_on_fixtures) {
     ASSERT(fd_cuda_set_route(gpu(), "gemm_act", def) == 0, "%s", fd_error_msg());
 }
 
-#define TARGET_DIR "models/tiny-qwen35"
-#define DRAFT_DIR  "models/tiny-qwen35-dflash"
-
-static int32_t *json_ids(json_t *list, int *n) {
-    *n = (int)json_array_size(list);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(*n > 0 ? *n : 1));
-    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(list, (size_t)i));
-    return ids;
-}
-
 TEST(cuda_trained_tree_greedy_identical) {
-    json_error_t err;
-    json_t *prompts = json_load_file("tests/data/trained/val_prompts.json", 0, &err);
-    ASSERT(json_is_array(prompts) && json_array_size(prompts) >= 1, "tests/data/trained/val_prompts.json: %s",
-           err.text);
+    json_t *prompts = held_out_prompts();
+    ASSERT(prompts, "%s", fd_error_msg());
     fd_model m;
     fd_drafter d;
-    ASSERT(model_load(TARGET_DIR, &m) == 0, "%s", fd_error_msg());
-    model_upload(&m, gpu());
-    ASSERT(drafter_load(DRAFT_DIR, &m, &d) == 0, "%s", fd_error_msg());
-    drafter_upload(&d, gpu());
+    ASSERT(trained_pair_load(gpu(), NULL, &m, &d) == 0, "%s", fd_error_msg());
     const int n_new = 48, budgets[] = {0, 4, 16, 32}; // 0: the chain
     enum { N_B = 4 };
     const int np = (int)json_array_size(prompts);
@@ -160,7 +116,7 @@ TEST(cuda_trained_tree_greedy_identical) {
     int mismatches = 0, ties = 0;
     for (int i = 0; i < np; i++) {
         int n;
-        int32_t *ids = json_ids(json_object_get(json_array_get(prompts, (size_t)i), "ids"), &n);
+        int32_t *ids = held_out_ids(prompts, (size_t)i, &n);
         fd_engine e;
         fd_engine_opts o;
         engine_default_opts(&o);
@@ -185,7 +141,9 @@ TEST(cuda_trained_tree_greedy_identical) {
             if (same < n_new) {
                 double gap = 0, bound = 0;
                 // the chain's verify is bitwise its decode: only a tree may part, and only at a near tie
-                tie = budgets[b] > 0 && parts_at_near_tie(&m, &o, ids, n, plain, same, spec[same], &gap, &bound);
+                tie =
+                    budgets[b] > 0 && cuda_rig_greedy_parts_at_near_tie(gpu(), &m, &o, ids, n, plain, same, plain[same],
+                                                                        spec[same], TOL_ATTN, &gap, &bound);
                 printf("    prompt %d %s %d: DIFFERS from plain greedy at token %d (logit gap %.4f, near-tie bound "
                        "%.4f%s)\n",
                        i, budgets[b] ? "budget" : "chain", budgets[b], same, gap, bound, tie ? ", a near tie" : "");

@@ -68,14 +68,6 @@ static void *up_i32(const int32_t *h, int n) {
     return cuda_rig_up(gpu(), h, sizeof(int32_t) * (size_t)n);
 }
 
-static fd_weight f32_weight(fd_backend *be, const char *name, const float *data, int64_t rows, int64_t cols) {
-    fd_weight w;
-    memset(&w, 0, sizeof w);
-    w.name = name, w.dtype = FD_F32, w.rows = rows, w.cols = cols, w.data = data;
-    be->upload_weight(be, &w);
-    return w;
-}
-
 static int same_bits(const void *a, const void *b, size_t floats) {
     return !memcmp(a, b, floats * sizeof(float));
 }
@@ -84,7 +76,7 @@ static void conv_case(const tree_shape *ts, int C, int K) {
     const int n = ts->n;
     const size_t cnt = (size_t)n * C, ns = (size_t)C * (K - 1);
     float *wf = rnd((size_t)C * K, -0.7f, 0.7f), *st = rnd(ns, -1, 1), *x = rnd(cnt, -2, 2);
-    fd_weight wc = f32_weight(cpu(), "conv", wf, C, K), wg = f32_weight(gpu(), "conv", wf, C, K);
+    fd_weight wc = cuda_rig_f32_weight(cpu(), "conv", wf, C, K), wg = cuda_rig_f32_weight(gpu(), "conv", wf, C, K);
     float *oc = fd_malloc(cnt * 4), *slc = fd_malloc(cnt * (K - 1) * 4 + 4);
     cpu()->conv1d_silu_tree(cpu(), oc, x, &wc, st, n, C, K, slc, ts->parent);
     void *dx = up(x, cnt), *dst = up(st, ns), *dout = poisoned(cnt), *dsl = poisoned(cnt * (K - 1));
@@ -109,8 +101,10 @@ static void gdn_case(const tree_shape *ts, int Hk, int Hv, int dk, int dv, int p
     const size_t ns = (size_t)Hv * dk * dv, no = (size_t)Hv * dv;
     float *qkv = rnd((size_t)n * cq, -1, 1), *b = rnd((size_t)n * Hv, -3, 3), *a = rnd((size_t)n * Hv, -3, 3);
     float *S0 = rnd(ns, -0.3f, 0.3f), *Al = rnd((size_t)Hv, -1, 1.5f), *dtb = rnd((size_t)Hv, -1, 1);
-    fd_weight Ac = f32_weight(cpu(), "A_log", Al, Hv, 1), dc = f32_weight(cpu(), "dt_bias", dtb, Hv, 1);
-    fd_weight Ag = f32_weight(gpu(), "A_log", Al, Hv, 1), dg = f32_weight(gpu(), "dt_bias", dtb, Hv, 1);
+    fd_weight Ac = cuda_rig_f32_weight(cpu(), "A_log", Al, Hv, 1),
+              dc = cuda_rig_f32_weight(cpu(), "dt_bias", dtb, Hv, 1);
+    fd_weight Ag = cuda_rig_f32_weight(gpu(), "A_log", Al, Hv, 1),
+              dg = cuda_rig_f32_weight(gpu(), "dt_bias", dtb, Hv, 1);
     float *oc = fd_malloc((size_t)n * no * 4), *slc = fd_malloc((size_t)n * ns * 4);
     cpu()->gdn_core_tree(cpu(), oc, qkv, b, a, &Ac, &dc, S0, n, Hk, Hv, dk, dv, slc, ts->parent);
     void *dq = up(qkv, (size_t)n * cq), *db = up(b, (size_t)n * Hv), *da = up(a, (size_t)n * Hv), *dS = up(S0, ns);
@@ -181,9 +175,7 @@ TEST(cuda_tree_gdn_path_equals_chain) {
 
 // ---- attention ----
 static int64_t attn_calls(fd_backend *g, int value) {
-    for (int i = 0; i < g->n_routes; i++)
-        if (!strcmp(g->routes[i].name, "attn_kernel")) return g->routes[i].calls[value];
-    return -1;
+    return cuda_rig_route_calls(g, "attn_kernel", value);
 }
 
 // K/V at positions [0, pos0 + n) on both backends, then the tree's attention; returns the rel-L2. With chain_too
@@ -267,8 +259,10 @@ TEST(cuda_tree_qk_norm_rope_rows) {
         for (int t = 0; t < n; t++) depth[t] = ts->parent[t] < 0 ? 0 : depth[ts->parent[t]] + 1;
         const size_t nq = (size_t)n * H * hd, nk = (size_t)n * Hkv * hd;
         float *qg = rnd(2 * nq, -2, 2), *k = rnd(nk, -2, 2), *qw = rnd(hd, -0.5f, 0.5f), *kw = rnd(hd, -0.5f, 0.5f);
-        fd_weight qc = f32_weight(cpu(), "q_norm", qw, hd, 1), kc = f32_weight(cpu(), "k_norm", kw, hd, 1);
-        fd_weight qgw = f32_weight(gpu(), "q_norm", qw, hd, 1), kgw = f32_weight(gpu(), "k_norm", kw, hd, 1);
+        fd_weight qc = cuda_rig_f32_weight(cpu(), "q_norm", qw, hd, 1),
+                  kc = cuda_rig_f32_weight(cpu(), "k_norm", kw, hd, 1);
+        fd_weight qgw = cuda_rig_f32_weight(gpu(), "q_norm", qw, hd, 1),
+                  kgw = cuda_rig_f32_weight(gpu(), "k_norm", kw, hd, 1);
         // the op over the tree
         void *dqg = up(qg, 2 * nq), *dk = up(k, nk), *dq = poisoned(nq), *dgate = poisoned(nq),
              *ddep = up_i32(depth, n);

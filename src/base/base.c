@@ -14,21 +14,25 @@
 static _Thread_local char g_err[1024];
 static _Thread_local int g_err_code;
 
+// The thread's error: the message and its code.
+static FD_PRINTF(2, 0) void error_vset(int code, const char *fmt, va_list ap) {
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    g_err_code = code;
+}
+
 int fd_error_set(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    error_vset(FD_ERR_GENERIC, fmt, ap);
     va_end(ap);
-    g_err_code = FD_ERR_GENERIC;
     return -1;
 }
 
 int fd_error_set_code(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    error_vset(code, fmt, ap);
     va_end(ap);
-    g_err_code = code;
     return -1;
 }
 
@@ -61,26 +65,26 @@ int fd_error_prefix(const char *fmt, ...) {
 const char *fd_error_msg(void) { return g_err[0] ? g_err : "unknown error"; }
 void fd_error_clear(void) { g_err[0] = 0, g_err_code = FD_ERR_GENERIC; }
 
+// The rest of a fatal message after its prefix: the formatted text and a newline, flushed, then abort.
+static FD_NORETURN FD_PRINTF(1, 0) void panic_vfinish(const char *fmt, va_list ap) {
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
 void fd_panic(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "flashdelta: fatal: %s:%d: ", file, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-    abort();
+    panic_vfinish(fmt, ap); // aborts: no va_end needed after it
 }
 
 void fd_panic_check(const char *file, int line, const char *cond, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "flashdelta: fatal: %s:%d: check failed: %s", file, line, cond);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-    abort();
+    panic_vfinish(fmt, ap);
 }
 
 void *fd_malloc(size_t n) {
@@ -171,15 +175,23 @@ static const size_t k_dtype_sizes[FD_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 1, 8, 1, 
 const char *fd_dtype_name(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_names[t] : "?"; }
 size_t fd_dtype_size(fd_dtype t) { return (unsigned)t < FD_DTYPE_COUNT ? k_dtype_sizes[t] : 0; }
 
-float fd_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+// A float's bits and back (memcpy: the one well-defined type pun in C).
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
+
+float fd_bf16_to_f32(uint16_t h) {
+    return f32_from_bits((uint32_t)h << 16);
+}
 uint16_t fd_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
@@ -202,13 +214,10 @@ float fd_f16_to_f32(uint16_t h) {
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return f32_from_bits(u);
 }
 uint16_t fd_f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    const uint32_t u = f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000;
     int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
     uint32_t man = u & 0x7fffff;

@@ -190,6 +190,21 @@ static void quant_rows(void *p, int64_t b, int64_t e) {
     free(row);
 }
 
+// The descriptor both quantizers fill: src's name and shape in format fmt, elements `data` of `dtype` and their
+// scales of scale_dtype; everything else zero (the caller sets its format's own fields).
+static void quantized_weight(fd_weight *w, const fd_weight *src, fd_wfmt fmt, fd_dtype dtype, const void *data,
+                             const void *scale, fd_dtype scale_dtype) {
+    memset(w, 0, sizeof *w);
+    w->name = src->name;
+    w->fmt = fmt;
+    w->dtype = dtype;
+    w->rows = src->rows;
+    w->cols = src->cols;
+    w->data = data;
+    w->scale = scale;
+    w->scale_dtype = scale_dtype;
+}
+
 void fd_weight_quantize_fp8(const fd_weight *src, int block_rows, int block_cols, uint8_t **q, float **scale,
                             fd_weight *w_out) {
     const int64_t N = src->rows, K = src->cols;
@@ -197,15 +212,7 @@ void fd_weight_quantize_fp8(const fd_weight *src, int block_rows, int block_cols
     quant_ctx c = {src, fd_malloc((size_t)(N * K)), fd_malloc((size_t)(srows * scols) * sizeof(float)), block_rows,
                    block_cols, scols};
     fd_parallel_for(srows, 1, quant_rows, &c);
-    memset(w_out, 0, sizeof *w_out);
-    w_out->name = src->name;
-    w_out->fmt = FD_WFMT_FP8_BLOCK;
-    w_out->dtype = FD_F8E4M3;
-    w_out->rows = N;
-    w_out->cols = K;
-    w_out->data = c.q;
-    w_out->scale = c.scale;
-    w_out->scale_dtype = FD_F32;
+    quantized_weight(w_out, src, FD_WFMT_FP8_BLOCK, FD_F8E4M3, c.q, c.scale, FD_F32);
     w_out->block_rows = block_rows;
     w_out->block_cols = block_cols;
     w_out->scale_cols = scols;
@@ -271,15 +278,7 @@ void fd_weight_quantize_int4(const fd_weight *src, fd_wfmt fmt, int group, uint3
     quant4_ctx c = {src, fmt, group, G, fd_calloc((size_t)(N * K / 8), 4), fd_calloc((size_t)(G * N / 8), 4),
                     fd_malloc((size_t)(G * N) * 2)};
     fd_parallel_for(N / 8, 1, quant4_rows, &c);
-    memset(w_out, 0, sizeof *w_out);
-    w_out->name = src->name;
-    w_out->fmt = fmt;
-    w_out->dtype = FD_I32;
-    w_out->rows = N;
-    w_out->cols = K;
-    w_out->data = c.qw;
-    w_out->scale = c.s;
-    w_out->scale_dtype = FD_F16;
+    quantized_weight(w_out, src, fmt, FD_I32, c.qw, c.s, FD_F16);
     w_out->qzeros = c.qz;
     w_out->group_size = group;
     w_out->zero_add = fmt == FD_WFMT_GPTQ_INT4;

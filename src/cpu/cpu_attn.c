@@ -185,6 +185,17 @@ static const float *kv_row(const attn_ctx *c, int is_v, int64_t j, int h, float 
     return tmp;
 }
 
+// Where the rows of c read the cache's K and V: the e4m3 planes and the decode table, or the f32 K and V halves.
+static void attn_ctx_cache(attn_ctx *c, fd_backend *be) {
+    if (cpu_of(be)->kv == CPU_KV_E4M3) {
+        c->p8 = kv8_planes(c->kv, c->Hkv, c->hd);
+        for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
+    } else {
+        c->K = c->kv->base;
+        c->V = c->K + c->kv->slots * c->Hkv * c->hd;
+    }
+}
+
 static void attn_rows(void *p, int64_t b, int64_t e) {
     attn_ctx *c = p;
     const int hd = c->hd, group = c->H / c->Hkv;
@@ -238,13 +249,7 @@ void cpu_attention_keys(fd_backend *be, void *out, const void *q, const fd_kv_vi
                     .scale = scale,
                     .causal = causal,
                     .window = window};
-    if (cpu_of(be)->kv == CPU_KV_E4M3) {
-        c->p8 = kv8_planes(kv, Hkv, hd);
-        for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
-    } else {
-        c->K = kv->base;
-        c->V = c->K + kv->slots * Hkv * hd;
-    }
+    attn_ctx_cache(c, be);
     fd_parallel_for((int64_t)n * H, 1, attn_rows, c);
     free(c);
 }
@@ -300,13 +305,7 @@ static void cpu_attention_tree(fd_backend *be, void *out, const void *q, const f
     attn_ctx *c = fd_calloc(1, sizeof *c);
     *c = (attn_ctx){.out = out, .q = q, .kv = kv, .pos0 = pos0, .n = n, .H = H, .Hkv = Hkv, .hd = hd,
                     .scale = scale, .causal = 1, .parent = parent_dev};
-    if (cpu_of(be)->kv == CPU_KV_E4M3) {
-        c->p8 = kv8_planes(kv, Hkv, hd);
-        for (int b = 0; b < 256; b++) c->lut[b] = fd_e4m3_to_f32((uint8_t)b);
-    } else {
-        c->K = kv->base;
-        c->V = c->K + kv->slots * Hkv * hd;
-    }
+    attn_ctx_cache(c, be);
     fd_parallel_for((int64_t)n * H, 1, attn_rows_tree, c);
     free(c);
 }

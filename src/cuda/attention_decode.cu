@@ -96,6 +96,15 @@ template <int HD, int MT, bool E4> struct dec_plan {
     static_assert(NST >= 3, "decode attention: too little shared memory for 3 stages");
 };
 
+// The cache slot of key k0 + j of the tile pt (keys from k0); *ok = 0 and slot 0 (any address: the copy
+// zero-fills) for a key at or past kend.
+static __device__ __forceinline__ int64_t dec_key_slot(const cu_kv_tile &pt, int64_t k0, int j, int64_t kend,
+                                                       bool *ok) {
+    const int64_t kp = k0 + j;
+    *ok = kp < kend;
+    return *ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+}
+
 // Copies tile t (keys kbeg + 32t ..) into raw stage t % NST with cp.async; keys >= kend are zero-filled (no
 // global read). Always commits a group, so the group count per loop iteration is uniform for cp.async.wait_group.
 template <int HD, int MT, bool E4>
@@ -110,27 +119,24 @@ static __device__ __forceinline__ void dec_issue(char *raw, const cu_kv *kv, int
             constexpr int OCT = HD / 16; // 16-byte pieces per fp8 row
             for (int e = tid; e < 2 * DEC_BK * OCT; e += DEC_WARPS * 32) {
                 const int plane = e / (DEC_BK * OCT), j = (e / OCT) % DEC_BK, o = e % OCT;
-                const int64_t kp = k0 + j;
-                const bool ok = kp < kend;
-                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                bool ok;
+                const int64_t slot = dec_key_slot(pt, k0, j, kend, &ok);
                 const uint8_t *src = (plane ? kv->v8 : kv->k8) + (slot * Hkv + kvh) * HD + o * 16;
                 cp_async16(st + (plane * DEC_BK + j) * HD + o * 16, src, ok);
             }
             float *sc = (float *)(st + 2 * DEC_BK * HD);
             if (tid < 2 * DEC_BK) {
                 const int plane = tid / DEC_BK, j = tid % DEC_BK;
-                const int64_t kp = k0 + j;
-                const bool ok = kp < kend;
-                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                bool ok;
+                const int64_t slot = dec_key_slot(pt, k0, j, kend, &ok);
                 cp_async4(sc + tid, (plane ? kv->vs : kv->ks) + slot * Hkv + kvh, ok);
             }
         } else {
             constexpr int OCT = HD / 8; // 16-byte pieces per bf16 row
             for (int e = tid; e < 2 * DEC_BK * OCT; e += DEC_WARPS * 32) {
                 const int plane = e / (DEC_BK * OCT), j = (e / OCT) % DEC_BK, o = e % OCT;
-                const int64_t kp = k0 + j;
-                const bool ok = kp < kend;
-                const int64_t slot = ok ? cu_kv_tile_slot(pt, k0, kp) : 0;
+                bool ok;
+                const int64_t slot = dec_key_slot(pt, k0, j, kend, &ok);
                 const __nv_bfloat16 *src = (plane ? kv->v : kv->k) + (slot * Hkv + kvh) * HD + o * 8;
                 cp_async16(st + plane * P::KV_TILE + (j * P::LDQ + o * 8) * 2, src, ok);
             }

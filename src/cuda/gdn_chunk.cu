@@ -31,6 +31,7 @@
 
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
+#include "cuda/gdn_chunk.cuh"
 
 #include "cuda/gdn_gates.h"
 
@@ -39,6 +40,8 @@
 #define LD_T    68   // T, A, P tiles [64][68]
 #define LD_COL  40   // [rows][32 columns] tiles read column-indexed
 #define LD_OCOL 72   // [rows][64 columns] tiles read column-indexed
+
+static_assert(GDN_C == GDN_CHUNK && LD_T == GDN_CHUNK_LD, "gdn_chunk.cuh's tile layout");
 
 // ---- tensor-core helpers ----
 static __device__ __forceinline__ uint32_t tf32_bits(float x) {
@@ -124,28 +127,7 @@ static __device__ __forceinline__ void warp_mma3_pair(float (*acc1)[4], float (*
     }
 }
 
-// ---- asynchronous tile loads (cuda/cp_async.cuh) ----
-
-// dst[r][col] (leading dimension ld) = src[r * stride + col] for r < rows_valid, col < cols_valid, 0 elsewhere
-// in [0, rows) x [0, cols_pad) (cols_pad % 4 == 0). 16-byte cp.async when the source rows allow it, plain loads
-// otherwise (odd dv); the caller commits / waits (the plain path has nothing pending, so waiting is harmless).
-static __device__ void tile_load(float *dst, int ld, const float *src, int64_t stride, int rows, int rows_valid,
-                                 int cols_valid, int cols_pad) {
-    const bool vec = ((((uintptr_t)src) | (uintptr_t)(stride * 4)) & 15) == 0 && (cols_valid & 3) == 0;
-    if (vec) {
-        const int c4n = cols_pad / 4;
-        for (int e = threadIdx.x; e < rows * c4n; e += blockDim.x) {
-            int r = e / c4n, c4 = (e - r * c4n) * 4;
-            bool ok = r < rows_valid && c4 < cols_valid;
-            cu_cp_async16(dst + r * ld + c4, ok ? src + (int64_t)r * stride + c4 : src, ok);
-        }
-    } else {
-        for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
-            int r = e / cols_pad, cc = e - r * cols_pad;
-            dst[r * ld + cc] = r < rows_valid && cc < cols_valid ? src[(int64_t)r * stride + cc] : 0.f;
-        }
-    }
-}
+// ---- chunk gates (the tile loads, the decay mask, the inverse and the state fragments: gdn_chunk.cuh) ----
 
 // gam[i] = g_0 + ... + g_i over the chunk (g = 0 past L), by one warp: two elements per lane and a shuffle scan.
 static __device__ void chunk_cumsum(float *gam, const float *g_row, int step, int L) {
@@ -208,8 +190,8 @@ __global__ void __launch_bounds__(256)
     float *Ks = (float *)sm4, *QV = Ks + GDN_C * ldk, *As = QV + GDN_C * max(ldk, ldv), *Ts = As + GDN_C * LD_T;
     float *Xs = Ts + GDN_C * LD_T, *gam = Xs + 3 * 256, *bet = gam + GDN_C;
 
-    tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
-    tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(Ks, ldk, kn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(QV, ldk, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
     cu_cp_async_commit();
     if (threadIdx.x < GDN_C) bet[threadIdx.x] = threadIdx.x < L ? beta[(int64_t)(t0 + threadIdx.x) * Hv + h] : 0.f;
     chunk_cumsum(gam, gg + (int64_t)t0 * Hv + h, Hv, L);
@@ -228,65 +210,15 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
         if (n0 <= mt * 16 + 15)
             warp_mma3_pair<4>(kk, qk, Ks + mt * 16 * ldk, QV + mt * 16 * ldk, ldk, Ks + n0 * ldk, ldk, dkp / 8);
-        float *Pc = P + ((int64_t)h * nch + ch) * GDN_C * GDN_C;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) { // e2: rows g / g + 8
-                const int i = mt * 16 + g + 8 * e2, jj = n0 + 8 * j + 2 * c;
-                float pv[2];
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++) {
-                    const int col = jj + e1;
-                    const bool in = i < L && col <= i;
-                    const float dec = in ? expf(gam[i] - gam[col]) : 0.f;
-                    As[i * LD_T + col] = in && col < i ? bet[i] * kk[j][2 * e2 + e1] * dec : 0.f;
-                    pv[e1] = in ? qk[j][2 * e2 + e1] * dec : 0.f;
-                }
-                *(float2 *)(Pc + i * GDN_C + jj) = make_float2(pv[0], pv[1]);
-            }
+        gdn_decay_mask(As, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, kk, qk, gam, bet, mt, n0, g, c, L);
     }
     __syncthreads();
     // Q is consumed: V of head h goes into its place while T is solved
-    tile_load(QV, ldv, qkv + (int64_t)t0 * (2 * Hk * dk + Hv * dv) + 2 * Hk * dk + (int64_t)h * dv,
-              2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
+    gdn_tile_load(QV, ldv, qkv + (int64_t)t0 * (2 * Hk * dk + Hv * dv) + 2 * Hk * dk + (int64_t)h * dv,
+                  2 * Hk * dk + Hv * dv, GDN_C, L, dv, dvp);
     cu_cp_async_commit();
 
-    // T = (I + A)^-1, lower triangular, in 16 x 16 blocks (i, j): diagonal blocks by forward substitution (one
-    // thread per column), then T_ij = -T_ii sum_{j <= k < i} A_ik T_kj by block distance i - j = 1, 2, 3.
-    if (threadIdx.x < GDN_C) {
-        const int b16 = (threadIdx.x >> 4) * 16, j = threadIdx.x & 15;
-        float x[16];
-#pragma unroll
-        for (int r = 0; r < 16; r++) {
-            float s = r == j ? 1.f : 0.f;
-#pragma unroll
-            for (int k = 0; k < r; k++) s -= As[(b16 + r) * LD_T + b16 + k] * x[k];
-            x[r] = s;
-            Ts[(b16 + r) * LD_T + b16 + j] = s;
-        }
-    }
-    __syncthreads();
-    for (int d = 1; d < 4; d++) {
-        const int nb = 4 - d;
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, r = (e >> 4) & 15, cc = e & 15;
-            const float *Ar = As + (bi * 16 + r) * LD_T;
-            float s = 0.f;
-            for (int k = bj * 16; k < bi * 16; k++) s += Ar[k] * Ts[k * LD_T + bj * 16 + cc];
-            Xs[e] = s;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, r = (e >> 4) & 15, cc = e & 15;
-            const float *Tr = Ts + (bi * 16 + r) * LD_T + bi * 16;
-            float s = 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; m++) s += Tr[m] * Xs[bj * 256 + m * 16 + cc];
-            Ts[(bi * 16 + r) * LD_T + bj * 16 + cc] = -s;
-        }
-        __syncthreads();
-    }
+    gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 (gdn_chunk.cuh)
     cu_cp_async_wait<0>();
     __syncthreads();
     // fold the row scales into the right-hand sides: V rows by beta, K rows by beta exp(gamma)
@@ -345,18 +277,10 @@ __global__ void __launch_bounds__(256)
     float *Uh = UV + (int64_t)h * n * dv, *Sg = state + (int64_t)h * dk * dv;
 
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
-            }
-    tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
+    gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
+    gdn_tile_load(Ws, ldw, Wh, dk, GDN_C, min(GDN_C, n), dk, dkp);
     cu_cp_async_commit();
-    tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
+    gdn_tile_load(Ks, ldk, kn + grp * dk, (int64_t)Hk * dk, GDN_C, min(GDN_C, n), dk, dkp);
     cu_cp_async_commit();
     // gamma of the next chunk travels in a register (thread i < 64 holds row i), so its load is off the chain
     const float *gh = gcum + (int64_t)h * n;
@@ -411,7 +335,7 @@ __global__ void __launch_bounds__(256)
         cu_cp_async_wait<0>(); // this chunk's K
         __syncthreads();    // Ws consumed, Vs and Ks complete
         if (ch + 1 < nch)
-            tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
+            gdn_tile_load(Ws, ldw, Wh + (int64_t)(t0 + GDN_C) * dk, dk, GDN_C, min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cu_cp_async_commit();
         // S <- exp(gamma_last) S + K^T Vs
         {
@@ -428,20 +352,11 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads(); // Ks, Vs, gam, Ss consumed
         if (ch + 1 < nch)
-            tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
-                      min(GDN_C, n - t0 - GDN_C), dk, dkp);
+            gdn_tile_load(Ks, ldk, kn + ((int64_t)(t0 + GDN_C) * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C,
+                          min(GDN_C, n - t0 - GDN_C), dk, dkp);
         cu_cp_async_commit();
     }
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-        if (w + 8 * m < nmt)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                    if (i < dk && col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
-                }
+    gdn_state_store(Sg, S, w, g, c, nmt, col0, dk, dv);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -460,10 +375,10 @@ __global__ void __launch_bounds__(256)
     float *Qs = (float *)sm4, *Hsm = Qs + GDN_C * ldq, *Pm = Hsm + dkp * LD_OCOL, *Vm = Pm + GDN_C * LD_T;
     float *gam = Vm + GDN_C * LD_OCOL;
 
-    tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
-    tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
-    tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
-    tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
+    gdn_tile_load(Qs, ldq, qn + ((int64_t)t0 * Hk + grp) * dk, (int64_t)Hk * dk, GDN_C, L, dk, dkp);
+    gdn_tile_load(Hsm, LD_OCOL, Hs + ((int64_t)h * nch + ch) * dk * dv + col0, dv, dkp, dk, cols, 64);
+    gdn_tile_load(Pm, LD_T, P + ((int64_t)h * nch + ch) * GDN_C * GDN_C, GDN_C, GDN_C, GDN_C, GDN_C, GDN_C);
+    gdn_tile_load(Vm, LD_OCOL, Vnew + ((int64_t)h * n + t0) * dv + col0, dv, GDN_C, L, cols, 64);
     cu_cp_async_commit();
     chunk_load_gam(gam, gcum + (int64_t)h * n + t0, L);
     cu_cp_async_wait<0>();

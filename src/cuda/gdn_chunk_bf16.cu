@@ -32,6 +32,7 @@
 #include "cuda/cuda_common.h"
 
 #include "cuda/cp_async.cuh"
+#include "cuda/gdn_chunk.cuh"
 #include "cuda/gdn_gates.h"
 #include "cuda/mma.cuh"
 
@@ -42,6 +43,7 @@
 #define GB_LDC  72   // bf16 tiles whose row is one chunk (T, P, Vnew^T): 64 + 8
 
 typedef __nv_bfloat16 bf16;
+static_assert(GB_C == GDN_CHUNK && GB_LDF == GDN_CHUNK_LD, "gdn_chunk.cuh's tile layout");
 
 static __device__ __forceinline__ int pad32(int x) {
     return (x + 31) & ~31;
@@ -106,28 +108,6 @@ static __device__ __forceinline__ void warp_mma_bf16_pair(float (*acc1)[4], floa
             const uint32_t b0 = ld_pair(B + nn * ldb + k0), b1 = ld_pair(B + nn * ldb + k0 + 8);
             cu_mma_bf16(acc1[j], x0, x1, x2, x3, b0, b1);
             cu_mma_bf16(acc2[j], y0, y1, y2, y3, b0, b1);
-        }
-    }
-}
-
-// dst[r][col] (leading dimension ld, a multiple of 8) = src[r * stride + col] for r < rows_valid, col < cols_valid,
-// 0 elsewhere in [0, rows) x [0, cols_pad) (cols_pad % 8 == 0). 16-byte cp.async when the source allows it, plain
-// loads otherwise (the caller commits and waits either way).
-static __device__ void tile_load_bf16(bf16 *dst, int ld, const bf16 *src, int64_t stride, int rows, int rows_valid,
-                                      int cols_valid, int cols_pad) {
-    const bool vec = ((((uintptr_t)src) | (uintptr_t)(stride * 2)) & 15) == 0 && (cols_valid & 7) == 0;
-    if (vec) {
-        const int c8n = cols_pad / 8;
-        for (int e = threadIdx.x; e < rows * c8n; e += blockDim.x) {
-            const int r = e / c8n, c8 = (e - r * c8n) * 8;
-            const bool ok = r < rows_valid && c8 < cols_valid;
-            cu_cp_async16(dst + r * ld + c8, ok ? src + (int64_t)r * stride + c8 : src, ok);
-        }
-    } else {
-        const bf16 zero = __float2bfloat16_rn(0.f);
-        for (int e = threadIdx.x; e < rows * cols_pad; e += blockDim.x) {
-            const int r = e / cols_pad, cc = e - r * cols_pad;
-            dst[r * ld + cc] = r < rows_valid && cc < cols_valid ? src[(int64_t)r * stride + cc] : zero;
         }
     }
 }
@@ -212,23 +192,7 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < 4; e++) kk[j][e] = qk[j][e] = 0.f;
         if (n0 <= mt * 16 + 15)
             warp_mma_bf16_pair<4>(kk, qk, Kb + mt * 16 * ldk, QV + mt * 16 * ldk, ldk, Kb + n0 * ldk, ldk, dkp / 16);
-        bf16 *Pc = P + ((int64_t)h * nch + ch) * GB_C * GB_C;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) { // e2: rows g / g + 8
-                const int i = mt * 16 + g + 8 * e2, jj = n0 + 8 * j + 2 * c;
-                float pv[2];
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++) {
-                    const int col = jj + e1;
-                    const bool in = i < L && col <= i;
-                    const float dec = in ? expf(gam[i] - gam[col]) : 0.f;
-                    As[i * GB_LDF + col] = in && col < i ? bet[i] * kk[j][2 * e2 + e1] * dec : 0.f;
-                    pv[e1] = in ? qk[j][2 * e2 + e1] * dec : 0.f;
-                }
-                *(__nv_bfloat162 *)(Pc + i * GB_C + jj) = __floats2bfloat162_rn(pv[0], pv[1]);
-            }
+        gdn_decay_mask(As, P + ((int64_t)h * nch + ch) * GB_C * GB_C, kk, qk, gam, bet, mt, n0, g, c, L);
     }
     __syncthreads();
     // Q is consumed: bf16(beta V) of head h goes into its place, and K's rows become bf16(beta exp(gamma) K)
@@ -243,41 +207,7 @@ __global__ void __launch_bounds__(256)
             Kb[rr * ldk + cc] = __float2bfloat16_rn(__bfloat162float(Kb[rr * ldk + cc]) * bet[rr] * expf(gam[rr]));
         }
     }
-    // T = (I + A)^-1 in fp32 (gdn_chunk.cu's blocked substitution): 16 x 16 diagonal blocks by forward
-    // substitution (one thread per column), then T_ij = -T_ii sum_{j <= k < i} A_ik T_kj by block distance 1..3
-    if (threadIdx.x < GB_C) {
-        const int b16 = (threadIdx.x >> 4) * 16, j = threadIdx.x & 15;
-        float x[16];
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) {
-            float s = rr == j ? 1.f : 0.f;
-#pragma unroll
-            for (int k = 0; k < rr; k++) s -= As[(b16 + rr) * GB_LDF + b16 + k] * x[k];
-            x[rr] = s;
-            Ts[(b16 + rr) * GB_LDF + b16 + j] = s;
-        }
-    }
-    __syncthreads();
-    for (int d = 1; d < 4; d++) {
-        const int nb = 4 - d;
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, rr = (e >> 4) & 15, cc = e & 15;
-            const float *Ar = As + (bi * 16 + rr) * GB_LDF;
-            float s = 0.f;
-            for (int k = bj * 16; k < bi * 16; k++) s += Ar[k] * Ts[k * GB_LDF + bj * 16 + cc];
-            Xs[e] = s;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < nb * 256; e += blockDim.x) {
-            const int bj = e >> 8, bi = bj + d, rr = (e >> 4) & 15, cc = e & 15;
-            const float *Tr = Ts + (bi * 16 + rr) * GB_LDF + bi * 16;
-            float s = 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; m++) s += Tr[m] * Xs[bj * 256 + m * 16 + cc];
-            Ts[(bi * 16 + rr) * GB_LDF + bj * 16 + cc] = -s;
-        }
-        __syncthreads();
-    }
+    gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 in fp32 (gdn_chunk.cuh), the tf32x3 set's substitution
     for (int e = threadIdx.x; e < GB_C * GB_C; e += blockDim.x) {
         const int rr = e >> 6, cc = e & 63;
         Tb[rr * GB_LDC + cc] = __float2bfloat16_rn(Ts[rr * GB_LDF + cc]);
@@ -335,21 +265,13 @@ __global__ void __launch_bounds__(256, 2)
     float *Sg = state + (int64_t)h * dk * dv;
 
     float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
-            }
+    gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
     const int L0 = min(GB_C, n);
-    tile_load_bf16(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
-    tile_load_bf16(Qb, ldk, qg, qk_stride, GB_C, L0, dk, dkp);
+    gdn_tile_load(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
+    gdn_tile_load(Qb, ldk, qg, qk_stride, GB_C, L0, dk, dkp);
     cu_cp_async_commit();
-    tile_load_bf16(Kb, ldk, kg, qk_stride, GB_C, L0, dk, dkp);
-    tile_load_bf16(Pb, GB_LDC, Ph, GB_C, GB_C, GB_C, GB_C, GB_C);
+    gdn_tile_load(Kb, ldk, kg, qk_stride, GB_C, L0, dk, dkp);
+    gdn_tile_load(Pb, GB_LDC, Ph, GB_C, GB_C, GB_C, GB_C, GB_C);
     cu_cp_async_commit();
     // this thread's U elements of the Vnew tile (rows 16 (w & 3).., columns 16 (w >> 2)..) and gamma (thread
     // i < 64: row i) travel one chunk ahead in registers, so their loads are off the chain
@@ -413,8 +335,8 @@ __global__ void __launch_bounds__(256, 2)
         cu_cp_async_wait<0>(); // this chunk's K and P
         __syncthreads();       // Wb, Qb, SbT consumed; VbT, VdT, Kb, Pb complete
         if (Ln > 0) {
-            tile_load_bf16(Wb, ldk, Wh + (int64_t)(t0 + GB_C) * dk, dk, GB_C, Ln, dk, dkp);
-            tile_load_bf16(Qb, ldk, qg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Wb, ldk, Wh + (int64_t)(t0 + GB_C) * dk, dk, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Qb, ldk, qg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
         }
         cu_cp_async_commit();
 #pragma unroll
@@ -448,21 +370,12 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads(); // Kb, Pb, VbT, VdT, gam consumed
         if (Ln > 0) {
-            tile_load_bf16(Kb, ldk, kg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
-            tile_load_bf16(Pb, GB_LDC, Ph + (int64_t)(ch + 1) * GB_C * GB_C, GB_C, GB_C, GB_C, GB_C, GB_C);
+            gdn_tile_load(Kb, ldk, kg + (int64_t)(t0 + GB_C) * qk_stride, qk_stride, GB_C, Ln, dk, dkp);
+            gdn_tile_load(Pb, GB_LDC, Ph + (int64_t)(ch + 1) * GB_C * GB_C, GB_C, GB_C, GB_C, GB_C, GB_C);
         }
         cu_cp_async_commit();
     }
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-        if (w + 8 * m < nmt)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
-                    if (i < dk && col < dv) Sg[(int64_t)i * dv + col] = S[m][j][e];
-                }
+    gdn_state_store(Sg, S, w, g, c, nmt, col0, dk, dv);
 }
 
 // ---------------------------------------------------------------------------------------------------------

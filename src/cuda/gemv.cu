@@ -52,6 +52,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_common.h"
+#include "cuda/gemv_tile.cuh"
 #include "cuda/mma.cuh"
 
 #define GV_WARPS   8
@@ -66,6 +67,8 @@
 #define GV_SLICE_QUANTUM(FMT)  (2 * GV_BLOCK_KSTEP(FMT))  // k slices are multiples of this (1024 / 2048)
 #define GV_XWORDS(FMT)         (4 << (FMT))               // bf16 pairs of x per lane, token and step half
 #define GV_PARTIAL_TILE  (GV_ROWS * 16)        // partial sums per (tile, slice): 32 rows x 16 tokens, any n
+static_assert(GV_WARPS == CU_GEMV_TILE_WARPS && GV_ROWS == CU_GEMV_TILE_ROWS && GV_PARTIAL_TILE == CU_GEMV_TILE_PARTIAL,
+              "gemv_tile.cuh's block");
 #define GV_MAX_SEGS      CU_GEMV_MAX_SEGS
 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
@@ -316,37 +319,7 @@ static __device__ __forceinline__ void gv_finish(const gv_job &job, int si, int 
             red[warp][16 * r + g + 8][8 * j + 2 * t + 1] = acc[r][j][3];
         }
     __syncthreads();
-    // Element e = (row e % GV_ROWS, token e / GV_ROWS): consecutive threads write consecutive rows of one output row.
-    float *my_partial = partial + ((int64_t)s * tiles + tile) * GV_PARTIAL_TILE;
-    for (int e = threadIdx.x; e < GV_ROWS * NC; e += GV_THREADS) {
-        const int row = e % GV_ROWS, col = e / GV_ROWS;
-        float v = red[0][row][col];
-#pragma unroll
-        for (int w = 1; w < GV_WARPS; w++) v += red[w][row][col];
-        if (S == 1) {
-            if (row_base + row < m && col < n) out[(int64_t)col * m + row_base + row] = v;
-        } else {
-            my_partial[e] = v;
-        }
-    }
-    if (S == 1) return;
-    // The last block of this row tile to finish adds the S slice sums in slice order (threadFenceReduction
-    // pattern: publish, fence, count; the last one to count sees every slice).
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == S - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < GV_ROWS * NC; e += GV_THREADS) {
-        const int row = e % GV_ROWS, col = e / GV_ROWS;
-        if (row_base + row >= m || col >= n) continue;
-        const float *pt = partial + (int64_t)tile * GV_PARTIAL_TILE + e;
-        float v = __ldcg(pt);
-        for (int s2 = 1; s2 < S; s2++) v += __ldcg(pt + (int64_t)s2 * tiles * GV_PARTIAL_TILE);
-        out[(int64_t)col * m + row_base + row] = v;
-    }
-    if (threadIdx.x == 0) counters[tile] = 0; // ready for the next call (stream order)
+    cu_gemv_tile_finish<NC>(red, is_last, out, partial, counters, S, tiles, tile, s, row_base, m, n);
 }
 
 // Block: 8 warps, GV_ROWS weight rows (two 16-row MMA tiles) of one segment, NG token groups of 8, one k slice.

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/gemv_tile.cuh"
 #include "cuda/int4.h"
 #include "cuda/mma.cuh"
 
@@ -30,6 +31,8 @@
 #define I4_SLICE_QUANTUM (I4_P * I4_BLOCK_KSTEP) // k slices are multiples of this: equal work for every warp
 #define I4_ROWS          32                      // weight rows per block: two 16-row MMA tiles
 #define I4_PARTIAL_TILE  (I4_ROWS * 16)          // partial sums per (tile, slice): 32 rows x 16 tokens, any n
+static_assert(I4_WARPS == CU_GEMV_TILE_WARPS && I4_ROWS == CU_GEMV_TILE_ROWS && I4_PARTIAL_TILE == CU_GEMV_TILE_PARTIAL,
+              "gemv_tile.cuh's block");
 
 // Meta words: constant for a forward and read once, past L1 (as cu_ld_stream for the weights).
 static __device__ __forceinline__ uint32_t i4_ld_meta(const uint32_t *p) {
@@ -203,34 +206,7 @@ __global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, c
     __syncthreads();
     float *const out = sg.out, *const partial = sg.partial;
     const int S = sg.S, tiles = sg.tiles;
-    float *my_partial = partial + ((int64_t)s * tiles + tile) * I4_PARTIAL_TILE;
-    for (int e = threadIdx.x; e < I4_ROWS * NC; e += I4_THREADS) {
-        const int row = e % I4_ROWS, col = e / I4_ROWS;
-        float v = red[0][row][col];
-#pragma unroll
-        for (int w = 1; w < I4_WARPS; w++) v += red[w][row][col];
-        if (S == 1) {
-            if (row_base + row < m && col < n) out[(int64_t)col * m + row_base + row] = v;
-        } else {
-            my_partial[e] = v;
-        }
-    }
-    if (S == 1) return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&sg.counters[tile], 1) == S - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < I4_ROWS * NC; e += I4_THREADS) {
-        const int row = e % I4_ROWS, col = e / I4_ROWS;
-        if (row_base + row >= m || col >= n) continue;
-        const float *pt = partial + (int64_t)tile * I4_PARTIAL_TILE + e;
-        float v = __ldcg(pt);
-        for (int s2 = 1; s2 < S; s2++) v += __ldcg(pt + (int64_t)s2 * tiles * I4_PARTIAL_TILE);
-        out[(int64_t)col * m + row_base + row] = v;
-    }
-    if (threadIdx.x == 0) sg.counters[tile] = 0; // ready for the next call (stream order)
+    cu_gemv_tile_finish<NC>(red, is_last, out, partial, sg.counters, S, tiles, tile, s, row_base, m, n);
 }
 
 // The k partition: a function of (m, k, SM count, the gemv blocks-per-SM knob) only, never of n. About

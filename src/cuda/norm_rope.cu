@@ -16,6 +16,29 @@ static __device__ __forceinline__ float sigmoid_f(float x) {
 // order are those of the plain loops (kept for larger d), so both forms give the same bits.
 #define RMS_REG 16
 
+// The end of a row norm, shared by k_rmsnorm and k_add_rmsnorm: ss (this thread's sum of squares) summed over the
+// block, then out = x * rsqrt(mean + eps) * weight, from the registers (v, wv: the thread's elements and weights,
+// see RMS_REG) or from memory (xr, w).
+static __device__ __forceinline__ void rms_finish_regs(float *orow, const float (&v)[RMS_REG],
+                                                       const float (&wv)[RMS_REG], float ss, int d, float eps) {
+    ss = cu_block_sum(ss);
+    const float r = rsqrtf(ss / (float)d + eps);
+#pragma unroll
+    for (int i = 0; i < RMS_REG; i++) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < d) orow[j] = v[i] * r * wv[i];
+    }
+}
+static __device__ __forceinline__ void rms_finish(float *orow, const float *xr, const float *w, float ss, int d,
+                                                  float eps, int plus_one) {
+    ss = cu_block_sum(ss);
+    float r = rsqrtf(ss / (float)d + eps);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float wj = plus_one ? 1.f + w[j] : w[j];
+        orow[j] = xr[j] * r * wj;
+    }
+}
+
 // One block per row. out may alias x: each element is read and then written by the same thread.
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, float eps, int plus_one) {
     CU_PDL_ENTER();
@@ -33,22 +56,11 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int d, flo
 #pragma unroll
         for (int i = 0; i < RMS_REG; i++)
             if (threadIdx.x + i * blockDim.x < d) ss += v[i] * v[i];
-        ss = cu_block_sum(ss);
-        const float r = rsqrtf(ss / (float)d + eps);
-#pragma unroll
-        for (int i = 0; i < RMS_REG; i++) {
-            const int j = threadIdx.x + i * blockDim.x;
-            if (j < d) orow[j] = v[i] * r * wv[i];
-        }
+        rms_finish_regs(orow, v, wv, ss, d, eps);
         return;
     }
     for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
-    ss = cu_block_sum(ss);
-    float r = rsqrtf(ss / (float)d + eps);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float wj = plus_one ? 1.f + w[j] : w[j];
-        orow[j] = xr[j] * r * wj;
-    }
+    rms_finish(orow, xr, w, ss, d, eps, plus_one);
 }
 
 // The block size of a row norm depends on d only, so a row's reduction order never depends on n.
@@ -89,13 +101,7 @@ __global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float 
                 ss += v[i] * v[i];
             }
         }
-        ss = cu_block_sum(ss);
-        const float r = rsqrtf(ss / (float)d + eps);
-#pragma unroll
-        for (int i = 0; i < RMS_REG; i++) {
-            const int j = threadIdx.x + i * blockDim.x;
-            if (j < d) orow[j] = v[i] * r * wv[i];
-        }
+        rms_finish_regs(orow, v, wv, ss, d, eps);
         return;
     }
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
@@ -103,12 +109,7 @@ __global__ void k_add_rmsnorm(float *out, float *x, const float *y, const float 
         xr[j] = v;
         ss += v * v;
     }
-    ss = cu_block_sum(ss);
-    float r = rsqrtf(ss / (float)d + eps);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float wj = plus_one ? 1.f + w[j] : w[j];
-        orow[j] = xr[j] * r * wj;
-    }
+    rms_finish(orow, xr, w, ss, d, eps, plus_one);
 }
 
 void cu_add_rmsnorm(fd_backend *be, void *out, void *x, const void *y, const fd_weight *w, int64_t n, int d, float eps,

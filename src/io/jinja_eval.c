@@ -285,6 +285,15 @@ jv *jj_call(jj_eval *E, jv *fn, jv **args, int nargs, const char **kw, jv **kwv,
 }
 
 // ---- expressions ----
+// A call, filter or test node (x->a applied to the arguments x->b): evaluates x->a, then the arguments into *av,
+// and points the errors that follow at x's line; returns x->a's value.
+static jv *eval_applied(jj_eval *E, jj_frame *f, const jnode *x, argv_t *av) {
+    jv *v = jj_eval_expr(E, f, x->a);
+    eval_args(E, f, x->b, av);
+    E->a->line = x->line;
+    return v;
+}
+
 jv *jj_eval_expr(jj_eval *E, jj_frame *f, const jnode *x) {
     step(E, x);
     jj_arena *a = E->a;
@@ -312,28 +321,22 @@ jv *jj_eval_expr(jj_eval *E, jj_frame *f, const jnode *x) {
         return slice(E, obj, lo, hi, st);
     }
     case E_CALL: {
-        jv *fn = jj_eval_expr(E, f, x->a);
         argv_t av;
-        eval_args(E, f, x->b, &av);
-        a->line = x->line;
+        jv *fn = eval_applied(E, f, x, &av);
         if (fn->k == JV_UNDEF) jj_fail(a, "'%.*s' is undefined", x->a->k == E_NAME || x->a->k == E_ATTR ? (int)x->a->n : 0,
                                        x->a->s ? x->a->s : "");
         return jj_call(E, fn, av.pos, av.npos, av.kw, av.kwv, av.nkw);
     }
     case E_FILTER: {
-        jv *v = jj_eval_expr(E, f, x->a);
         argv_t av;
-        eval_args(E, f, x->b, &av);
-        a->line = x->line;
+        jv *v = eval_applied(E, f, x, &av);
         char name[48];
         snprintf(name, sizeof name, "%.*s", (int)x->n, x->s);
         return jj_filter(E, name, v, av.pos, av.npos, av.kw, av.kwv, av.nkw);
     }
     case E_TEST: {
-        jv *v = jj_eval_expr(E, f, x->a);
         argv_t av;
-        eval_args(E, f, x->b, &av);
-        a->line = x->line;
+        jv *v = eval_applied(E, f, x, &av);
         char name[48];
         snprintf(name, sizeof name, "%.*s", (int)x->n, x->s);
         int r = jj_test(E, name, v, av.pos, av.npos);

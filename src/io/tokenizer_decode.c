@@ -21,25 +21,32 @@ static void buf_put(buf_t *b, const void *s, size_t n) {
     b->p[b->n] = 0;
 }
 
+int tok_utf8_lead(uint8_t b, uint8_t *lo, uint8_t *hi) {
+    *lo = 0x80, *hi = 0xBF;
+    if (b < 0x80) return 0;
+    if (b >= 0xC2 && b <= 0xDF) return 1;
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (b == 0xE0) *lo = 0xA0;
+        if (b == 0xED) *hi = 0x9F; // no surrogates
+        return 2;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (b == 0xF0) *lo = 0x90;
+        if (b == 0xF4) *hi = 0x8F; // nothing past U+10FFFF
+        return 3;
+    }
+    return -1;
+}
+
 // Length of the valid UTF-8 prefix of the char at s[0..n): returns the char length if whole and valid; else sets
 // *incomplete when s ends inside a char that could still become valid, and returns the length of the maximal
 // invalid subpart (>= 1) to replace by U+FFFD.
 static size_t utf8_step(const uint8_t *s, size_t n, int *incomplete) {
     *incomplete = 0;
-    uint8_t b = s[0];
-    if (b < 0x80) return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) need = 1;
-    else if (b >= 0xE0 && b <= 0xEF) {
-        need = 2;
-        if (b == 0xE0) lo = 0xA0;
-        if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 3;
-        if (b == 0xF0) lo = 0x90;
-        if (b == 0xF4) hi = 0x8F;
-    } else return 1; // not a lead byte: invalid on its own
+    uint8_t lo, hi;
+    const int lead = tok_utf8_lead(s[0], &lo, &hi);
+    if (lead <= 0) return 1; // ASCII, or not a lead byte: invalid on its own
+    const size_t need = (size_t)lead;
     for (size_t k = 1; k <= need; k++) {
         if (k >= n) {
             *incomplete = 1;

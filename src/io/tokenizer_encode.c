@@ -344,23 +344,14 @@ size_t tok_utf8_invalid_at(const char *text, size_t len) {
     const uint8_t *s = (const uint8_t *)text;
     size_t i = 0;
     while (i < len) {
-        uint8_t b = s[i];
-        if (b < 0x80) {
+        uint8_t lo, hi;
+        const int lead = tok_utf8_lead(s[i], &lo, &hi);
+        if (lead == 0) {
             i++;
             continue;
         }
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) need = 1;
-        else if (b >= 0xE0 && b <= 0xEF) {
-            need = 2;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F; // no surrogates
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 3;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        } else return i;
+        if (lead < 0) return i;
+        const size_t need = (size_t)lead;
         if (i + need >= len) return i; // truncated
         if (s[i + 1] < lo || s[i + 1] > hi) return i;
         for (size_t k = 2; k <= need; k++)

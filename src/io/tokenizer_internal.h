@@ -97,6 +97,10 @@ static inline int tok_merge_find(const tok_tokenizer *t, int32_t a, int32_t b, u
 }
 // Decodes one code point at s (valid UTF-8 assumed); returns its length.
 int tok_utf8_decode(const uint8_t *s, uint32_t *cp);
+// A UTF-8 lead byte b: how many continuation bytes follow it (0: b is ASCII; -1: b cannot lead a valid char), and
+// the range [*lo, *hi] the first of them must fall in (no overlong forms, surrogates or code points past
+// U+10FFFF); the others are 0x80..0xBF.
+int tok_utf8_lead(uint8_t b, uint8_t *lo, uint8_t *hi);
 int tok_is_whitespace(uint32_t cp); // Unicode White_Space, as Rust's char::is_whitespace
 int tok_is_new_char(uint32_t cp);   // newer than Unicode 11 and changed by normalization (tokenizer_newchars.c)
 char *tok_normalize(const tok_tokenizer *t, const char *s, size_t n, size_t *out_n); // t's normalizer; malloc'ed

@@ -57,6 +57,20 @@ static void *own(fd_binder *b, void *p) {
     return p;
 }
 
+// w becomes q, its quantization made at load (q's storage already owned by b), under w's name; a synthetic
+// tensor's bf16 data is then no longer needed and is freed.
+static void replace_quantized(fd_binder *b, fd_weight *w, fd_weight q) {
+    if (b->synthetic)
+        for (int64_t i = b->n - 1; i >= 0; i--)
+            if (b->data[i] == w->data) {
+                free(b->data[i]);
+                b->data[i] = NULL;
+                break;
+            }
+    q.name = w->name;
+    *w = q;
+}
+
 // The scale tensor's shape: exactly [ceil(rows/bn), ceil(cols/bk)], as Qwen's and DeepSeek's FP8 files store it.
 static int scale_shape_ok(const st_tensor *s, int64_t sr, int64_t sc) {
     return s->ndim == 2 && s->shape[0] == sr && s->shape[1] == sc;
@@ -253,16 +267,7 @@ int bind_linear(fd_binder *b, fd_weight *w, const char *name, int ndim, const in
         fd_weight_quantize_fp8(w, 128, 128, &qd, &sd, &qw);
         own(b, qd);
         own(b, sd);
-        if (b->synthetic) { // the bf16 synthetic tensor is no longer needed
-            for (int64_t i = b->n - 1; i >= 0; i--)
-                if (b->data[i] == w->data) {
-                    free(b->data[i]);
-                    b->data[i] = NULL;
-                    break;
-                }
-        }
-        qw.name = w->name;
-        *w = qw;
+        replace_quantized(b, w, qw);
     }
     // int4 at load: GPTQ leaves what Qwen's GPTQ-Int4 checkpoints leave in bf16 (their `dynamic` rules -:.*attn.*
     // and -:.*shared_expert.*); AWQ quantizes every linear weight. Fused expert tensors stay dense.
@@ -276,16 +281,7 @@ int bind_linear(fd_binder *b, fd_weight *w, const char *name, int ndim, const in
         own(b, qw);
         own(b, qz);
         own(b, sc);
-        if (b->synthetic) { // the bf16 synthetic tensor is no longer needed
-            for (int64_t i = b->n - 1; i >= 0; i--)
-                if (b->data[i] == w->data) {
-                    free(b->data[i]);
-                    b->data[i] = NULL;
-                    break;
-                }
-        }
-        q4.name = w->name;
-        *w = q4;
+        replace_quantized(b, w, q4);
     }
     return 0;
 }
