@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine_state.h"
+#include "engine/engine_tp.h"
 
 // Bytes a decode step reads of a weight: as stored for quantized formats (data and scales), 2 per element for
 // dense matrices (the GPU holds them in bf16).
@@ -168,15 +169,16 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1))) break; // the oracle's continuation
         es_state_load(e, &g, snap);
         e->n_past = L;
-        const fd_graph_stats gs0 = e->graph_stats;
+        const fd_engine *ge = engine_tp_rank(e, 0); // under --tp the ranks' engines run the forwards (and graphs)
+        const fd_graph_stats gs0 = ge->graph_stats;
         sync(e);
         t0 = fd_time_s();
         if ((rc = decode_steps(e, anchor, D, again))) break;
         sync(e);
         const double dt = fd_time_s() - t0;
         r->graphs = e->routes[FD_ROUTE_GRAPHS].values[e->graphs_sel];
-        r->decode_graph_replays = e->graph_stats.replayed - gs0.replayed;
-        r->decode_graph_recordings = e->graph_stats.recorded - gs0.recorded;
+        r->decode_graph_replays = ge->graph_stats.replayed - gs0.replayed;
+        r->decode_graph_recordings = ge->graph_stats.recorded - gs0.recorded;
         r->decode_tok_s = D / dt;
         bench_count(e->m, L + D / 2, &flops, &bytes);
         r->decode_gbs = bytes * D / dt / 1e9;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_tp.h"
 #include "engine/routes.h"
 
 // Counters a forward's host code bumps: every route's calls and tokens per value, and the GDN forms.
@@ -142,7 +143,9 @@ void engine_graphs_free(fd_engine *e) {
     e->graphs = NULL;
 }
 
-void engine_graphs_print(const fd_engine *e, FILE *f) {
+void engine_graphs_print(const fd_engine *leader, FILE *f) {
+    // under --tp the ranks' engines record and replay (rank 0's counts stand for all: every rank runs the same steps)
+    const fd_engine *e = engine_tp_rank((fd_engine *)leader, 0);
     const fd_route *r = &e->routes[FD_ROUTE_GRAPHS];
     const char *sel = r->values[*r->sel];
     const fd_graph_stats *g = &e->graph_stats;
