@@ -133,3 +133,8 @@ void row(const char *what, double ms, double flop, double bytes) {
     if (bytes > 0) printf(" %7.0f GB/s (%4.1f%% of 4250)", bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / 4250.0);
     printf("\n");
 }
+
+int bench_shape_wanted(const char *what) {
+    const char *want = getenv("FD_BENCH_SHAPE");
+    return !want || !want[0] || strstr(what, want) != NULL;
+}

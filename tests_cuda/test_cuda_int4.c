@@ -373,6 +373,7 @@ TEST(bench_cuda_gemv_int4) {
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
     c.out = B()->alloc(B(), (size_t)16 * 17408 * 4);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (!bench_shape_wanted(shapes[s].what)) continue;
         const int m = shapes[s].m, k = shapes[s].k, G = k / 128;
         // an AWQ weight from random words: every nibble pattern, zeros and f16 scales of a real range
         uint32_t *qw = fd_malloc((size_t)m * k / 2), *qz = fd_malloc((size_t)G * m / 2);
