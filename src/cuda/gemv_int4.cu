@@ -71,8 +71,11 @@ typedef struct {
 // Block: 8 warps, I4_ROWS weight rows of one segment, NG token groups of 8, one k slice. GPC: groups per 128-wide
 // chunk (1 for group >= 128 or a single group, 2 for 64, 4 for 32; the same for every segment of a launch): each
 // part's MMAs go into a fresh fp32 partial sum that is multiplied by the part's scale.
+// Three blocks a SM for n <= 8 (80 registers, no spill at group 128): the kernel issues ~500 instructions per 2 KB
+// chunk and its warps wait on their loads half the time, so more warps a scheduler hide more of both (AWQ step on
+// the H200 -8 % at n = 1, -12 % at n = 8; docs/perf-notes.md, session 10). NG = 2 would spill at 80 and stays at 2.
 template <int NG, int GPC, int SPLIT>
-__global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, const float *x, int n) {
+__global__ void __launch_bounds__(I4_THREADS, NG == 1 ? 3 : 2) k_gemv_int4(const i4_job job, const float *x, int n) {
     constexpr int NC = 8 * NG, WPP = 4 / GPC; // words (32-wide k blocks) per part
     __shared__ float red[I4_WARPS][I4_ROWS][NC];
     __shared__ int is_last;
