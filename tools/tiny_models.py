@@ -125,10 +125,11 @@ def eval_loss(model, val, seq, n_seq):
 
 
 @torch.no_grad()
-def greedy_extend(target, prompts, n_new):
-    """prompts [N, P] -> [N, P + n_new]: the target's greedy continuation (KV/recurrent cache)."""
+def greedy_extend(target, prompts, n_new, logits_to_keep=0):
+    """prompts [N, P] -> [N, P + n_new]: the target's greedy continuation (KV/recurrent cache). logits_to_keep as
+    HF's (0: every position; train_drafter.py passes 1, train_tiny.py made its data with 0)."""
     with autocast():
-        out = target(input_ids=prompts, use_cache=True)
+        out = target(input_ids=prompts, use_cache=True, logits_to_keep=logits_to_keep)
         past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
         toks = [nxt]
         for _ in range(n_new - 1):

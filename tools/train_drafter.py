@@ -41,19 +41,6 @@ def log(*a):
 
 
 @torch.no_grad()
-def greedy_extend(target, prompts, n_new):
-    """prompts [N, P] -> [N, P + n_new], the target's greedy continuation with its cache."""
-    with tt.autocast():
-        out = target(input_ids=prompts, use_cache=True, logits_to_keep=1)
-        past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
-        toks = [nxt]
-        for _ in range(n_new - 1):
-            out = target(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
-            past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
-            toks.append(nxt)
-    return torch.cat([prompts, torch.stack(toks, 1)], 1)
-
-
 def make_pool(target, stream, n, P, G, gen, chunk):
     """n sequences: P stream tokens (random windows) + G greedy target tokens. Returns (pool, stats)."""
     torch.cuda.synchronize()
@@ -62,7 +49,7 @@ def make_pool(target, stream, n, P, G, gen, chunk):
     for i in range(0, n, chunk):
         m = min(chunk, n - i)
         offs = torch.randint(0, stream.numel() - P, (m,), device=stream.device, generator=gen)
-        seqs.append(greedy_extend(target, stream[offs[:, None] + ar].long(), G))
+        seqs.append(tt.greedy_extend(target, stream[offs[:, None] + ar].long(), G, logits_to_keep=1))
     pool = torch.cat(seqs)
     torch.cuda.synchronize()
     wall = time.time() - t
