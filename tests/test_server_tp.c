@@ -123,7 +123,9 @@ static void tp_body(srv_proc *p) {
                "rank %d's route counts", r);
         free(d), free(d0), free(f), free(f0);
     }
-    g_answers = fd_sprintf("%s%d ranks\n", g_answers, ranks);
+    char *with_ranks = fd_sprintf("%s%d ranks\n", g_answers, ranks);
+    free(g_answers);
+    g_answers = with_ranks;
 }
 
 // The plain server's answers against `serve ARGS`'s (ARGS: a --tp setting), the rank count /metrics showed.
