@@ -184,9 +184,9 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
 }
 
 void sched_sync_route_metrics(srv_sched *s) {
-    // Per rank (one "rank" under --tp, else the plain table): the route table of slot 0's engine names every
-    // route; engine routes are summed over all slots' engines, backend routes (one backend per rank, shared by the
-    // slots) counted once. met->route_hits holds every value of every rank (sched_create sized it).
+    // Rank by rank (a plain server: its one table): slot 0's rank-q engine's table names every route; engine routes
+    // are summed over the slots' rank-q engines, backend routes (rank q's backend, shared by the slots) counted
+    // once. met->route_hits holds every value of every rank (sched_create sized it).
     const int ranks = s->tp ? s->tp->tp : 1;
     pthread_mutex_lock(&s->met->mu);
     int k = 0;
