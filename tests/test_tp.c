@@ -200,6 +200,94 @@ TEST(tp_batched_decode_matches_tp1) {
     fixture_free(&fx);
 }
 
+// Three sequences sharing KV pages (the server's slots; a page each): on one pool (tp 1), or on one pool per rank
+// shared by three leaders. Prompts of 5, 9 and 13 tokens, then batched decode steps whose rows are sampled (two
+// seeds) or greedy (temperature 0: the argmax combine) in one forward; their ids into out. Every rank's pool lends
+// the same pages, and has them all back at the end.
+static void shared_pools_run(tp_rig *r, int32_t out[3][8]) {
+    const int ranks = r->set.tp ? r->set.tp : 1;
+    fd_kv_pool pools[FD_TP_MAX], *ptrs[FD_TP_MAX];
+    for (int q = 0; q < ranks; q++) {
+        ASSERT(kv_pool_init(&pools[q], r->bes[q], &(r->set.tp ? &r->set.shards[q] : &r->full)->plan, 3 * 256, 0) == 0,
+               "%s", fd_error_msg());
+        ptrs[q] = &pools[q];
+    }
+    fd_engine_opts o;
+    engine_default_opts(&o);
+    o.max_batch = 16;
+    o.capacity = 64;
+    if (r->set.tp) o.rank_pools = ptrs;
+    else o.pool = &pools[0];
+    fd_engine e[3], *seqs[3];
+    fd_sampler smp[3], *smps[3];
+    int32_t ids[13], next[3];
+    sampler_init(&smp[0], 0, 0, 1, 0);
+    sampler_init(&smp[1], 0.9f, 40, 0.9f, 5);
+    sampler_init(&smp[2], 1.0f, 0, 1, 9);
+    for (int s = 0; s < 3; s++) {
+        ASSERT((r->set.tp ? engine_init_tp(&e[s], &r->full, &r->set, &o) : engine_init(&e[s], &r->full, r->bes[0], &o)) == 0,
+               "%s", fd_error_msg());
+        ids_of(ids, 5 + 4 * s, r->full.cfg.vocab_size, 21 + (uint64_t)s);
+        ASSERT(engine_prefill_sample(&e[s], ids, 5 + 4 * s, 4, &smp[s], &next[s]) == 0, "%s", fd_error_msg());
+        seqs[s] = &e[s];
+        smps[s] = &smp[s];
+    }
+    for (int k = 0; k < 8; k++) {
+        ASSERT(engine_decode_batch_sample(seqs, next, 3, smps, next) == 0, "%s", fd_error_msg());
+        for (int s = 0; s < 3; s++) out[s][k] = next[s];
+        for (int q = 1; q < ranks; q++)
+            EXPECT(kv_pool_free_tokens(&pools[q]) == kv_pool_free_tokens(&pools[0]), "rank %d lent other pages", q);
+    }
+    EXPECT(kv_pool_free_tokens(&pools[0]) < kv_pool_tokens(&pools[0]), "the sequences hold no page of the pool");
+    for (int s = 0; s < 3; s++) engine_free(&e[s]);
+    for (int q = 0; q < ranks; q++) {
+        EXPECT(kv_pool_free_tokens(&pools[q]) == kv_pool_tokens(&pools[q]), "rank %d: pages not returned", q);
+        kv_pool_free(&pools[q]);
+    }
+}
+
+// Shared per-rank pools and the batched step over leaders give the plain server's ids: the fixture at tp 2, a
+// geometry that splits at 4 and 8 (KV heads replicated past 2 ranks). A plain engine refuses per-rank pools and
+// a leader one shared pool.
+TEST(tp_shared_rank_pools_batched_decode) {
+    const struct {
+        const char *dir, *cfg;
+        int tp;
+    } k[] = {{"tests/data/fixtures/qwen35_dense_tied", NULL, 2},
+             {NULL, "tests/data/tp/dense_tp8.json", 4},
+             {NULL, "tests/data/tp/dense_tp8.json", 8}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        int32_t want[3][8], got[3][8];
+        tp_rig r1, rt;
+        ASSERT(rig_open(&r1, k[i].dir, k[i].cfg, 0, 1) == 0, "%s", fd_error_msg());
+        shared_pools_run(&r1, want);
+        rig_close(&r1);
+        ASSERT(rig_open(&rt, k[i].dir, k[i].cfg, 0, k[i].tp) == 0, "%s", fd_error_msg());
+        shared_pools_run(&rt, got);
+        for (int s = 0; s < 3; s++)
+            EXPECT(!memcmp(want[s], got[s], sizeof want[s]), "%s --tp %d: sequence %d's ids differ from tp 1",
+                   k[i].dir ? k[i].dir : k[i].cfg, k[i].tp, s);
+        if (i == 0) {
+            fd_kv_pool pool, *ptrs[1] = {&pool};
+            ASSERT(kv_pool_init(&pool, rt.bes[0], &rt.full.plan, 64, 0) == 0, "%s", fd_error_msg());
+            fd_engine_opts o;
+            engine_default_opts(&o);
+            o.capacity = 64;
+            o.pool = &pool;
+            fd_engine e;
+            EXPECT(engine_init_tp(&e, &rt.full, &rt.set, &o) != 0 && strstr(fd_error_msg(), "a KV pool per rank"), "%s",
+                   fd_error_msg());
+            o.pool = NULL;
+            o.rank_pools = ptrs;
+            EXPECT(engine_init(&e, &rt.full, rt.bes[0], &o) != 0 && strstr(fd_error_msg(), "per-rank KV pools"), "%s",
+                   fd_error_msg());
+            engine_free(&e);
+            kv_pool_free(&pool);
+        }
+        rig_close(&rt);
+    }
+}
+
 // Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed; so
 // does a one-rank group (an explicit --tp 1: its rank samples as the plain engine does).
 TEST(tp_sampling_matches_tp1) {

@@ -28,7 +28,8 @@ const char *fd_error_msg(void);
 void fd_error_clear(void);
 // Conditions a caller branches on get a code besides the message (fd_error_set clears it; fd_error_prefix keeps it),
 // so no caller has to search the message text.
-enum { FD_ERR_GENERIC = 0, FD_ERR_KV_FULL = 1 };
+// FD_ERR_REFUSED: the setup refused to start as configured (tensor-parallel ranks that disagree): exit status 2.
+enum { FD_ERR_GENERIC = 0, FD_ERR_KV_FULL = 1, FD_ERR_REFUSED = 2 };
 int fd_error_set_code(int code, const char *fmt, ...) FD_PRINTF(2, 3); // always returns -1
 int fd_error_code(void);
 

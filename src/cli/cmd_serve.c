@@ -54,6 +54,7 @@ static const opt_id k_serve_opts[] = {O_MODEL,
                                       O_PREFIX_CACHE_MB,
                                       O_DRAFT,
                                       O_BLOCK_SIZE,
+                                      O_TP,
                                       CLI_ENGINE_OPTS,
                                       O_TRACE,
                                       O_COUNT};
@@ -65,6 +66,7 @@ const cmd_spec cmd_serve_spec = {"serve", "(MODEL_DIR | --model DIR)",
 typedef struct {
     srv_config c;
     int ctx_given;
+    const char *pc_opt; // a prefix-cache setting given (as typed), which --tp refuses
 } serve_args;
 
 static int num(const char *name, const char *v, double lo, double hi, double *out) {
@@ -80,6 +82,7 @@ static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
     if (num(name, v, lo, hi, &x)) return 2;                                                                            \
     c->field = x;                                                                                                      \
     return 0
+    if (id == O_PREFIX_BLOCK || id == O_PREFIX_CHECKPOINT || id == O_PREFIX_CACHE_MB) a->pc_opt = name;
     switch (id) {
     case O_MODEL:
         if (c->model_dir) return cli_error("give the model directory once (%s %s)", name, v);
@@ -141,6 +144,8 @@ static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
         c->route_specs[c->n_routes++] =
             id == O_ROUTE ? v : (!strcmp(v, "chunked") ? "gdn_prefill=chunked" : "gdn_prefill=serial");
         return 0;
+    case O_TP:
+        return opt_tp(name, v, &c->tp);
     case O_PORT:
         NUM(0, 65535, port);
     case O_THREADS:
@@ -200,6 +205,16 @@ int cmd_serve(int argc, char **argv) {
     if (pos && c->model_dir) return cli_error("give the model directory once ('%s' and '%s')", c->model_dir, pos);
     if (pos) c->model_dir = pos;
     if (!c->model_dir) return cli_error("serve needs MODEL_DIR (or --model DIR)");
+    c->build = FD_VERSION;
+    if (c->tp && c->trace) return cli_error("--trace records one backend; it does not run with --tp %d", c->tp);
+    // The prefix cache's blocks and snapshots live on one backend; under --tp every rank holds its own part of the
+    // KV and state, so it is off (docs/server.md): asked for explicitly, refused; by default, said once.
+    if (c->tp && a.pc_opt)
+        return cli_error("%s: the prefix cache does not run under --tp (docs/server.md): drop one of the two", a.pc_opt);
+    if (c->tp && c->prefix_cache) {
+        c->prefix_cache = 0;
+        FD_INFO("--tp %d: prefix cache off (it does not run under --tp; docs/server.md)", c->tp);
+    }
     fd_config mc;
     if (cfg_load_dir(c->model_dir, &mc)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

@@ -226,6 +226,13 @@ static int bad(const char *name, const char *v, const char *what) {
     return cli_error("%s: '%s' is not %s", name, v, what);
 }
 
+int opt_tp(const char *name, const char *v, int *tp) {
+    long long x;
+    if (opt_int(v, 1, 8, &x) || (x & (x - 1))) return bad(name, v, "1, 2, 4 or 8");
+    *tp = (int)x;
+    return 0;
+}
+
 static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v) {
     cli_opts *o = ctx;
     long long x;
@@ -263,9 +270,7 @@ static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v
         o->prefill_chunk = (int)x;
         return 0;
     case O_TP:
-        if (opt_int(v, 1, 8, &x) || (x & (x - 1))) return bad(name, v, "1, 2, 4 or 8");
-        o->tp = (int)x;
-        return 0;
+        return opt_tp(name, v, &o->tp);
     case O_THREADS:
         if (opt_int(v, 1, 256, &x)) return bad(name, v, "in 1..256");
         o->threads = (int)x;

@@ -111,6 +111,8 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); // pr
 
 // Value parsers: 0 or -1 (no message).
 int opt_int(const char *s, long long lo, long long hi, long long *out);
+// --tp's value (1, 2, 4 or 8) into *tp: 0, or 2 with the message printed.
+int opt_tp(const char *name, const char *v, int *tp);
 int opt_num(const char *s, double lo, double hi, double *out);
 
 // The model commands' options (info, logits, generate, draft-logits, bench, run, chat).

@@ -14,17 +14,9 @@
 #include "engine/trace.h"
 
 fd_backend *cli_make_backend(const char *name, int threads, int rank) {
-    if (!strcmp(name, "cuda")) {
-#ifdef FD_HAVE_CUDA
-        return fd_backend_cuda_create(rank); // rank r of a tensor-parallel group runs on device r
-#else
-        (void)rank;
-        fprintf(stderr, "flashdelta: error: this build has no CUDA backend (rebuild with CUDA=1)\n");
-        return NULL;
-#endif
-    }
-    (void)rank; // every cpu rank is a backend of its own in this process
-    return fd_backend_cpu_create(threads);
+    fd_backend *be = tp_backend_create(name, threads, rank);
+    if (!be) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    return be;
 }
 
 void session_close(session *s) {
@@ -37,11 +29,7 @@ void session_close(session *s) {
     }
     dflash_free(&s->spec);
     engine_free(&s->eng);
-    fd_backend *ranks[FD_TP_MAX] = {0};
-    memcpy(ranks, s->tp.bes, sizeof ranks);
-    if (s->tp.tp) tp_set_free(&s->tp);
-    for (int r = 1; r < FD_TP_MAX; r++) // rank 0's backend is s->be
-        if (ranks[r]) ranks[r]->destroy(ranks[r]);
+    tp_group_close(&s->tp); // rank 0's backend is s->be
     if (s->be) model_release(&s->model, s->be);
     if (s->be && s->has_draft) drafter_release(&s->dr, s->be);
     if (s->has_draft) drafter_free(&s->dr);
@@ -83,43 +71,21 @@ static int64_t pick_capacity(const cli_opts *o, const fd_config *c, int64_t toke
 
 // Refuses --tp N on a cuda build with fewer than N visible devices (rank r runs on device r), naming both.
 int cli_check_tp_devices(const cli_opts *o) {
-#ifdef FD_HAVE_CUDA
-    if (o->tp > 0 && !strcmp(o->backend, "cuda")) {
-        const int count = fd_cuda_device_count();
-        if (o->tp > count) {
-            fprintf(stderr, "flashdelta: error: --tp %d needs %d CUDA devices (rank r runs on device r); %d %s visible\n",
-                    o->tp, o->tp, count, count == 1 ? "is" : "are");
-            return 1;
-        }
-    }
-#else
-    (void)o;
-#endif
-    return 0;
+    if (!tp_check_devices(o->backend, o->tp)) return 0;
+    fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    return 1;
 }
 
-// --tp N given (1 included: a one-rank group, the same code path as N > 1): a backend per further rank, the shards
-// (the plan's refusals name the config field) and the group.
+// --tp N given (1 included: a one-rank group, the same code path as N > 1): the group (engine_tp.h).
 static int tp_open(session *s, const cli_opts *o) {
     if (s->trace) {
         fprintf(stderr, "flashdelta: error: --trace records one backend; it does not run with --tp %d\n", o->tp);
         return 1;
     }
-    fd_backend *bes[FD_TP_MAX] = {s->be};
-    for (int r = 1; r < o->tp; r++)
-        if (!(bes[r] = cli_make_backend(o->backend, o->threads, r))) {
-            for (int q = 1; q < r; q++) bes[q]->destroy(bes[q]);
-            return 1;
-        }
-    if (tp_set_init(&s->tp, &s->model, bes, o->tp)) {
-        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
-        for (int r = 1; r < o->tp; r++) bes[r]->destroy(bes[r]);
-        return 1;
-    }
-    // The full model's device copy on rank 0 serves only a drafter (it reads the target's embedding and LM head);
-    // without one it would be a second copy of every weight beside rank 0's shard (the 27B at --tp 1: ~54 GB).
-    if (!o->draft_dir && !o->draft_random) model_release(&s->model, s->be);
-    return 0;
+    if (!tp_group_open(&s->tp, &s->model, s->be, o->backend, o->threads, o->tp, o->draft_dir || o->draft_random))
+        return 0;
+    fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    return 1;
 }
 
 static int session_setup(session *s, const cli_opts *o, int64_t tokens) {

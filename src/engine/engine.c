@@ -19,6 +19,7 @@ void engine_default_opts(fd_engine_opts *o) {
     o->gdn_prefill = FD_GDN_CHUNKED;
     o->pool = NULL;
     o->kv_tokens = 0;
+    o->rank_pools = NULL;
 }
 
 // Logits are computed in blocks of this many rows so a long all-positions request needs no [n, V] buffer
@@ -33,6 +34,7 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
     const fd_rank_plan *p = &m->plan;
     if (opt->max_batch < 1) return fd_error_set("prefill token budget must be >= 1 (got %d)", opt->max_batch);
     if (opt->capacity < 1) return fd_error_set("context capacity must be >= 1 (got %lld)", (long long)opt->capacity);
+    if (opt->rank_pools) return fd_error_set("per-rank KV pools are a tensor-parallel leader's (engine_init_tp)");
     const int64_t B = opt->max_batch;
     fwd_scratch_init(&e->scratch, m, be, opt->max_batch);
     e->logits_dev = be->alloc(be, (size_t)ENGINE_LOGIT_ROWS * (p->vocab_end - p->vocab_begin) * sizeof(float));

@@ -34,6 +34,10 @@ typedef struct {
     // backend), or NULL for a pool of the engine's own of min(kv_tokens, capacity) tokens (kv_tokens 0: capacity).
     fd_kv_pool *pool;
     int64_t kv_tokens;
+    // A tensor-parallel leader's shared pools (engine_init_tp), one per rank: rank r's engine takes rank_pools[r]
+    // (a pool on rank r's backend for rank r's shard). NULL: every rank engine has a pool of its own. A plain
+    // engine refuses it (its shared pool is `pool`).
+    fd_kv_pool *const *rank_pools;
 } fd_engine_opts;
 
 typedef struct {

@@ -44,10 +44,14 @@ void tp_set_free(fd_tp_set *t) {
 int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_engine_opts *opt) {
     memset(e, 0, sizeof *e);
     if (t->tp < 1) return fd_error_set("tensor-parallel engine over an empty set of ranks");
-    if (opt->pool) return fd_error_set("a tensor-parallel engine keeps a KV pool per rank (a shared pool is refused)");
+    if (opt->pool)
+        return fd_error_set("a tensor-parallel engine takes a KV pool per rank (rank_pools), not one shared pool");
     struct fd_engine_tp *g = fd_calloc(1, sizeof *g);
     for (int r = 0; r < t->tp; r++) {
-        if (engine_init(&g->ranks[r], (fd_model *)&t->shards[r], t->bes[r], opt)) {
+        fd_engine_opts ro = *opt;
+        ro.pool = opt->rank_pools ? opt->rank_pools[r] : NULL;
+        ro.rank_pools = NULL;
+        if (engine_init(&g->ranks[r], (fd_model *)&t->shards[r], t->bes[r], &ro)) {
             for (int q = 0; q < r; q++) engine_free(&g->ranks[q]);
             free(g);
             return fd_error_prefix("tensor parallelism, rank %d of %d", r, t->tp);
@@ -57,6 +61,7 @@ int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_en
     e->m = full;
     e->be = t->bes[0];
     e->opt = *opt;
+    e->opt.rank_pools = NULL; // the ranks hold them; the caller's array need not outlive this call
     e->tp = g;
     e->pool = g->ranks[0].pool; // for what callers print; the leader holds no pages
     // Rank 0's route table, selections shared (they point into rank 0; the other ranks follow them each forward);
@@ -147,8 +152,12 @@ void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const
     // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit. A one-rank group's slice
     // is the whole vocabulary: its rank takes the caller's sink as it is (no gather, no per-row logit read back).
     const int want = tp > 1 && (sink->logits || sink->ids);
-    float *gathered = want && !sink->logits && sink->params ? fd_malloc(sizeof(float) * (size_t)rows * (size_t)V) : NULL;
-    int32_t *rank_ids = want && !sink->logits && !sink->params ? fd_malloc(sizeof(int32_t) * (size_t)rows * tp) : NULL;
+    // Rows sampled at temperature 0 are greedy: the server samples every row of a batch, greedy requests' too,
+    // and those take the argmax combine (what sample_rows' argmax would pick) rather than a gather of their rows.
+    int greedy = 1;
+    for (int i = 0; sink->params && i < rows; i++) greedy &= !(sink->params[i].temperature > 0);
+    float *gathered = want && !sink->logits && !greedy ? fd_malloc(sizeof(float) * (size_t)rows * (size_t)V) : NULL;
+    int32_t *rank_ids = want && !sink->logits && greedy ? fd_malloc(sizeof(int32_t) * (size_t)rows * tp) : NULL;
     float *rank_best = rank_ids ? fd_malloc(sizeof(float) * (size_t)rows * tp) : NULL;
     rank_job jobs[FD_TP_MAX];
     fd_engine **rank_seqs = fd_malloc(sizeof(fd_engine *) * (size_t)n_segs * tp);

@@ -5,12 +5,14 @@
 //   logits    every rank writes its vocabulary columns of the caller's [rows, V] rows (a gather: the caller asked
 //             for the whole row);
 //   greedy    every rank's argmax of its slice and that logit (4 + 4 bytes a row), then the largest over the ranks
-//             in rank order (ties: the lowest id, as engine_argmax) — no logits row is gathered;
+//             in rank order (ties: the lowest id, as engine_argmax) — no logits row is gathered; sampled rows
+//             whose temperature is 0 (greedy requests in a server batch) take this path too;
 //   sampling  not yet without a gather: the rows are gathered to the host and sampled by rank 0's sample_rows.
 // A one-rank group (an explicit --tp 1) holds the whole vocabulary: its rank takes the caller's outputs as a plain
 // engine does (no gather, no combine), so it costs what the plain engine costs beyond the one-rank all-reduces.
 // Every engine entry point takes a leader where it takes an engine, except the KV snapshots (engine_state.h:
-// es_kv_save / es_kv_load) and a shared KV pool, which are refused.
+// es_kv_save / es_kv_load), which are refused. Sequences share KV pages through one pool per rank (the server's
+// slots: fd_engine_opts.rank_pools), never through one pool for all ranks (their shards' KV heads differ).
 #ifndef FD_ENGINE_TP_H
 #define FD_ENGINE_TP_H
 #include "engine/engine.h"
@@ -30,8 +32,25 @@ typedef struct {
 int tp_set_init(fd_tp_set *t, const fd_model *full, fd_backend *const *bes, int tp);
 void tp_set_free(fd_tp_set *t); // releases and frees the shards (before the backends are destroyed)
 
-// A leader over the ranks of t for the sequences of `full` (t's source); opt as engine_init (opt->pool must be
-// NULL: every rank has a pool of its own). e->be is t->bes[0] (where a drafter runs; e->taps are rank 0's).
+// ---- opening a group from a command's settings (tp_group.c: the model commands and the server share it) ----
+// The backend `name` ("cpu" | "cuda") for rank `rank` of a group (cuda: device rank; 0 outside a group). NULL with
+// fd_error set when this build has no such backend.
+fd_backend *tp_backend_create(const char *name, int threads, int rank);
+// -1 with fd_error naming both numbers when a cuda group of tp ranks needs more devices than are visible, else 0.
+int tp_check_devices(const char *name, int tp);
+// A group of tp ranks (1 included: a one-rank group) over be0, rank 0, where `full` is uploaded: a backend per
+// further rank made as be0 was (name, threads), the shards (plan_init's refusals name the config field) and the
+// group (tp_set_init). Unless keep_full (a drafter reads the full model's embedding and LM head on be0), the full
+// model's copy on be0 is released: beside rank 0's shard it would be a second copy of every weight (the 27B at
+// --tp 1: ~54 GB). 0, or -1 with fd_error set and nothing kept.
+int tp_group_open(fd_tp_set *t, fd_model *full, fd_backend *be0, const char *name, int threads, int tp, int keep_full);
+// tp_set_free, then the backends tp_group_open made (ranks 1..; be0 stays the caller's). No-op on an empty set.
+void tp_group_close(fd_tp_set *t);
+
+// A leader over the ranks of t for the sequences of `full` (t's source); opt as engine_init, except the pool:
+// opt->pool must be NULL, and rank r's engine takes opt->rank_pools[r] when rank_pools is set (shared by the
+// leaders of one set: pools made with kv_pool_init on t->bes[r] for t->shards[r].plan), else a pool of its own.
+// e->be is t->bes[0] (where a drafter runs; e->taps are rank 0's).
 int engine_init_tp(fd_engine *e, fd_model *full, const fd_tp_set *t, const fd_engine_opts *opt);
 // Ranks of e (1 for a plain engine) and rank r's engine (e itself for a plain engine).
 int engine_tp_size(const fd_engine *e);

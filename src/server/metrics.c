@@ -140,6 +140,15 @@ size_t srv_prom_escape(const char *v, char *out, size_t cap) {
     return n;
 }
 
+// One route sample; under --tp labelled with its rank (a plain server's samples stay as they were).
+static void route_sample(const family *f, const srv_metrics *m, const char *name, int i, int64_t v) {
+    const struct srv_route_hit *h = &m->route_hits[i];
+    char rank[24] = "";
+    if (m->tp) snprintf(rank, sizeof rank, ",rank=\"%d\"", h->rank);
+    put(f->b, "%s%s{%s,op=\"%s\",route=\"%s\"%s} %lld\n", f->prefix, name, f->labels, h->route, h->value, rank,
+        (long long)v);
+}
+
 // The flashdelta: family (unchanged since before the vllm: names existed).
 static void render_ours(const family *f, const srv_metrics *m) {
     srv_buf *b = f->b;
@@ -168,13 +177,9 @@ static void render_ours(const family *f, const srv_metrics *m) {
     const int64_t rejected[2] = {m->rejected_queue_full, m->rejected_timeout};
     counter_by(f, "requests_rejected_total", "Requests refused by admission control.", "reason", why, rejected, 2);
     meta(f, "route_calls_total", "counter", "Calls that ran each value of each named execution route.");
-    for (int i = 0; i < m->n_route_hits; i++)
-        put(b, "%sroute_calls_total{%s,op=\"%s\",route=\"%s\"} %lld\n", f->prefix, f->labels, m->route_hits[i].route,
-            m->route_hits[i].value, (long long)m->route_hits[i].calls);
+    for (int i = 0; i < m->n_route_hits; i++) route_sample(f, m, "route_calls_total", i, m->route_hits[i].calls);
     meta(f, "route_tokens_total", "counter", "Tokens (rows) through each value of each named execution route.");
-    for (int i = 0; i < m->n_route_hits; i++)
-        put(b, "%sroute_tokens_total{%s,op=\"%s\",route=\"%s\"} %lld\n", f->prefix, f->labels, m->route_hits[i].route,
-            m->route_hits[i].value, (long long)m->route_hits[i].tokens);
+    for (int i = 0; i < m->n_route_hits; i++) route_sample(f, m, "route_tokens_total", i, m->route_hits[i].tokens);
     counter(f, "scheduler_decode_steps_total", "Single-token decode forwards.", m->decode_steps);
     counter(f, "scheduler_prefill_chunks_total", "Prefill forwards (chunks).", m->prefill_chunks);
     counter(f, "spec_decode_num_drafts_total", "Speculative rounds (no drafter loaded: 0).", m->spec_drafts);

@@ -38,12 +38,15 @@ typedef struct {
     int64_t pc_nodes, pc_snapshots, pc_evictions;
     double pc_bytes, pc_budget;
     // routes: every value of every route of the route table (engine routes summed over the slots' engines,
-    // backend routes once), copied by the scheduler into an array it sizes from the table (freed by destroy)
+    // backend routes once), copied by the scheduler into an array it sizes from the table (freed by destroy);
+    // under --tp every rank's table, one after another, each sample labelled with its rank
     struct srv_route_hit {
         const char *route, *value;
+        int rank;
         int64_t calls, tokens;
     } *route_hits;
     int n_route_hits;
+    int tp; // --tp ranks (the route samples carry rank="r"); 0: a plain server, no rank label
     int64_t decode_steps, prefill_chunks;
     // speculative decoding (no drafter: stay 0, exported under flashdelta: so dashboards have the series)
     int spec_block; // the drafter's block B (0: none): B - 1 draft positions

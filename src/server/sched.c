@@ -21,11 +21,12 @@
 #include <string.h>
 
 #include "engine/routes.h"
+#include "engine/tp_agree.h"
 #include "server/sched_internal.h"
 
 // The KV tokens (whole pages) a job's prompt takes.
 static int64_t kv_prompt_tokens(const srv_sched *s, const srv_job *j) {
-    const int64_t P = s->pool.page_tokens;
+    const int64_t P = s->pools[0].page_tokens;
     return ((int64_t)j->n_prompt + P - 1) / P * P;
 }
 
@@ -49,11 +50,11 @@ static srv_job *q_pop(srv_sched *s) {
 static void admit_from_queue(srv_sched *s, int *n_admitted, int *n_expired) {
     int n_adm = 0, n_exp = 0, free_slots = s->n_slots - n_active(s);
     const double now = fd_time_s();
-    int64_t kv_free = kv_pool_free_tokens(&s->pool), kv_blocked = 0;
+    int64_t kv_free = kv_pool_free_tokens(&s->pools[0]), kv_blocked = 0;
     for (int k = s->q_len; k > 0; k--) {
         srv_job *j = q_pop(s);
         const int64_t need = kv_prompt_tokens(s, j) * j->n; // n > 1: one sequence per choice
-        const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pool);
+        const int kv_fits = need <= kv_free || need > kv_pool_tokens(&s->pools[0]);
         if (now - j->t_arrival > s->cfg->queue_timeout || atomic_load(&j->cancelled)) {
             s->expired[n_exp++] = j;
         } else if (free_slots >= j->n && kv_fits && !kv_blocked) { // each takes >= 1 slot: n_adm <= n_slots
@@ -162,12 +163,68 @@ static void free_scratch(srv_sched *s) {
     free(s->expired);
 }
 
-srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
-                        fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met) {
+// A slot's engine: a plain one on the shared pool, or a leader over the ranks on their pools; the routes from the
+// environment, then --route; their combination checked; a tree verify refused where it cannot run (--tp).
+static int slot_engine(srv_sched *s, slot *sl, const fd_engine_opts *eo) {
+    const srv_config *cfg = s->cfg;
+    FD_TRY(s->tp ? engine_init_tp(&sl->e, s->m, s->tp, eo) : engine_init(&sl->e, s->m, s->be, eo));
+    FD_TRY(routes_from_env(&sl->e));
+    for (int r = 0; r < cfg->n_routes; r++) FD_TRY(routes_set(&sl->e, cfg->route_specs[r]));
+    FD_TRY(routes_check(&sl->e));
+    const fd_route *sv = routes_find(&sl->e, "spec_verify");
+    if (s->dr && sv && !strcmp(sv->values[*sv->sel], "tree")) FD_TRY(engine_tree_supported(&sl->e));
+    return s->dr ? dflash_init(&sl->spec, &sl->e, s->dr, cfg->block_size) : 0;
+}
+
+// The KV pools (a pool per rank under --tp) and every slot's engine. The backend routes are set before any cache
+// exists (the kv layout is fixed once one is sized). 0, or -1 with fd_error set and nothing kept.
+static int create_engines(srv_sched *s) {
+    const srv_config *cfg = s->cfg;
+    // the cache's snapshots are one engine's KV and state, where a leader's are its ranks' (engine_tp.h)
+    if (s->tp && cfg->prefix_cache) return fd_error_set("the prefix cache does not run under --tp (docs/server.md)");
+    const int ranks = s->tp ? s->tp->tp : 1;
+    fd_kv_pool *rank_pools[FD_TP_MAX];
+    int err = 0;
+    for (int r = 0; r < ranks && !err; r++) {
+        fd_backend *be = s->tp ? s->tp->bes[r] : s->be;
+        const fd_model *m = s->tp ? &s->tp->shards[r] : s->m;
+        err = routes_backend_preset(be, cfg->route_specs, cfg->n_routes) ||
+              kv_pool_init(&s->pools[r], be, &m->plan, sched_kv_tokens(cfg), 0);
+        if (!err) s->n_pools = r + 1;
+        rank_pools[r] = &s->pools[r];
+    }
+    fd_engine_opts eo;
+    engine_default_opts(&eo);
+    eo.capacity = cfg->ctx;
+    if (s->tp) eo.rank_pools = rank_pools;
+    else eo.pool = &s->pools[0];
+    eo.max_batch = cfg->prefill_chunk;
+    eo.gdn_prefill = cfg->gdn_prefill;
+    int made = 0;
+    for (; !err && made < s->n_slots; made++) {
+        err = slot_engine(s, &s->slots[made], &eo);
+        s->slots[made].ts = tok_stream_new(s->tok, 1);
+    }
+    // Every rank runs the same build, libraries, routes, configuration and weights, or none runs.
+    if (!err && s->tp && tp_agree(&s->slots[0].e, cfg->build, stderr))
+        err = fd_error_set_code(FD_ERR_REFUSED, "the tensor-parallel ranks disagree (table above): refusing to start");
+    if (!err) return 0;
+    for (int k = 0; k < made; k++) {
+        if (s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);
+        engine_free(&s->slots[k].e);
+        tok_stream_free(s->slots[k].ts);
+    }
+    for (int r = 0; r < s->n_pools; r++) kv_pool_free(&s->pools[r]);
+    return -1;
+}
+
+srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const fd_tp_set *tp,
+                        const tok_tokenizer *tok, fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met) {
     srv_sched *s = fd_calloc(1, sizeof *s);
     s->cfg = cfg;
     s->m = m;
     s->be = be;
+    s->tp = tp;
     s->tok = tok;
     s->dr = dr;
     s->met = met;
@@ -184,39 +241,14 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
     s->dec_picked = fd_calloc(ns, sizeof *s->dec_picked);
     s->admitted = fd_calloc(ns, sizeof *s->admitted);
     s->expired = fd_calloc((size_t)cfg->max_queue, sizeof *s->expired);
-    fd_engine_opts eo;
-    engine_default_opts(&eo);
-    eo.capacity = cfg->ctx;
-    eo.pool = &s->pool;
-    eo.max_batch = cfg->prefill_chunk;
-    eo.gdn_prefill = cfg->gdn_prefill;
-    // Routes from the environment (FD_ROUTE_<NAME>), then --route: the backend's before any cache exists, the
-    // engines' after.
-    int route_err = routes_backend_preset(be, cfg->route_specs, cfg->n_routes);
-    if (!route_err) route_err = kv_pool_init(&s->pool, be, &m->plan, sched_kv_tokens(cfg), 0);
-    for (int i = 0; i < s->n_slots; i++) {
-        slot *sl = &s->slots[i];
-        int set_err = 0;
-        if (!route_err && !engine_init(&sl->e, m, be, &eo)) {
-            set_err = routes_from_env(&sl->e);
-            for (int r = 0; !set_err && r < cfg->n_routes; r++) set_err = routes_set(&sl->e, cfg->route_specs[r]);
-        } else {
-            set_err = 1;
-        }
-        if (set_err || routes_check(&sl->e) ||
-            (dr && dflash_init(&sl->spec, &sl->e, dr, cfg->block_size))) {
-            for (int k = 0; k <= i; k++) {
-                if (dr && s->slots[k].spec.tgt) dflash_free(&s->slots[k].spec);
-                engine_free(&s->slots[k].e);
-                tok_stream_free(s->slots[k].ts);
-            }
-            kv_pool_free(&s->pool);
-            free_scratch(s);
-            free(s);
-            return NULL;
-        }
-        sl->ts = tok_stream_new(tok, 1);
+    if (create_engines(s)) {
+        free_scratch(s);
+        free(s);
+        return NULL;
     }
+    if (tp)
+        FD_INFO("tensor parallelism: %d rank%s, one host thread each; the ranks agree on build, libraries, routes, "
+                "configuration and weight sample", tp->tp, tp->tp == 1 ? "" : "s");
     if (cfg->prefix_cache) {
         s->pc = pc_create(&s->slots[0].e, cfg->pc_block, cfg->pc_budget);
         if (dr) pc_attach_drafter(s->pc, &s->slots[0].spec);
@@ -231,7 +263,8 @@ srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, cons
         for (int v = 0; r[i]->values[v]; v++) s->n_route_values++;
     pthread_mutex_lock(&met->mu);
     free(met->route_hits);
-    met->route_hits = fd_calloc((size_t)s->n_route_values + 1, sizeof *met->route_hits);
+    met->tp = tp ? tp->tp : 0; // every rank's route table is rank 0's (one backend kind), counted apart
+    met->route_hits = fd_calloc((size_t)s->n_route_values * (size_t)(tp ? tp->tp : 1) + 1, sizeof *met->route_hits);
     met->n_route_hits = 0;
     met->spec_block = dr ? s->slots[0].spec.B : 0;
     pthread_mutex_unlock(&met->mu);
@@ -313,7 +346,7 @@ void sched_free(srv_sched *s) {
         free(sl->scratch);
         host_state_free(&sl->hs);
     }
-    kv_pool_free(&s->pool); // after the engines, which hand their pages back
+    for (int r = 0; r < s->n_pools; r++) kv_pool_free(&s->pools[r]); // after the engines, which hand their pages back
     free_scratch(s);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);

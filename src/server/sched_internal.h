@@ -52,7 +52,11 @@ struct srv_sched {
     slot *slots;
     int n_slots, rr;
     pc_cache *pc;
-    fd_kv_pool pool; // the slots' KV pages
+    const fd_tp_set *tp; // --tp: every slot's engine leads these ranks; NULL: plain engines
+    // The slots' KV pages: one pool, or one per rank under --tp. Every rank's pool lends and takes back the same
+    // pages in the same order (a leader reserves on all its ranks), so pools[0] speaks for all in admission.
+    fd_kv_pool pools[FD_TP_MAX];
+    int n_pools;
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;

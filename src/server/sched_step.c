@@ -184,31 +184,37 @@ static int64_t prefill_some(srv_sched *s, slot *sl, int64_t budget) {
 }
 
 void sched_sync_route_metrics(srv_sched *s) {
-    // The route table of slot 0 names every route; engine routes are summed over all slots' engines, backend
-    // routes (shared) are counted once. met->route_hits holds every value (sched_create sized it).
-    fd_route *r[FD_MAX_ROUTES];
-    const int n = s->n_slots ? routes_list(&s->slots[0].e, r) : 0;
+    // Rank by rank (a plain server: its one table): slot 0's rank-q engine's table names every route; engine routes
+    // are summed over the slots' rank-q engines, backend routes (rank q's backend, shared by the slots) counted
+    // once. met->route_hits holds every value of every rank (sched_create sized it).
+    const int ranks = s->tp ? s->tp->tp : 1;
     pthread_mutex_lock(&s->met->mu);
     int k = 0;
-    for (int i = 0; i < n; i++)
-        for (int v = 0; r[i]->values[v] && k < s->n_route_values; v++, k++) {
-            struct srv_route_hit *h = &s->met->route_hits[k];
-            h->route = r[i]->name;
-            h->value = r[i]->values[v];
-            h->calls = h->tokens = 0;
-            if (i >= FD_ENGINE_ROUTES) {
-                h->calls = r[i]->calls[v];
-                h->tokens = r[i]->tokens[v];
-            } else {
-                for (int j = 0; j < s->n_slots; j++) {
-                    h->calls += s->slots[j].e.routes[i].calls[v];
-                    h->tokens += s->slots[j].e.routes[i].tokens[v];
+    for (int q = 0; q < ranks; q++) {
+        fd_route *r[FD_MAX_ROUTES];
+        const int n = s->n_slots ? routes_list(engine_tp_rank(&s->slots[0].e, q), r) : 0;
+        for (int i = 0, c = 0; i < n; i++)
+            for (int v = 0; r[i]->values[v] && c < s->n_route_values; v++, c++, k++) {
+                struct srv_route_hit *h = &s->met->route_hits[k];
+                h->route = r[i]->name;
+                h->value = r[i]->values[v];
+                h->rank = q;
+                h->calls = h->tokens = 0;
+                if (i >= FD_ENGINE_ROUTES) {
+                    h->calls = r[i]->calls[v];
+                    h->tokens = r[i]->tokens[v];
+                } else {
+                    for (int j = 0; j < s->n_slots; j++) {
+                        const fd_route *er = &engine_tp_rank(&s->slots[j].e, q)->routes[i];
+                        h->calls += er->calls[v];
+                        h->tokens += er->tokens[v];
+                    }
                 }
             }
-        }
+    }
     s->met->n_route_hits = k;
-    const int64_t pool = kv_pool_tokens(&s->pool);
-    s->met->kv_usage = pool > 0 ? 1.0 - (double)kv_pool_free_tokens(&s->pool) / (double)pool : 0;
+    const int64_t pool = kv_pool_tokens(&s->pools[0]);
+    s->met->kv_usage = pool > 0 ? 1.0 - (double)kv_pool_free_tokens(&s->pools[0]) / (double)pool : 0;
     pthread_mutex_unlock(&s->met->mu);
     pc_stats ps = {0};
     if (s->pc) pc_get_stats(s->pc, &ps);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/threads.h"
+#include "engine/engine_tp.h"
 #include "engine/kv_pool.h"
 #include "server/conn.h"
 #include "engine/trace.h"
@@ -159,6 +160,44 @@ static const char *listen_error(const struct sockaddr_storage *addr, socklen_t l
     return why;
 }
 
+// What the scheduler runs on: rank 0's backend with the model (and the drafter) uploaded, and under --tp the group
+// of ranks, made as the model commands make theirs (engine_tp.h: tp_group_open).
+typedef struct {
+    fd_backend *be;
+    fd_drafter dr;
+    int has_draft;
+    fd_tp_set tp;
+} srv_engines;
+
+static void close_engines(srv_engines *x) {
+    tp_group_close(&x->tp); // before rank 0's backend: the group's shards are released through it
+    if (x->has_draft) drafter_free(&x->dr);
+    if (x->be) x->be->destroy(x->be);
+}
+
+// 0, or 1 with the message printed and nothing kept.
+static int open_engines(const srv_config *cfg, fd_model *model, srv_engines *x) {
+    memset(x, 0, sizeof *x);
+    if (tp_check_devices(cfg->backend, cfg->tp) || !(x->be = tp_backend_create(cfg->backend, cfg->threads, 0))) {
+        fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+        return 1;
+    }
+    if (cfg->trace) x->be = trace_wrap(x->be); // every op timed; the trace is written at shutdown
+    model_upload(model, x->be);
+    int bad = 0;
+    if (cfg->draft_dir) {
+        bad = drafter_load(cfg->draft_dir, model, &x->dr);
+        x->has_draft = !bad;
+        if (!bad) drafter_upload(&x->dr, x->be);
+    }
+    // a drafter reads the full model's embedding and LM head on rank 0's backend: that copy stays for it
+    if (!bad && cfg->tp) bad = tp_group_open(&x->tp, model, x->be, cfg->backend, cfg->threads, cfg->tp, x->has_draft);
+    if (!bad) return 0;
+    fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
+    close_engines(x);
+    return 1;
+}
+
 // The server proper, once the options that need no model were checked (srv_main).
 static int run_server(const srv_config *cfg, const srv_cors *cors, const struct sockaddr_storage *listen_at,
                       socklen_t addr_len) {
@@ -204,36 +243,14 @@ static int run_server(const srv_config *cfg, const srv_cors *cors, const struct 
         model_free(&model);
         return 1;
     }
-    fd_backend *be = NULL;
-    if (!strcmp(cfg->backend, "cuda")) {
-#ifdef FD_HAVE_CUDA
-        be = fd_backend_cuda_create(0);
-#endif
-    } else {
-        be = fd_backend_cpu_create(cfg->threads);
-    }
-    if (!be) {
-        fprintf(stderr, "flashdelta: error: backend '%s' is not available in this build\n", cfg->backend);
+    srv_engines x;
+    if (open_engines(cfg, &model, &x)) {
         chat_template_free(S.tpl);
         tok_free(S.tok);
         model_free(&model);
         return 1;
     }
-    if (cfg->trace) be = trace_wrap(be); // every op timed; the trace is written at shutdown
-    model_upload(&model, be);
-    fd_drafter dr;
-    const int has_draft = cfg->draft_dir != NULL;
-    if (has_draft) {
-        if (drafter_load(cfg->draft_dir, &model, &dr)) {
-            fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
-            be->destroy(be);
-            chat_template_free(S.tpl);
-            tok_free(S.tok);
-            model_free(&model);
-            return 1;
-        }
-        drafter_upload(&dr, be);
-    }
+    fd_backend *be = x.be;
     S.vocab = model.cfg.vocab_size;
     S.model_name = cfg->model_name ? cfg->model_name : base_name(cfg->model_dir);
     S.boot_time = (long)time(NULL);
@@ -242,10 +259,11 @@ static int run_server(const srv_config *cfg, const srv_cors *cors, const struct 
     srv_metrics_init(&S.met, cfg->ctx);
     int rc = 0;
     srv_conns *conns = NULL;
-    S.sched = sched_create(cfg, &model, be, S.tok, has_draft ? &dr : NULL, eos, n_eos, &S.met);
+    S.sched = sched_create(cfg, &model, be, x.tp.tp ? &x.tp : NULL, S.tok, x.has_draft ? &x.dr : NULL, eos, n_eos,
+                           &S.met);
     if (!S.sched) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
-        rc = 1;
+        rc = fd_error_code() == FD_ERR_REFUSED ? 2 : 1;
         goto out;
     }
     conns = srv_conns_create(cfg->recv_timeout);
@@ -277,7 +295,7 @@ static int run_server(const srv_config *cfg, const srv_cors *cors, const struct 
             S.model_name, cfg->model_dir, S.vocab, host_text, port, be->name, cfg->slots, (long long)cfg->ctx,
             (long long)sched_kv_tokens(cfg), cfg->prefill_chunk,
             cfg->gdn_prefill == FD_GDN_CHUNKED ? "chunked" : "serial", cfg->prefix_cache ? "on" : "off", cfg->pc_block,
-            cfg->pc_checkpoint, cfg->pc_budget >> 20, has_draft ? cfg->draft_dir : "off");
+            cfg->pc_checkpoint, cfg->pc_budget >> 20, x.has_draft ? cfg->draft_dir : "off");
     if (cfg->port_file && write_port_file(cfg->port_file, port)) {
         fprintf(stderr, "flashdelta: error: cannot write --port-file %s\n", cfg->port_file);
         rc = 1;
@@ -296,14 +314,13 @@ out:
     }
     srv_conns_free(conns); // after the daemon: no connection is left to notify
     sched_free(S.sched);
-    if (has_draft) drafter_free(&dr);
     srv_metrics_destroy(&S.met);
     if (cfg->trace) {
         trace_print_summary(be, stderr);
         if (trace_write(be, cfg->trace)) fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
         else FD_INFO("trace written to %s", cfg->trace);
     }
-    be->destroy(be);
+    close_engines(&x);
     fd_threads_shutdown();
     chat_template_free(S.tpl);
     tok_free(S.tok);

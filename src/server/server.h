@@ -18,6 +18,8 @@ typedef struct {
     const char *port_file;   // if set, the bound port is written there once the server listens
     const char *backend;     // "cpu" | "cuda"
     int threads;             // CPU backend threads (0 = default)
+    int tp;                  // --tp N: tensor-parallel ranks (engine_tp.h), every slot a leader over them; 0 = none
+    const char *build;       // the build id the ranks must agree on (--tp)
     int http_threads;        // libmicrohttpd thread pool size
     int slots;               // concurrent sequences (one engine each)
     int64_t ctx;             // context capacity per sequence (prompt + completion)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "io/tokenizer.h"
+#include "engine/engine_tp.h"
 #include "engine/sampling_host.h"
 #include "model/dflash.h"
 #include "model/model.h"
@@ -100,11 +101,14 @@ void srv_job_wake_locked(srv_job *j);
 
 // ---- scheduler ----
 typedef struct srv_sched srv_sched;
-// dr: a DFlash drafter for speculative decoding, or NULL.
-// Tokens of the KV pool the slots share: --kv-tokens, at most slots x ctx (rounded up to pages), all they can use.
+// Tokens of the KV pool the slots share (one per rank under --tp): --kv-tokens, at most slots x ctx (rounded up to
+// pages), all they can use.
 int64_t sched_kv_tokens(const srv_config *cfg);
-srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const tok_tokenizer *tok,
-                        fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
+// m on be (rank 0's backend under --tp); tp: the group every slot's engine leads (NULL: plain engines); dr: a DFlash
+// drafter for speculative decoding, or NULL. NULL with fd_error set on failure (FD_ERR_REFUSED: ranks that
+// disagree, their table printed to stderr).
+srv_sched *sched_create(const srv_config *cfg, fd_model *m, fd_backend *be, const fd_tp_set *tp,
+                        const tok_tokenizer *tok, fd_drafter *dr, const int32_t *eos, int n_eos, srv_metrics *met);
 // Queues a job (takes a reference). -1 + err (429 queue full, 503 stopping) when refused.
 int sched_submit(srv_sched *s, srv_job *j, srv_err *err);
 // Asks the scheduler thread to drop the prefix cache and returns at once (the reset runs before the next admission,
