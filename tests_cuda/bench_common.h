@@ -15,9 +15,9 @@ fd_weight wrand(int64_t rows, int64_t cols, float lo, float hi);       // upload
 int cmp_d(const void *a, const void *b);                                // qsort of doubles
 typedef void (*bench_fn)(void *ctx);
 extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
-double time_ms(bench_fn fn, void *ctx);
+double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
 // FD_BENCH_SHAPE=TEXT: a bench runs only the shapes whose name contains TEXT (one kernel to profile); unset: all.
-int bench_shape_wanted(const char *what);                                 // median of 5 runs, ms
+int bench_shape_wanted(const char *what);
 double time_be_ms(fd_backend *be, bench_fn fn, void *ctx);              // the same, synchronising `be`
 // GPU time per call, us, from CUDA events on B()'s stream: a memset of `spacer` (512 MB) first keeps the GPU busy
 // while the host queues the start event and `calls` back-to-back fn(ctx) (so the host's launch cost is hidden, as

@@ -40,7 +40,6 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-@torch.no_grad()
 def make_pool(target, stream, n, P, G, gen, chunk):
     """n sequences: P stream tokens (random windows) + G greedy target tokens. Returns (pool, stats)."""
     torch.cuda.synchronize()
