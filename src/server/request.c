@@ -12,6 +12,15 @@
 #include "base/base.h"
 #include "io/tokenizer.h"
 
+// Request text in an error (the message, the offending field's name): one line and valid UTF-8 for the JSON
+// encoder, also where the fixed-size copy cut a character in two.
+static void err_text_clean(char *t) {
+    for (char *p = t; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = ' ';
+    size_t n = strlen(t), ok = tok_utf8_invalid_at(t, n);
+    if (ok < n) t[ok] = 0;
+}
+
 int srv_err_set(srv_err *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
     e->type = type;
@@ -21,11 +30,8 @@ int srv_err_set(srv_err *e, int status, const char *type, const char *code, cons
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
-    // messages quote request text: keep them one line and valid UTF-8 for the JSON encoder
-    for (char *p = e->message; *p; p++)
-        if ((unsigned char)*p < 0x20) *p = ' ';
-    size_t n = strlen(e->message), ok = tok_utf8_invalid_at(e->message, n);
-    if (ok < n) e->message[ok] = 0;
+    err_text_clean(e->message);
+    err_text_clean(e->param);
     return -1;
 }
 
