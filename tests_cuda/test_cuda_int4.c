@@ -259,6 +259,24 @@ TEST(cuda_int4_act_order) {
     freew_int4(&plain);
 }
 
+// A group size the GEMV's power-of-two group index cannot take (384: a multiple of 128) runs the dequant route at
+// n = 1, correctly; bf16 and f16 scales of one weight each (the GEMV's meta word reads the tensor's one dtype).
+TEST(cuda_int4_odd_group_dequant) {
+    const i4_spec specs[] = {{2, 96, 1536, 384, 0, FD_F16}, {0, 96, 1536, 384, 0, FD_BF16}};
+    for (size_t si = 0; si < 2; si++) {
+        i4w w = mkw_int4(specs[si]);
+        float *x = rnd((size_t)specs[si].k, -1.f, 1.f);
+        float *ref = reference(&w, x, 1);
+        const int64_t before = route_calls("gemm_int4", 1);
+        float *got = gpu_mm(x, &w.g, 1);
+        const double e = test_rel_l2(got, ref, (size_t)specs[si].m);
+        EXPECT(e <= TOL_BF16, "group 384 fmt %d: rel-L2 %.3g", specs[si].fmt, e);
+        EXPECT(route_calls("gemm_int4", 1) == before + 1, "group 384: not counted as gemm_int4=dequant");
+        free(x), free(ref), free(got);
+        freew_int4(&w);
+    }
+}
+
 // matmul_multi over int4 weights of one k and grouping (FFN gate|up, attention q|k|v under AWQ): one fused launch,
 // each result bitwise the separate call's, each weight counted under gemm_int4=gemv; a group mixing int4 and bf16
 // weights (GDN qkv|z int4 with in_proj_b|a dense) runs the int4 ones fused and the dense ones on their own path.

@@ -52,6 +52,7 @@ typedef struct {
     void *dev;         // backend copy (cpu: == data)
     fd_dtype dev_dtype;
     void *dev_scale;   // backend copy of the scales (fp8 block; cuda: f32)
+    fd_dtype dev_scale_dtype; // cuda int4: the dtype (F16 / BF16) of the scale halves of its meta words
 } fd_weight;
 
 const char *fd_wfmt_name(fd_wfmt f);

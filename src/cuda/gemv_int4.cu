@@ -33,11 +33,21 @@
 #define I4_PARTIAL_TILE  (I4_ROWS * 16)          // partial sums per (tile, slice): 32 rows x 16 tokens, any n
 static_assert(I4_WARPS == CU_GEMV_TILE_WARPS && I4_ROWS == CU_GEMV_TILE_ROWS && I4_PARTIAL_TILE == CU_GEMV_TILE_PARTIAL,
               "gemv_tile.cuh's block");
+static_assert(I4_ROWS == I4_TILE_ROWS, "a block's rows are one repacked tile");
 
 // Meta words: constant for a forward and read once, past L1 (as cu_ld_stream for the weights).
 static __device__ __forceinline__ uint32_t i4_ld_meta(const uint32_t *p) {
     uint32_t v;
     asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+// 4 floats of x, coherent (ld.global.ca; never .nc: x is written by the kernel before this one, which may still
+// be running under PDL). Volatile: kept in program order with the MMAs (asm volatile too), so a word's x is
+// loaded where it is used instead of every word's x hoisted to the top of an iteration (registers: spills).
+static __device__ __forceinline__ float4 i4_ldx(const float *p) {
+    float4 v;
+    asm volatile("ld.global.ca.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
     return v;
 }
 
@@ -57,26 +67,131 @@ static __device__ __forceinline__ void i4_split(float a, float b, uint32_t *hi, 
 // One weight of a (possibly fused) launch: blocks [block0, block0 + tiles * S) are its (tile, slice) pairs,
 // tile fastest; partial / counters its own regions of the split-k buffers (S > 1 only).
 typedef struct {
-    const uint32_t *W;    // repacked nibbles [m, kwords]
-    const uint32_t *meta; // [G, m]
+    const uint32_t *W;    // repacked nibbles, 32-row tiles (int4.h)
+    const uint32_t *meta; // [G, m_pad]
     float *out, *partial;
     int *counters;
-    int m, gs, kslice, S, tiles, block0;
+    int m, m_pad, gshift, kslice, S, tiles, block0; // gshift: group g = k >> gshift (31: one group)
 } i4_seg;
 typedef struct {
     i4_seg seg[CU_GEMV_MAX_SEGS];
     int count, k, kwords;
 } i4_job;
 
-// Block: 8 warps, I4_ROWS weight rows of one segment, NG token groups of 8, one k slice. GPC: groups per 128-wide
+#define I4_STEP_WORDS (I4_WARPS * I4_TILE_CHUNK) // a tile's words of one step of all warps (8 chunks)
+
+// One loop iteration of a lane: the I4_P chunks kc0 + p I4_BLOCK_KSTEP of its warp, whose words start at wp (the
+// lane's 16 bytes of row g; rows g + 8j at + 128 j words) and whose x rows start at xb[j] (token 8j + g at k kc0 +
+// 8t); mlane the meta word of row g of group 0 (+ grp m_pad, rows + 8 j). CHECK = 0 (every chunk of every warp lies
+// inside the slice: all iterations but a last slice's tail) runs without load predicates or zero-selects; CHECK = 1
+// is the tail: chunks, parts and words past kend skipped (warp-uniform), x past kend zero (the padding nibbles are q = 0,
+// not zero weights). Both run the same operations on the same chunks: the sums do not depend on which one ran.
+template <int NG, int GPC, int SPLIT, int SBF16, int CHECK>
+static __device__ __forceinline__ void i4_iter(float (&acc)[2][NG][4], const uint32_t *wp, const uint32_t *mlane,
+                                               int m_pad, int gshift, int kc0, int kend, const float *const (&xb)[NG],
+                                               int t, bool &entered) {
+    constexpr int WPP = 4 / GPC; // words (32-wide k blocks) per part
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    // All weight and meta loads first (constant data: issued before the PDL wait on the first iteration); then
+    // chunk by chunk its x and its MMAs.
+    uint4 wv[I4_P][4];
+    uint32_t mt[I4_P][GPC][4];
+#pragma unroll
+    for (int p = 0; p < I4_P; p++) {
+        const int kc = kc0 + p * I4_BLOCK_KSTEP;
+        const bool in = !CHECK || kc < kend;
+#pragma unroll
+        for (int j = 0; j < 4; j++) wv[p][j] = in ? cu_ld_stream(wp + p * I4_STEP_WORDS + 128 * j) : zero4;
+#pragma unroll
+        for (int q = 0; q < GPC; q++) {
+            const bool qin = !CHECK || kc + q * (I4_CHUNK / GPC) < kend;
+            const uint32_t *mp = mlane + (int64_t)((kc >> gshift) + q) * m_pad; // < G whenever the part is in k
+#pragma unroll
+            for (int j = 0; j < 4; j++) mt[p][q][j] = qin ? i4_ld_meta(mp + 8 * j) : 0u;
+        }
+    }
+    if (!entered) {
+        CU_PDL_ENTER();
+        entered = true;
+    }
+#pragma unroll
+    for (int p = 0; p < I4_P; p++) {
+        const int kc = kc0 + p * I4_BLOCK_KSTEP;
+        // Warp-uniform: chunks past the slice are not in the partition. This check and x's below are kept when
+        // CHECK = 0 (never taken there, a few instructions a chunk): they bound how far ptxas hoists the next
+        // chunk's loads and dequant above this one's MMAs, i.e. its registers (the build measured in session 11).
+        if (kc >= kend) break;
+#pragma unroll
+        for (int q = 0; q < GPC; q++) {
+            if (CHECK && kc + q * (I4_CHUNK / GPC) >= kend) break; // a part wholly past k (the last chunk's padding)
+            uint32_t zp[4];
+            float sc[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) zp[j] = i4_zero_pair(mt[p][q][j]), sc[j] = i4_scale(mt[p][q][j], SBF16);
+            float part[2][NG][4];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int j = 0; j < NG; j++) part[r][j][0] = part[r][j][1] = part[r][j][2] = part[r][j][3] = 0.f;
+#pragma unroll
+            for (int ii = 0; ii < WPP; ii++) {
+                const int i = q * WPP + ii, kk = kc + 32 * i; // word i: k block [kk, kk + 32)
+                if (CHECK && kk >= kend) break;               // warp-uniform, as above
+                // B: token g's x at kk + 8t + {2h, 2h+4} and {2h+1, 2h+5}, as bf16 pairs (hi, lo when split)
+                uint32_t bh[NG][2][2], bl[NG][2][2];
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
+                    if (kk + 8 * t < kend) {
+                        const float *xp = xb[j] + p * I4_BLOCK_KSTEP + 32 * i;
+                        x0 = i4_ldx(xp);
+                        x1 = i4_ldx(xp + 4);
+                    }
+                    i4_split(x0.x, x1.x, &bh[j][0][0], &bl[j][0][0], SPLIT);
+                    i4_split(x0.y, x1.y, &bh[j][0][1], &bl[j][0][1], SPLIT);
+                    i4_split(x0.z, x1.z, &bh[j][1][0], &bl[j][1][0], SPLIT);
+                    i4_split(x0.w, x1.w, &bh[j][1][1], &bl[j][1][1], SPLIT);
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const uint32_t wg = i4_word(wv[p][2 * r], i), wh = i4_word(wv[p][2 * r + 1], i); // rows g, g+8
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t a0 = i4_pair(wg, 2 * h, zp[2 * r]), a1 = i4_pair(wh, 2 * h, zp[2 * r + 1]);
+                        const uint32_t a2 = i4_pair(wg, 2 * h + 1, zp[2 * r]);
+                        const uint32_t a3 = i4_pair(wh, 2 * h + 1, zp[2 * r + 1]);
+#pragma unroll
+                        for (int j = 0; j < NG; j++) {
+                            cu_mma_bf16(part[r][j], a0, a1, a2, a3, bh[j][h][0], bh[j][h][1]);
+                            if (SPLIT) cu_mma_bf16(part[r][j], a0, a1, a2, a3, bl[j][h][0], bl[j][h][1]);
+                        }
+                    }
+                }
+            }
+            // C fragment: e = 0, 1 row g; e = 2, 3 row g + 8 (tokens 2t, 2t + 1)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int j = 0; j < NG; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[r][j][e] += part[r][j][e] * sc[2 * r + (e >> 1)];
+        }
+    }
+}
+
+// Block: 8 warps, I4_ROWS weight rows of one segment (a repacked tile: rows past m are zero words with zero meta,
+// read like the others, their outputs never written), NG token groups of 8, one k slice. GPC: groups per 128-wide
 // chunk (1 for group >= 128 or a single group, 2 for 64, 4 for 32; the same for every segment of a launch): each
-// part's MMAs go into a fresh fp32 partial sum that is multiplied by the part's scale.
-// Three blocks a SM for n <= 8 (80 registers, no spill at group 128): the kernel issues ~500 instructions per 2 KB
-// chunk and its warps wait on their loads half the time, so more warps a scheduler hide more of both (AWQ step on
-// the H200 -8 % at n = 1, -12 % at n = 8; docs/perf-notes.md, session 10). NG = 2 would spill at 80 and stays at 2.
-template <int NG, int GPC, int SPLIT>
-__global__ void __launch_bounds__(I4_THREADS, NG == 1 ? 3 : 2) k_gemv_int4(const i4_job job, const float *x, int n) {
-    constexpr int NC = 8 * NG, WPP = 4 / GPC; // words (32-wide k blocks) per part
+// part's MMAs go into a fresh fp32 partial sum that is multiplied by the part's scale. SBF16: the meta scales are
+// bf16 (else f16), the same for every segment.
+// Token rows >= n read token 0's x: a token's MMA output column depends on its own B column only, and the finish
+// writes columns < n only, so no token predicate is needed.
+// Two blocks a SM (up to 128 registers, no spill): with the unpredicated iterations ptxas keeps 120 registers
+// live, and the three-blocks-a-SM build of session 10 (80 registers) spilled 22-600 bytes; measured, two blocks
+// a SM is the faster one now (AWQ step at n = 1 7.08 vs 7.26 ms; docs/perf-notes.md, session 11).
+template <int NG, int GPC, int SPLIT, int SBF16>
+__global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, const float *x, int n) {
+    constexpr int NC = 8 * NG;
     __shared__ float red[I4_WARPS][I4_ROWS][NC];
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -87,22 +202,18 @@ __global__ void __launch_bounds__(I4_THREADS, NG == 1 ? 3 : 2) k_gemv_int4(const
         if (i < job.count && (int)blockIdx.x >= job.seg[i].block0) si = i;
     const i4_seg &sg = job.seg[si];
     const int tile = ((int)blockIdx.x - sg.block0) % sg.tiles, s = ((int)blockIdx.x - sg.block0) / sg.tiles;
-    const int row_base = tile * I4_ROWS, m = sg.m, gs = sg.gs;
+    const int row_base = tile * I4_ROWS, m_pad = sg.m_pad, gshift = sg.gshift;
     const int kbeg = s * sg.kslice, kend = min(job.k, kbeg + sg.kslice);
-    const uint32_t *meta = sg.meta;
-    // The lane's rows row_base + g + 8j (j = 2r + hf: tile r, half hf) from one base pointer.
-    const uint32_t *wlane = sg.W + (int64_t)(row_base + g) * job.kwords + 4 * t;
-    const int64_t wstep = (int64_t)8 * job.kwords;
-    bool wok[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) wok[j] = row_base + g + 8 * j < m;
-    const float *xrow[NG];
-    bool xok[NG];
+    const uint32_t *mlane = sg.meta + row_base + g;
+    int kc0 = kbeg + warp * I4_CHUNK;
+    // The lane's words of its first chunk: tile, chunk kc0 / 128, row g, words 4t .. 4t+3.
+    const uint32_t *wp =
+        sg.W + ((int64_t)tile * (job.kwords / 16) + kc0 / I4_CHUNK) * I4_TILE_CHUNK + 16 * g + 4 * t;
+    const float *xb[NG];
 #pragma unroll
     for (int j = 0; j < NG; j++) {
         const int tok = 8 * j + g;
-        xok[j] = tok < n;
-        xrow[j] = x + (int64_t)(tok < n ? tok : 0) * job.k + 8 * t;
+        xb[j] = x + (int64_t)(tok < n ? tok : 0) * job.k + kc0 + 8 * t;
     }
     float acc[2][NG][4];
 #pragma unroll
@@ -111,92 +222,17 @@ __global__ void __launch_bounds__(I4_THREADS, NG == 1 ? 3 : 2) k_gemv_int4(const
         for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
     bool entered = false;
-    const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    for (int k0 = kbeg + warp * I4_CHUNK; k0 < kend; k0 += I4_P * I4_BLOCK_KSTEP) {
-        // All weight and meta loads of the iteration first (constant data: issued before the PDL wait on the
-        // first one); then chunk by chunk its x and its MMAs.
-        uint4 wv[I4_P][4];
-        uint32_t mt[I4_P][GPC][4];
+    // Whole iterations (every warp's chunks inside the slice; slices are multiples of I4_SLICE_QUANTUM, so only a
+    // slice ending at k has a remainder), then the remainder checked.
+    const int full = (kend - kbeg) / I4_SLICE_QUANTUM;
+#pragma unroll 1 // one iteration's loads are all the registers hold
+    for (int it = 0; it < full; it++) {
+        i4_iter<NG, GPC, SPLIT, SBF16, 0>(acc, wp, mlane, m_pad, gshift, kc0, kend, xb, t, entered);
+        kc0 += I4_SLICE_QUANTUM, wp += I4_P * I4_STEP_WORDS;
 #pragma unroll
-        for (int p = 0; p < I4_P; p++) {
-            const int kc = k0 + p * I4_BLOCK_KSTEP;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                wv[p][j] = kc < kend && wok[j] ? cu_ld_stream(wlane + j * wstep + kc / 8) : zero4;
-#pragma unroll
-            for (int q = 0; q < GPC; q++) {
-                const int kq = kc + q * (I4_CHUNK / GPC);
-                const int64_t grp = kq / gs; // < G whenever kq < kend <= k
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    mt[p][q][j] = kq < kend && wok[j] ? i4_ld_meta(meta + grp * m + row_base + g + 8 * j) : 0u;
-            }
-        }
-        if (!entered) {
-            CU_PDL_ENTER();
-            entered = true;
-        }
-#pragma unroll
-        for (int p = 0; p < I4_P; p++) {
-            const int kc = k0 + p * I4_BLOCK_KSTEP;
-            if (kc >= kend) break; // warp-uniform: chunks past the slice are not in the partition
-#pragma unroll
-            for (int q = 0; q < GPC; q++) {
-                if (kc + q * (I4_CHUNK / GPC) >= kend) break; // a part wholly past k (the padding of the last chunk)
-                uint32_t zp[4];
-                float sc[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++) zp[j] = i4_zero_pair(mt[p][q][j]), sc[j] = i4_scale(mt[p][q][j]);
-                float part[2][NG][4];
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < NG; j++) part[r][j][0] = part[r][j][1] = part[r][j][2] = part[r][j][3] = 0.f;
-#pragma unroll
-                for (int ii = 0; ii < WPP; ii++) {
-                    const int i = q * WPP + ii, kk = kc + 32 * i; // word i: k block [kk, kk + 32)
-                    if (kk >= kend) break;                        // warp-uniform, as above
-                    // B: token g's x at kk + 8t + {2h, 2h+4} and {2h+1, 2h+5}, as bf16 pairs (hi, lo when split)
-                    uint32_t bh[NG][2][2], bl[NG][2][2];
-#pragma unroll
-                    for (int j = 0; j < NG; j++) {
-                        float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
-                        if (xok[j] && kk + 8 * t < kend) {
-                            // coherent loads, never __ldg: x is written by the kernel before this one (PDL)
-                            x0 = __ldca((const float4 *)(xrow[j] + kk));
-                            x1 = __ldca((const float4 *)(xrow[j] + kk + 4));
-                        }
-                        i4_split(x0.x, x1.x, &bh[j][0][0], &bl[j][0][0], SPLIT);
-                        i4_split(x0.y, x1.y, &bh[j][0][1], &bl[j][0][1], SPLIT);
-                        i4_split(x0.z, x1.z, &bh[j][1][0], &bl[j][1][0], SPLIT);
-                        i4_split(x0.w, x1.w, &bh[j][1][1], &bl[j][1][1], SPLIT);
-                    }
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const uint32_t wg = i4_word(wv[p][2 * r], i), wh = i4_word(wv[p][2 * r + 1], i); // rows g, g+8
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const uint32_t a0 = i4_pair(wg, 2 * h, zp[2 * r]), a1 = i4_pair(wh, 2 * h, zp[2 * r + 1]);
-                            const uint32_t a2 = i4_pair(wg, 2 * h + 1, zp[2 * r]);
-                            const uint32_t a3 = i4_pair(wh, 2 * h + 1, zp[2 * r + 1]);
-#pragma unroll
-                            for (int j = 0; j < NG; j++) {
-                                cu_mma_bf16(part[r][j], a0, a1, a2, a3, bh[j][h][0], bh[j][h][1]);
-                                if (SPLIT) cu_mma_bf16(part[r][j], a0, a1, a2, a3, bl[j][h][0], bl[j][h][1]);
-                            }
-                        }
-                    }
-                }
-                // C fragment: e = 0, 1 row g; e = 2, 3 row g + 8 (tokens 2t, 2t + 1)
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < NG; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) acc[r][j][e] += part[r][j][e] * sc[2 * r + (e >> 1)];
-            }
-        }
+        for (int j = 0; j < NG; j++) xb[j] += I4_SLICE_QUANTUM;
     }
+    if (kc0 < kend) i4_iter<NG, GPC, SPLIT, SBF16, 1>(acc, wp, mlane, m_pad, gshift, kc0, kend, xb, t, entered);
     if (!entered) CU_PDL_ENTER(); // a warp with no chunk in its slice
 
     // The 8 warp sums in warp order; with S > 1 the slice sum goes to `partial` and the tile's last block adds the
@@ -208,7 +244,7 @@ __global__ void __launch_bounds__(I4_THREADS, NG == 1 ? 3 : 2) k_gemv_int4(const
             for (int e = 0; e < 4; e++) red[warp][16 * r + g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[r][j][e];
     __syncthreads();
     float *const out = sg.out, *const partial = sg.partial;
-    const int S = sg.S, tiles = sg.tiles;
+    const int S = sg.S, tiles = sg.tiles, m = sg.m;
     cu_gemv_tile_finish<NC>(red, is_last, out, partial, sg.counters, S, tiles, tile, s, row_base, m, n);
 }
 
@@ -249,36 +285,48 @@ static int i4_gpc(const fd_weight *W) {
     return 0;
 }
 
+// The kernel's group of input k is k >> this: 31 for a single group, log2 of a power-of-two group size, else -1
+// (a group of 384, say: the dequant route takes the weight).
+static int i4_gshift(const fd_weight *W) {
+    if (W->n_groups == 1) return 31;
+    const int gs = W->group_size;
+    if (gs < 32 || (gs & (gs - 1))) return -1;
+    int sh = 0;
+    while ((1 << sh) < gs) sh++;
+    return sh;
+}
+
 int cu_gemv_int4_supported(const void *x, const fd_weight *W, int n) {
     if (n < 1 || n > CU_GEMV_MAX_N || !fd_wfmt_is_int4(W->fmt) || !W->dev || !W->dev_scale) return 0;
-    if (W->g_idx || !i4_gpc(W) || W->cols % 8) return 0; // g_idx kept at upload: not k / group_size
+    if (W->g_idx || !i4_gpc(W) || i4_gshift(W) < 0 || W->cols % 8) return 0; // g_idx kept at upload: not k / gs
     return (uintptr_t)x % 16 == 0;
 }
 
 int cu_gemv_int4_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n) {
     if (count < 1 || count > CU_GEMV_MAX_SEGS) return 0;
     for (int i = 0; i < count; i++)
-        if (!cu_gemv_int4_supported(x, Ws[i], n) || Ws[i]->cols != Ws[0]->cols || i4_gpc(Ws[i]) != i4_gpc(Ws[0]))
+        if (!cu_gemv_int4_supported(x, Ws[i], n) || Ws[i]->cols != Ws[0]->cols || i4_gpc(Ws[i]) != i4_gpc(Ws[0]) ||
+            Ws[i]->dev_scale_dtype != Ws[0]->dev_scale_dtype)
             return 0;
     return 1;
 }
 
-template <int NG, int GPC>
+template <int NG, int GPC, int SBF16>
 static void i4_launch(fd_backend *be, int blocks, int split, const i4_job &job, const float *x, int n) {
     if (split)
-        cu_launch_early(be, (k_gemv_int4<NG, GPC, 1>), blocks, I4_THREADS, 0, job, x, n);
+        cu_launch_early(be, (k_gemv_int4<NG, GPC, 1, SBF16>), blocks, I4_THREADS, 0, job, x, n);
     else
-        cu_launch_early(be, (k_gemv_int4<NG, GPC, 0>), blocks, I4_THREADS, 0, job, x, n);
+        cu_launch_early(be, (k_gemv_int4<NG, GPC, 0, SBF16>), blocks, I4_THREADS, 0, job, x, n);
 }
 
-template <int NG>
+template <int NG, int SBF16>
 static void i4_launch_ng(fd_backend *be, int blocks, int split, int gpc, const i4_job &job, const float *x, int n) {
     if (gpc == 1)
-        i4_launch<NG, 1>(be, blocks, split, job, x, n);
+        i4_launch<NG, 1, SBF16>(be, blocks, split, job, x, n);
     else if (gpc == 2)
-        i4_launch<NG, 2>(be, blocks, split, job, x, n);
+        i4_launch<NG, 2, SBF16>(be, blocks, split, job, x, n);
     else
-        i4_launch<NG, 4>(be, blocks, split, job, x, n);
+        i4_launch<NG, 4, SBF16>(be, blocks, split, job, x, n);
 }
 
 void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x,
@@ -304,7 +352,8 @@ void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *co
         sg->meta = (const uint32_t *)Ws[i]->dev_scale;
         sg->out = outs[i];
         sg->m = (int)Ws[i]->rows;
-        sg->gs = Ws[i]->group_size;
+        sg->m_pad = (int)i4_rows_pad(Ws[i]->rows);
+        sg->gshift = i4_gshift(Ws[i]);
         sg->S = i4_plan(sg->m, job.k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
         sg->tiles = (sg->m + I4_ROWS - 1) / I4_ROWS;
         sg->block0 = blocks;
@@ -325,10 +374,15 @@ void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *co
     }
     const int split = cu_gemm_split(c->gemm_act, job.k), gpc = i4_gpc(Ws[0]);
     c->gemv_launches++;
-    if (n <= 8)
-        i4_launch_ng<1>(be, blocks, split, gpc, job, x, n);
+    const int sbf16 = Ws[0]->dev_scale_dtype == FD_BF16;
+    if (n <= 8 && sbf16)
+        i4_launch_ng<1, 1>(be, blocks, split, gpc, job, x, n);
+    else if (n <= 8)
+        i4_launch_ng<1, 0>(be, blocks, split, gpc, job, x, n);
+    else if (sbf16)
+        i4_launch_ng<2, 1>(be, blocks, split, gpc, job, x, n);
     else
-        i4_launch_ng<2>(be, blocks, split, gpc, job, x, n);
+        i4_launch_ng<2, 0>(be, blocks, split, gpc, job, x, n);
 }
 
 void cu_gemv_int4(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {

@@ -17,17 +17,18 @@
 // Nibble position of column n % 8 inside an AWQ word: the inverse of AutoAWQ's pack order {0, 2, 4, 6, 1, 3, 5, 7}.
 __constant__ int c_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-// dst [N, kwords] (int4.h's layout) from the published qweight: GPTQ [K/8, N] (8 k per word, plain order),
-// AWQ [K, N/8] (8 columns per word, interleaved).
+// dst [N_pad / 32 tiles, nchunks, 32, 16] (int4.h's layout) from the published qweight: GPTQ [K/8, N] (8 k per
+// word, plain order), AWQ [K, N/8] (8 columns per word, interleaved); rows >= N and k >= K zero.
 __global__ void k_int4_repack(uint32_t *dst, const uint32_t *src, int64_t N, int K, int64_t kwords, int awq) {
     CU_PDL_ENTER();
-    const int64_t total = N * kwords;
+    const int64_t nchunks = kwords / 16, total = i4_rows_pad(N) * kwords;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = idx / kwords, d = idx % kwords;
+        const int64_t tc = idx / I4_TILE_CHUNK, within = idx % I4_TILE_CHUNK; // (tile, chunk), (row, word)
+        const int64_t n = tc / nchunks * I4_TILE_ROWS + within / 16, d = tc % nchunks * 16 + within % 16;
         const int k0 = i4_word_k0(d);
         uint32_t word = 0;
-        if (k0 < K) {
+        if (k0 < K && n < N) {
             if (!awq) {
                 word = src[(int64_t)(k0 / 8) * N + n];
             } else {
@@ -44,15 +45,25 @@ static int nib(uint32_t word, int pos) {
     return (int)(word >> (4 * pos)) & 15;
 }
 
-// The meta word's scale half: the stored 16 bits, or an f32 scale that is exact in f16 or bf16. -1: neither.
-static int64_t i4_scale_bits(const fd_weight *w, int64_t i) {
-    if (w->scale_dtype == FD_F16) return ((const uint16_t *)w->scale)[i];
-    if (w->scale_dtype == FD_BF16) return ((const uint16_t *)w->scale)[i] | (int64_t)I4_META_BF16;
+// The dtype every scale of w is exact in, for the meta words' 16-bit halves: the stored one (F16, BF16), or for
+// F32 scales F16 when all are exact in it, else BF16 when all are, else 0 (neither: refused).
+static fd_dtype i4_meta_dtype(const fd_weight *w) {
+    if (w->scale_dtype != FD_F32) return w->scale_dtype;
+    const float *s = (const float *)w->scale;
+    const int64_t ns = w->n_groups * w->rows;
+    int f16 = 1, bf16 = 1;
+    for (int64_t i = 0; i < ns && (f16 || bf16); i++) {
+        f16 &= fd_f16_to_f32(fd_f32_to_f16(s[i])) == s[i];
+        bf16 &= fd_bf16_to_f32(fd_f32_to_bf16(s[i])) == s[i];
+    }
+    return f16 ? FD_F16 : bf16 ? FD_BF16 : (fd_dtype)0;
+}
+
+// Scale i of w as `dt` bits (i4_meta_dtype: exact).
+static uint32_t i4_scale_bits(const fd_weight *w, int64_t i, fd_dtype dt) {
+    if (w->scale_dtype != FD_F32) return ((const uint16_t *)w->scale)[i];
     const float v = ((const float *)w->scale)[i];
-    const uint16_t h = fd_f32_to_f16(v), b = fd_f32_to_bf16(v);
-    if (fd_f16_to_f32(h) == v) return h;
-    if (fd_bf16_to_f32(b) == v) return b | (int64_t)I4_META_BF16;
-    return -1;
+    return dt == FD_F16 ? fd_f32_to_f16(v) : fd_f32_to_bf16(v);
 }
 
 // Ends the run as a user error (upload_weight has no error return; the input is unsupported, nothing is broken).
@@ -76,61 +87,60 @@ void cu_upload_int4(fd_backend *be, fd_weight *w) {
     for (int64_t k = 0; w->g_idx && k < K && trivial; k++) trivial = w->g_idx[k] == k / w->group_size;
     if (trivial) w->g_idx = NULL;
 
-    // meta [G, N], then g_idx [K] when kept
-    const size_t meta_words = (size_t)(G * N) + (w->g_idx ? (size_t)K : 0);
-    uint32_t *meta = (uint32_t *)fd_malloc(meta_words * 4);
+    const fd_dtype sdt = i4_meta_dtype(w);
+    if (!sdt) i4_refuse(w, "f32 scales exact in neither f16 nor bf16 (the GPU kernels keep 16-bit scales)");
+    // meta [G, N_pad] (padded rows 0), then g_idx [K] when kept
+    const int64_t Np = i4_rows_pad(N);
+    const size_t meta_words = (size_t)(G * Np) + (w->g_idx ? (size_t)K : 0);
+    uint32_t *meta = (uint32_t *)fd_calloc(meta_words, 4);
     const uint32_t *qz = (const uint32_t *)w->qzeros;
     const int awq = w->fmt == FD_WFMT_AWQ_INT4;
     static const int awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
     for (int64_t g = 0; g < G; g++)
         for (int64_t n = 0; n < N; n++) {
-            const int64_t s = i4_scale_bits(w, g * N + n);
-            if (s < 0) {
-                free(meta);
-                i4_refuse(w, "an f32 scale exact in neither f16 nor bf16 (the GPU kernels keep 16-bit scales)");
-            }
             const uint32_t zw = qz[g * (N / 8) + n / 8];
             const int z = awq ? nib(zw, awq_nibble[n % 8]) : nib(zw, (int)(n % 8)) + w->zero_add;
             const uint32_t zbits = 0x4300u | (uint32_t)z; // bf16 of 128 + z (z <= 16)
-            meta[g * N + n] = (uint32_t)(s & 0xffff) | (zbits << 16) | (uint32_t)(s & I4_META_BF16);
+            meta[g * Np + n] = i4_scale_bits(w, g * N + n, sdt) | (zbits << 16);
         }
-    if (w->g_idx) memcpy(meta + G * N, w->g_idx, (size_t)K * 4);
+    if (w->g_idx) memcpy(meta + G * Np, w->g_idx, (size_t)K * 4);
     FD_CUDA_CHECK(cudaMalloc(&w->dev_scale, meta_words * 4));
     FD_CUDA_CHECK(cudaMemcpyAsync(w->dev_scale, meta, meta_words * 4, cudaMemcpyHostToDevice, c->stream));
 
     const size_t raw = (size_t)(N * K / 2);
     void *tmp = cu_scratch(be, CU_SCR_H, raw);
     FD_CUDA_CHECK(cudaMemcpyAsync(tmp, w->data, raw, cudaMemcpyHostToDevice, c->stream));
-    FD_CUDA_CHECK(cudaMalloc(&w->dev, (size_t)(N * kwords) * 4));
-    const int64_t total = N * kwords;
+    const int64_t total = Np * kwords;
+    FD_CUDA_CHECK(cudaMalloc(&w->dev, (size_t)total * 4));
     const unsigned grid = cu_blocks(total, 256) < 65535u ? cu_blocks(total, 256) : 65535u;
     cu_launch(be, k_int4_repack, grid, 256, 0, (uint32_t *)w->dev, (const uint32_t *)tmp, N, (int)K, kwords, awq);
     // The host copies may be an mmap the caller unmaps later, and meta is freed now: finish the transfers.
     FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     free(meta);
     w->dev_dtype = FD_I32; // packed words: no dense path reads them (cu_gemv_supported wants BF16)
+    w->dev_scale_dtype = sdt;
 }
 
 // dst [m, k] = s * (q - z), f32 (exact) or rounded to bf16; one thread per repacked word (8 consecutive k of a
-// row). gidx (NULL: k / gs) the group of each input.
+// row), in row order. gidx (NULL: k / gs) the group of each input; sbf16: the meta scale halves are bf16.
 template <int F32>
 __global__ void k_int4_dequant(void *dst, const uint32_t *W, const uint32_t *meta, const int32_t *gidx, int64_t m,
-                               int k, int64_t kwords, int gs) {
+                               int k, int64_t kwords, int gs, int sbf16) {
     CU_PDL_ENTER();
-    const int64_t total = m * kwords;
+    const int64_t total = m * kwords, mp = i4_rows_pad(m), nchunks = kwords / 16;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = idx / kwords, d = idx % kwords;
         const int k0 = i4_word_k0(d);
         if (k0 >= k) continue;
-        const uint32_t word = W[idx];
-        uint32_t mt = gidx ? 0u : meta[(int64_t)(k0 / gs) * m + r]; // gs % 8 == 0: the 8 inputs share a group
+        const uint32_t word = W[i4_word_index(r, d, nchunks)];
+        uint32_t mt = gidx ? 0u : meta[(int64_t)(k0 / gs) * mp + r]; // gs % 8 == 0: the 8 inputs share a group
         float f[8];
 #pragma unroll
         for (int p = 0; p < 8; p++) {
-            if (gidx) mt = meta[(int64_t)gidx[k0 + p] * m + r];
-            const int z = (int)__uint_as_float(((mt >> 16) & 0x7fffu) << 16) - 128;
-            f[p] = i4_scale(mt) * (float)((int)((word >> (4 * p)) & 15u) - z);
+            if (gidx) mt = meta[(int64_t)gidx[k0 + p] * mp + r];
+            const int z = (int)__uint_as_float(mt & 0xffff0000u) - 128;
+            f[p] = i4_scale(mt, sbf16) * (float)((int)((word >> (4 * p)) & 15u) - z);
         }
         if (F32) {
             float4 *o = (float4 *)((float *)dst + r * k + k0);
@@ -152,12 +162,14 @@ void cu_int4_dequant(fd_backend *be, void *dst, const fd_weight *W, int f32) {
     const int64_t m = W->rows, kwords = i4_kwords(W->cols), total = m * kwords;
     const unsigned grid = cu_blocks(total, 256) < 65535u ? cu_blocks(total, 256) : 65535u;
     const uint32_t *meta = (const uint32_t *)W->dev_scale;
-    const int32_t *gidx = W->g_idx ? (const int32_t *)(meta + W->n_groups * m) : NULL;
-    const int k = (int)W->cols, gs = W->group_size;
+    const int32_t *gidx = W->g_idx ? (const int32_t *)(meta + W->n_groups * i4_rows_pad(m)) : NULL;
+    const int k = (int)W->cols, gs = W->group_size, sbf16 = W->dev_scale_dtype == FD_BF16;
     if (f32)
-        cu_launch(be, k_int4_dequant<1>, grid, 256, 0, dst, (const uint32_t *)W->dev, meta, gidx, m, k, kwords, gs);
+        cu_launch(be, k_int4_dequant<1>, grid, 256, 0, dst, (const uint32_t *)W->dev, meta, gidx, m, k, kwords, gs,
+                  sbf16);
     else
-        cu_launch(be, k_int4_dequant<0>, grid, 256, 0, dst, (const uint32_t *)W->dev, meta, gidx, m, k, kwords, gs);
+        cu_launch(be, k_int4_dequant<0>, grid, 256, 0, dst, (const uint32_t *)W->dev, meta, gidx, m, k, kwords, gs,
+                  sbf16);
 }
 
 // Route gemm_int4: the int4 GEMV for small n, else the dequant route (gemm.cu: cu_gemm_quant).
