@@ -64,13 +64,17 @@ fd_engine *engine_tp_rank(fd_engine *e, int r);
 // group writes its vocabulary columns), or one id per row picked on the backend — sampled with params[r] and
 // uniforms[r] (sample_rows), or the argmax (argmax_rows) when params is NULL; with `best` set (a rank of a group)
 // the argmax is of the rank's slice, its id made global, and best[r] gets its logit. All NULL: nothing.
+// keep_dev (a rank of a group whose rows are sampled): the rank's logits of the rows stay on its backend, [rows,
+// Vl], for the leader's combine (tp_sample.h); e->logits_dev itself when the rows fit one chunk of the head.
 typedef struct {
     float *logits;
     int32_t *ids;
     const fd_sample_params *params;
     const double *uniforms;
     float *best;
+    float *keep_dev;
 } engine_sink;
+#define ENGINE_LOGIT_ROWS 64 // rows of logits a forward's LM head computes at a time (e->logits_dev)
 // The forward of one engine (engine.c); a leader's forward_rows calls engine_tp_forward instead.
 void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                          const engine_sink *sink, int first);
