@@ -257,6 +257,18 @@ struct fd_backend {
     // FD_TOPK_ROWS_MAX. Only the K pairs of a row cross to the host. Optional (NULL: the caller copies the rows).
     void (*topk_rows)(fd_backend *be, int32_t *ids_host, float *vals_host, const float *logits_dev, int rows, int V,
                       int K);
+    // The softmax scan of a vocabulary slice, so a tensor-parallel group samples without gathering logits rows
+    // (engine/tp_sample.c). For each row r of logits_dev ([rows, V]) with temp[r] > 0 (other rows are left as they
+    // are): q_i = expf((logits[r, i] - mx[r]) / temp[r]) as a float, then (float)(q_i / div[r]) when div[r] > 0 —
+    // sample_probs' two steps —, and acc_host[r] += q_i over i in index order (double; acc_host[r] comes in holding
+    // the previous slices' sum, so chaining the ranks in order gives sample_probs' / sample_draw_u's own sums).
+    // With target (host [rows], may be NULL) the scan stops at the first i with q_i > 0 and target[r] < acc_host[r]
+    // (sample_draw_u's rule) and pick_host[r] = i; otherwise pick_host[r] = -2 - (the last i with q_i > 0), or -1
+    // when no q_i > 0. mx, temp, div: host [rows]. cpu: that arithmetic exactly; cuda: the sum in per-thread
+    // segments merged in order (rounding may differ, as sample_rows'). Optional (NULL: a group gathers the rows).
+    void (*softmax_scan_rows)(fd_backend *be, double *acc_host, int32_t *pick_host, const float *logits_dev,
+                              int rows, int V, const float *mx, const float *temp, const double *div,
+                              const double *target);
 
     // ---- recorded forwards (CUDA graphs; optional: all NULL where a backend has none, e.g. cpu) ----
     // graph_begin: the ops issued from now until graph_end are recorded, not run. Returns 0, or -1 when this

@@ -8,6 +8,7 @@
 #include "engine/dflash.h"
 #include "engine/engine_tp.h"
 #include "engine/sampling.h"
+#include "engine/tp_sample.h"
 #include "fixture.h"
 #include "test.h"
 
@@ -288,7 +289,7 @@ TEST(tp_shared_rank_pools_batched_decode) {
     }
 }
 
-// Sampling over the vocabulary-parallel head (gathered, engine_tp.h) draws the ids tp 1 draws for one seed; so
+// Sampling over the vocabulary-parallel head (per-rank summaries, no logits row gathered: tp_sample.h) draws the ids tp 1 draws for one seed; so
 // does a one-rank group (an explicit --tp 1: its rank samples as the plain engine does).
 TEST(tp_sampling_matches_tp1) {
     fixture fx;
@@ -302,7 +303,9 @@ TEST(tp_sampling_matches_tp1) {
         ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 16) == 0, "%s", fd_error_msg());
         fd_sampler smp;
         sampler_init(&smp, 0.9f, 40, 0.9f, 1234);
+        const int64_t gathered = tp_sample_gathered_bytes();
         ASSERT(engine_generate(&e, fx.ids, fx.n_ids, 0, 12, &smp, out[run]) == 0, "%s", fd_error_msg());
+        EXPECT(tp_sample_gathered_bytes() == gathered, "tp %d gathered logits rows to sample", tp);
         engine_free(&e);
         rig_close(&r);
     }

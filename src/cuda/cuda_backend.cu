@@ -377,6 +377,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE
     be->sample_rows = cu_sample_rows;
     be->logsumexp_rows = cu_logsumexp_rows; // with topk_rows: a DFlash tree's ranked draft rows (lse.cu)
+    be->softmax_scan_rows = cu_softmax_scan_rows; // with topk_rows: sampling under --tp without a gather (tp_scan.cu)
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
     fd_route *rg = &c->routes[CU_ROUTE_GEMM_ACT], *ra = &c->routes[CU_ROUTE_ATTN_KERNEL];

@@ -454,6 +454,10 @@ void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float
 // ---- lse.cu ----
 void cu_logsumexp_rows(fd_backend *be, float *out_host, const float *logits_dev, int rows, int V);
 
+// ---- tp_scan.cu ----
+void cu_softmax_scan_rows(fd_backend *be, double *acc_host, int32_t *pick_host, const float *logits_dev, int rows,
+                          int V, const float *mx, const float *temp, const double *div, const double *target);
+
 // ---- moe.cu ----
 void cu_moe(fd_backend *be, void *out, const void *x, const fd_moe_weights *mw, int n, int d);
 

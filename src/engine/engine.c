@@ -24,7 +24,6 @@ void engine_default_opts(fd_engine_opts *o) {
 
 // Logits are computed in blocks of this many rows so a long all-positions request needs no [n, V] buffer
 // on the device.
-#define ENGINE_LOGIT_ROWS 64
 
 int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts *opt) {
     memset(e, 0, sizeof *e);
@@ -272,7 +271,7 @@ void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *con
     be->to_device(be, e->step_dev, e->step_host, sizeof(int64_t) + (size_t)n * sizeof(int32_t));
     fd_fwd_seg one, *segs = n_segs == 1 ? &one : fd_malloc(sizeof *segs * (size_t)n_segs);
     for (int k = 0; k < n_segs; k++) segs[k] = n_segs == 1 ? seg_of(seqs[0], 0, n) : seg_of(seqs[k], k, 1);
-    const int want = sink->logits || sink->ids;
+    const int want = sink->logits || sink->ids || sink->keep_dev;
     const int head_in_body = want && n - first <= ENGINE_LOGIT_ROWS;
     // taps exist only on engines that drive a drafter (never batched)
     const fwd_body body = {e, seqs,
@@ -315,6 +314,9 @@ void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *con
             for (int i = 0; i < rows; i++)
                 be->to_host(be, sink->logits + (int64_t)(k + i) * V + vb, e->logits_dev + (int64_t)i * Vl,
                             (size_t)Vl * sizeof(float));
+        } else if (sink->keep_dev) { // the leader samples from the ranks' slices (tp_sample.c)
+            if (sink->keep_dev != e->logits_dev)
+                be->copy(be, sink->keep_dev + (int64_t)k * Vl, e->logits_dev, (size_t)rows * Vl * sizeof(float));
         } else if (sink->params) {
             be->sample_rows(be, sink->ids + k, e->logits_dev, rows, V, sink->params + k,
                             sink->uniforms ? sink->uniforms + k : NULL);

@@ -1,5 +1,6 @@
 // Tensor parallelism in one process (see engine_tp.h).
 #include "engine/engine_tp.h"
+#include "engine/tp_sample.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -149,20 +150,22 @@ static void *rank_main(void *arg) {
 void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                        const engine_sink *sink, int first) {
     const int tp = e->tp->tp, rows = n - first, V = e->m->cfg.vocab_size;
-    // Sampling gathers its rows (engine_tp.h); greedy takes each rank's best id and logit. A one-rank group's slice
-    // is the whole vocabulary: its rank takes the caller's sink as it is (no gather, no per-row logit read back).
+    // Greedy takes each rank's best id and logit; sampling keeps each rank's slice on its backend for tp_sample_rows
+    // (engine_tp.h). A one-rank group's slice is the whole vocabulary: its rank takes the caller's sink as it is.
     const int want = tp > 1 && (sink->logits || sink->ids);
     // Rows sampled at temperature 0 are greedy: the server samples every row of a batch, greedy requests' too,
-    // and those take the argmax combine (what sample_rows' argmax would pick) rather than a gather of their rows.
+    // and those take the argmax combine (what sample_rows' argmax would pick) rather than the sampling combine.
     int greedy = 1;
     for (int i = 0; sink->params && i < rows; i++) greedy &= !(sink->params[i].temperature > 0);
-    float *gathered = want && !sink->logits && !greedy ? fd_malloc(sizeof(float) * (size_t)rows * (size_t)V) : NULL;
+    const int sampled = want && !sink->logits && !greedy;
     int32_t *rank_ids = want && !sink->logits && greedy ? fd_malloc(sizeof(int32_t) * (size_t)rows * tp) : NULL;
     float *rank_best = rank_ids ? fd_malloc(sizeof(float) * (size_t)rows * tp) : NULL;
+    tp_slice slices[FD_TP_MAX];
+    float *kept[FD_TP_MAX] = {0}; // a rank's [rows, Vl] beyond one head chunk: its own buffer
     rank_job jobs[FD_TP_MAX];
     fd_engine **rank_seqs = fd_malloc(sizeof(fd_engine *) * (size_t)n_segs * tp);
     for (int r = 0; r < tp; r++) {
-        fd_engine **rs = rank_seqs + (size_t)r * n_segs;
+        fd_engine **rs = rank_seqs + (size_t)r * n_segs, *q = &e->tp->ranks[r];
         for (int k = 0; k < n_segs; k++) {
             FD_CHECK(seqs[k]->tp && seqs[k]->tp->tp == tp, "batch of tensor-parallel and plain sequences");
             rs[k] = &seqs[k]->tp->ranks[r];
@@ -171,12 +174,17 @@ void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const
         engine_sink s = {0};
         if (tp == 1) s = *sink;
         else if (sink->logits) s.logits = sink->logits;
-        else if (gathered) s.logits = gathered;
-        else if (rank_ids) {
+        else if (sampled) {
+            const fd_rank_plan *p = &q->m->plan;
+            const int Vl = p->vocab_end - p->vocab_begin;
+            if (rows > ENGINE_LOGIT_ROWS) kept[r] = q->be->alloc(q->be, sizeof(float) * (size_t)rows * Vl);
+            s.keep_dev = kept[r] ? kept[r] : q->logits_dev;
+            slices[r] = (tp_slice){q->be, s.keep_dev, p->vocab_begin, p->vocab_end};
+        } else if (rank_ids) {
             s.ids = rank_ids + (size_t)r * rows;
             s.best = rank_best + (size_t)r * rows;
         }
-        jobs[r] = (rank_job){&e->tp->ranks[r], ids, n, n_segs, first, rs, s};
+        jobs[r] = (rank_job){q, ids, n, n_segs, first, rs, s};
     }
     pthread_t tid[FD_TP_MAX];
     for (int r = 1; r < tp; r++) FD_CHECK(pthread_create(&tid[r], NULL, rank_main, &jobs[r]) == 0, "pthread_create");
@@ -189,14 +197,9 @@ void engine_tp_forward(fd_engine *e, const int32_t *ids, int n, fd_engine *const
                 if (rank_best[(size_t)r * rows + i] > rank_best[(size_t)best * rows + i]) best = r;
             sink->ids[i] = rank_ids[(size_t)best * rows + i];
         }
-    if (gathered) {
-        fd_backend *be = e->be;
-        float *dev = be->alloc(be, sizeof(float) * (size_t)rows * (size_t)V);
-        be->to_device(be, dev, gathered, sizeof(float) * (size_t)rows * (size_t)V);
-        be->sample_rows(be, sink->ids, dev, rows, V, sink->params, sink->uniforms);
-        be->free(be, dev);
-    }
-    free(gathered);
+    if (sampled) tp_sample_rows(slices, tp, rows, V, sink->params, sink->uniforms, sink->ids);
+    for (int r = 0; r < tp; r++)
+        if (kept[r]) e->tp->ranks[r].be->free(e->tp->ranks[r].be, kept[r]);
     free(rank_ids);
     free(rank_best);
     free(rank_seqs);

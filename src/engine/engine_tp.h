@@ -7,7 +7,14 @@
 //   greedy    every rank's argmax of its slice and that logit (4 + 4 bytes a row), then the largest over the ranks
 //             in rank order (ties: the lowest id, as engine_argmax) — no logits row is gathered; sampled rows
 //             whose temperature is 0 (greedy requests in a server batch) take this path too;
-//   sampling  not yet without a gather: the rows are gathered to the host and sampled by rank 0's sample_rows.
+//   sampling  no logits row is gathered either (tp_sample.h): every rank keeps its slice of the rows on its backend
+//             and the leader asks each for small summaries per row — its best (id, logit) pairs through topk_rows
+//             (K + 1 of them for top-k, 64 and more while needed for top-p alone, 1 otherwise: 8 bytes a pair) and
+//             its sums of the softmax terms chained over the ranks in order through softmax_scan_rows (8 bytes a
+//             sum, two sums a row, plus one crossing scan inside one rank for rows with neither top-k nor top-p) —
+//             and draws with sample_row's own arithmetic: the ids of tp 1 (tp_sample.h says where top-p alone can
+//             differ by rounding). A row the candidates cannot settle (a nucleus wider than 256 tokens of a rank,
+//             top-k ties past 255) gathers its own [V] row to the host and is sampled there by sample_row.
 // A one-rank group (an explicit --tp 1) holds the whole vocabulary: its rank takes the caller's outputs as a plain
 // engine does (no gather, no combine), so it costs what the plain engine costs beyond the one-rank all-reduces.
 // Every engine entry point takes a leader where it takes an engine, except the KV snapshots (engine_state.h:
@@ -64,13 +71,17 @@ fd_engine *engine_tp_rank(fd_engine *e, int r);
 // group writes its vocabulary columns), or one id per row picked on the backend — sampled with params[r] and
 // uniforms[r] (sample_rows), or the argmax (argmax_rows) when params is NULL; with `best` set (a rank of a group)
 // the argmax is of the rank's slice, its id made global, and best[r] gets its logit. All NULL: nothing.
+// keep_dev (a rank of a group whose rows are sampled): the rank's logits of the rows stay on its backend, [rows,
+// Vl], for the leader's combine (tp_sample.h); e->logits_dev itself when the rows fit one chunk of the head.
 typedef struct {
     float *logits;
     int32_t *ids;
     const fd_sample_params *params;
     const double *uniforms;
     float *best;
+    float *keep_dev;
 } engine_sink;
+#define ENGINE_LOGIT_ROWS 64 // rows of logits a forward's LM head computes at a time (e->logits_dev)
 // The forward of one engine (engine.c); a leader's forward_rows calls engine_tp_forward instead.
 void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *const *seqs, int n_segs,
                          const engine_sink *sink, int first);
