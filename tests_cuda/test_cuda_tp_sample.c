@@ -27,10 +27,11 @@ TEST(cuda_softmax_scan_rows_vs_cpu) {
     cpu()->softmax_scan_rows(cpu(), ca, cp, x, R, V, mx, temp, div, NULL);
     gpu()->softmax_scan_rows(gpu(), ga, gp, d, R, V, mx, temp, div, NULL);
     for (int r = 0; r < R; r++) {
-        EXPECT(fabs(ga[r] - ca[r]) <= 1e-12 * fabs(ca[r]), "row %d: sum %.17g on the GPU, %.17g on the CPU", r, ga[r],
+        // the GPU's expf may differ from the host's by an ulp per term: the sums agree to ~1e-8, not bitwise
+        EXPECT(fabs(ga[r] - ca[r]) <= 1e-6 * fabs(ca[r]), "row %d: sum %.17g on the GPU, %.17g on the CPU", r, ga[r],
                ca[r]);
         EXPECT(gp[r] == cp[r], "row %d: last positive %d vs %d", r, gp[r], cp[r]);
-        target[r] = ca[r] * (0.1 + 0.15 * r), ca[r] = ga[r] = 0;
+        target[r] = (ca[r] - r * 0.25) * (0.1 + 0.15 * r), ca[r] = ga[r] = 0; // inside the row's own mass
     }
     cpu()->softmax_scan_rows(cpu(), ca, cp, x, R, V, mx, temp, div, target);
     gpu()->softmax_scan_rows(gpu(), ga, gp, d, R, V, mx, temp, div, target);
@@ -47,7 +48,8 @@ TEST(cuda_tp_sample_rows_vs_sample_row) {
     fd_sample_params p[16];
     double u[16];
     for (int r = 0; r < R; r++) {
-        for (int j = 0; j < 20; j++) x[(size_t)r * V + 12345 * j + r] += 12.0f; // a nucleus of ~20 tokens
+        // a nucleus of 20 tokens holding > 97 % of the mass even at T = 1.5 (else top-p rows are rightly gathered)
+        for (int j = 0; j < 20; j++) x[(size_t)r * V + 12345 * j + r] += 20.0f;
         p[r] = (fd_sample_params){r % 5 ? 0.3f + 0.3f * (r % 5) : 0.0f, r % 4 == 1 ? 40 : 0, r % 4 == 2 ? 0.9f : 1};
         u[r] = (r + 0.37) / R;
     }

@@ -52,6 +52,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_common.h"
+#include "cuda/gemv_e4m3.cuh"
 #include "cuda/gemv_tile.cuh"
 #include "cuda/mma.cuh"
 
@@ -100,18 +101,28 @@ static __device__ __forceinline__ void gv_split(float a, float b, uint32_t *hi, 
     if (split) *lo = gv_pack(a - __low2float(h), b - __high2float(h));
 }
 
-// x of one warp step (k from kstep: lane t reads the k its weights hold, [8t, 8t+8) and [32+8t, 32+8t+8) for
-// bf16, [16t, 16t+16) and [64+16t, 64+16t+16) for e4m3, of its token rows g, 8+g) as bf16 pairs for the MMA B
-// operand, paired as the weights are (consecutive k for bf16, k and k + 2 for e4m3); zeros past the slice end and
-// for token rows >= n.
-// One half h of it (gv_load_xh), or both.
-template <int NG, int SPLIT, int FMT>
+// Checked and unchecked steps (template CHECKED, one source): a step whose k all lies inside the block's slice
+// (kstep + KSTEP <= kend: every step of a slice that ends on a slice quantum, all but the last of the slice that
+// ends at k) runs without k predicates or zero-selects; the checked one zeros what lies past kend and loads none of
+// it, as every step did before session 11. Rows past m are checked (ROWCHK) only in a block of a partial row
+// tile, which runs its own copy of the k loop. Token rows past n are not checked at all: they read token 0's x
+// (gv_block_setup), which changes no element that is written out: an MMA's output column depends only on its B
+// column, and cu_gemv_tile_finish writes only tokens < n.
+//
+// Addresses: a lane holds one weight pointer and one per token group (xp) at its k of the current step, advanced
+// by a constant per loop iteration; the halves and the steps of an iteration are immediate offsets (woff bytes,
+// xoff floats: compile-time after inlining).
+
+// x of one warp step half h (lane t reads the k its weights hold, [8t, 8t+8) and [32+8t, 32+8t+8) for bf16,
+// [16t, 16t+16) and [64+16t, 64+16t+16) for e4m3, of its token rows g, 8+g) as bf16 pairs for the MMA B operand,
+// paired as the weights are (consecutive k for bf16, k and k + 2 for e4m3); CHECKED: zeros past the slice end.
+// gv_load_x: both halves.
+template <int NG, int SPLIT, int FMT, bool CHECKED>
 static __device__ __forceinline__ void gv_load_xh(uint32_t (&bh)[NG][GV_XWORDS(FMT)], uint32_t (&bl)[NG][GV_XWORDS(FMT)],
-                                                  const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
-                                                  int kend, int t, int h) {
+                                                  const float *const (&xp)[NG], int xoff, int kstep, int kend, int t,
+                                                  int h) {
     constexpr int XW = GV_XWORDS(FMT); // 2 floats per word, XW / 2 float4 per lane
-    const int kk = kstep + (GV_KSTEP(FMT) / 2) * h + 2 * XW * t;
-    const bool kin = kk < kend;
+    const bool kin = !CHECKED || kstep + (GV_KSTEP(FMT) / 2) * h + 2 * XW * t < kend;
 #pragma unroll
     for (int j = 0; j < NG; j++) {
 #pragma unroll
@@ -120,7 +131,7 @@ static __device__ __forceinline__ void gv_load_xh(uint32_t (&bh)[NG][GV_XWORDS(F
             // Coherent loads (ld.global.ca), never __ldg: under route pdl=gemv x is written by the kernel before
             // this one while this grid is already running, and a non-coherent load (.nc promises the data is
             // read-only for the kernel's lifetime) may be scheduled above the griddepcontrol.wait.
-            if (kin && xok[j]) v = __ldca((const float4 *)(xrow[j] + kk) + q);
+            if (kin) v = __ldca((const float4 *)(xp[j] + xoff + (GV_KSTEP(FMT) / 2) * h) + q);
             if (FMT == GV_FP8) { // the even / odd k pairs of gv_e4m3x4_bf16x2
                 gv_split(v.x, v.z, &bh[j][2 * q], &bl[j][2 * q], SPLIT);
                 gv_split(v.y, v.w, &bh[j][2 * q + 1], &bl[j][2 * q + 1], SPLIT);
@@ -131,25 +142,27 @@ static __device__ __forceinline__ void gv_load_xh(uint32_t (&bh)[NG][GV_XWORDS(F
         }
     }
 }
-template <int NG, int SPLIT, int FMT>
+template <int NG, int SPLIT, int FMT, bool CHECKED>
 static __device__ __forceinline__ void gv_load_x(uint32_t (&bh)[2][NG][GV_XWORDS(FMT)],
-                                                 uint32_t (&bl)[2][NG][GV_XWORDS(FMT)],
-                                                 const float *const (&xrow)[NG], const bool (&xok)[NG], int kstep,
-                                                 int kend, int t) {
+                                                 uint32_t (&bl)[2][NG][GV_XWORDS(FMT)], const float *const (&xp)[NG],
+                                                 int xoff, int kstep, int kend, int t) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) gv_load_xh<NG, SPLIT, FMT>(bh[h], bl[h], xrow, xok, kstep, kend, t, h);
+    for (int h = 0; h < 2; h++) gv_load_xh<NG, SPLIT, FMT, CHECKED>(bh[h], bl[h], xp, xoff, kstep, kend, t, h);
 }
 
 // What a block needs before its k loop, for item bid (= the block id of the one-block-per-item grid): its
 // segment si (the last one starting at or before bid; block-uniform selects, no local copy of the table), its
-// (tile, slice) and k range, the lane's weight row base (rows row_base + g + 8i, i = 2r + hf, from one
-// pointer: fewer registers than one per row) and its x rows.
+// (tile, slice) and k range, and the lane's pointers at its first step k0 = kbeg + warp * KSTEP: weight row
+// row_base + g at k0 + 8t (bf16) / 16t (e4m3), rows g + 8i (i = 2r + hf) wstep * i bytes on (one pointer: fewer
+// registers than one per row, and wstep is block-uniform), wok: which are < m (all of them: full_rows); x rows
+// (token 8j + g; past n: token 0) at the same k; FP8: the tile's row of block scales and its column divider.
 // Only what the k loop needs is selected here; the output pointers after it (gv_finish: fewer live registers).
 template <int R, int NG, int FMT>
-static __device__ __forceinline__ void
-gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si_out, int *tile_out, int *s_out,
-               int *kbeg_out, int *kend_out, const uint8_t **wlane_out, int64_t *wstep_out, const float **srow_out,
-               int *bc_out, bool (&wok)[R][2], const float *(&xrow)[NG], bool (&xok)[NG]) {
+static __device__ __forceinline__ void gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int warp,
+                                                      int t, int *si_out, int *tile_out, int *s_out, int *kbeg_out,
+                                                      int *kend_out, const uint8_t **wlane_out, int64_t *wstep_out,
+                                                      bool (&wok)[R][2], bool *full_rows_out, const float *(&xp)[NG],
+                                                      const float **srow_out, uint32_t *smagic_out, int *scols_out) {
     const int g = (threadIdx.x & 31) >> 2;
     int si = 0;
 #pragma unroll
@@ -170,59 +183,61 @@ gv_block_setup(const gv_job &job, const float *x, int n, int k, int bid, int *si
     const int tile = (bid - block0) % tiles, s = (bid - block0) / tiles;
     const int row_base = tile * GV_ROWS;
     *si_out = si, *tile_out = tile, *s_out = s;
-    *kbeg_out = s * kslice, *kend_out = min(k, s * kslice + kslice);
+    const int kbeg = s * kslice;
+    *kbeg_out = kbeg, *kend_out = min(k, kbeg + kslice);
 
-    constexpr int ES = FMT == GV_FP8 ? 1 : 2; // bytes per weight
-    *wlane_out = W + (int64_t)(row_base + g) * k * ES;
+    constexpr int ES = FMT == GV_FP8 ? 1 : 2, PER16 = 16 / ES; // bytes per weight, weights per 16 bytes
+    const int k0 = kbeg + warp * GV_KSTEP(FMT);
+    *wlane_out = W + ((int64_t)(row_base + g) * k + k0 + PER16 * t) * ES;
     *wstep_out = (int64_t)8 * k * ES;
-    if (FMT == GV_FP8) *srow_out = scale + (int64_t)(row_base / br) * scols, *bc_out = bc;
+    *full_rows_out = row_base + GV_ROWS <= m;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) wok[r][hf] = row_base + 16 * r + 8 * hf + g < m;
+    if (FMT == GV_FP8) {
+        // The scale column of half index hx (k / 64) is hx / q, q = bc / 64, as __umulhi(2 hx, ceil(2^32 / 2q)):
+        // exact while 4 hx q < 2^32 (the rounding error of the magic number, < 2q / 2^32 per unit of 2 hx, stays
+        // below 1 / 2q), which holds with q capped at ceil(k / 64) (hx < ceil(k / 64); a q that large makes every
+        // column 0 either way) for any k < 2^21 (cu_gemv_fp8_supported).
+        const uint32_t q2 = 2u * (uint32_t)min(bc / 64, (k + 63) / 64);
+        *srow_out = scale + (int64_t)(row_base / br) * scols, *smagic_out = 0xffffffffu / q2 + 1u, *scols_out = scols;
+    }
 #pragma unroll
     for (int j = 0; j < NG; j++) {
         const int tok = 8 * j + g;
-        xok[j] = tok < n;
-        xrow[j] = x + (int64_t)(tok < n ? tok : 0) * k;
+        xp[j] = x + (int64_t)(tok < n ? tok : 0) * k + k0 + 2 * GV_XWORDS(FMT) * t;
     }
 }
 
 // One warp step of weights for a lane: rows g, g+8 of each 16-row MMA tile, 16 bytes each at k = kstep + 8t and
-// kstep + 32 + 8t (bf16) or kstep + 16t and kstep + 64 + 16t (e4m3); zeros past the slice end and for rows >= m,
-// which are not loaded.
-template <int R, int FMT>
+// kstep + 32 + 8t (bf16) or kstep + 16t and kstep + 64 + 16t (e4m3), woff bytes past the lane's pointer;
+// CHECKED: zeros past the slice end, ROWCHK (a partial row tile): zeros for rows >= m; neither is loaded.
+template <int R, int FMT, bool CHECKED, bool ROWCHK>
 static __device__ __forceinline__ void gv_load_w(uint4 (&wv)[R][2][2], const uint8_t *wlane, int64_t wstep,
-                                                 const bool (&wok)[R][2], int kstep, int kend, int t) {
+                                                 const bool (&wok)[R][2], int woff, int kstep, int kend, int t) {
     constexpr int ES = FMT == GV_FP8 ? 1 : 2, PER16 = 16 / ES; // weights per 16 bytes
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int kk = kstep + (GV_KSTEP(FMT) / 2) * h + PER16 * t;
         // k % PER16 == 0 and slices are multiples of PER16: a 16-byte group is all in or out
-        const bool kin = kk < kend;
+        const bool kin = !CHECKED || kstep + (GV_KSTEP(FMT) / 2) * h + PER16 * t < kend;
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
-                wv[r][hf][h] = kin && wok[r][hf] ? cu_ld_stream(wlane + (2 * r + hf) * wstep + (int64_t)kk * ES) : zero4;
+                wv[r][hf][h] = kin && (!ROWCHK || wok[r][hf])
+                                   ? cu_ld_stream(wlane + (2 * r + hf) * wstep + woff + (GV_KSTEP(FMT) / 2) * ES * h)
+                                   : zero4;
     }
 }
 
-// Four e4m3 bytes w = [b3 b2 b1 b0] -> bf16x2 {b0, b2} (even) and {b1, b3} (odd), exactly, on the integer and FMA
-// pipes: the conversion instructions (e4m3x2 -> f16x2, f32x2 -> bf16x2) run at a fraction of their rate on the
-// H200 and held the first FP8 kernels near 2-2.5 TB/s (session 7, docs/perf-notes.md). Each byte's sign goes to
-// bit 15 of its half and its 7 exponent-mantissa bits to bits 10..4: the bf16 with exponent field e and mantissa
-// mmm0000 is 2^(e - 127) x 1.mmm (or, e = 0, the subnormal 2^-126 x 0.mmm), i.e. the e4m3 value (bias 7) times
-// 2^-120, and one bf16x2 multiply by 2^120 restores it (exact: a power of two, no overflow below 448; bf16
-// multiplies keep subnormals on sm_90). The e4m3 NaN codes (0x7f, 0xff) would come out as +-480: checkpoints hold
-// none (e4m3fn's largest finite value is 448, and quantizers saturate).
-static __device__ __forceinline__ void gv_e4m3x4_bf16x2(uint32_t w, uint32_t *even, uint32_t *odd) {
-    const __nv_bfloat162 two120 = __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80));
-    uint32_t e = ((w & 0x00800080u) << 8) | ((w << 4) & 0x07f007f0u);
-    uint32_t o = (w & 0x80008000u) | ((w >> 4) & 0x07f007f0u);
-    __nv_bfloat162 be = __hmul2(*(__nv_bfloat162 *)&e, two120), bo = __hmul2(*(__nv_bfloat162 *)&o, two120);
-    *even = *(uint32_t *)&be, *odd = *(uint32_t *)&bo;
+// Advances the lane's pointers by `steps` block steps.
+template <int NG, int FMT>
+static __device__ __forceinline__ void gv_advance(const uint8_t *&wlane, const float *(&xp)[NG], int steps) {
+    wlane += steps * GV_BLOCK_KSTEP(FMT) * (FMT == GV_FP8 ? 1 : 2);
+#pragma unroll
+    for (int j = 0; j < NG; j++) xp[j] += steps * GV_BLOCK_KSTEP(FMT);
 }
 
 // The MMAs of one warp step, in the one order every schedule uses (the order of the sum is the result).
@@ -246,20 +261,18 @@ static __device__ __forceinline__ void gv_step_mma(float (&acc)[R][NG][4], const
 }
 
 // The same for an e4m3 step, which loads its x itself, half by half (an e4m3 step holds twice the x of a bf16 one:
-// both halves at once would not fit the registers): each 64-wide half is summed in a fresh accumulator and added
-// times its block scale (scale: the tile's row of block scales; k of the half / bc its column). Word i of a lane's
-// 16 bytes is k 16t + 4i + {0, 1, 2, 3}: MMA i of the half takes the even bytes {0, 2} as PTX's logical k {2t, 2t+1}
-// and the odd ones {1, 3} as {2t+8, 2t+9}, for both operands (gv_load_xh puts x's k 16t + 4i + {0, 2} in word 2i,
-// {1, 3} in 2i + 1).
-template <int R, int NG, int SPLIT>
+// both halves at once would not fit the registers): each 64-wide half h is summed in a fresh accumulator and added
+// times its block scale sc[h]. Word i of a lane's 16 bytes is k 16t + 4i + {0, 1, 2, 3}: MMA i of the half takes
+// the even bytes {0, 2} as PTX's logical k {2t, 2t+1} and the odd ones {1, 3} as {2t+8, 2t+9}, for both operands
+// (gv_load_xh puts x's k 16t + 4i + {0, 2} in word 2i, {1, 3} in 2i + 1).
+template <int R, int NG, int SPLIT, bool CHECKED>
 static __device__ __forceinline__ void gv_step_mma_fp8(float (&acc)[R][NG][4], const uint4 (&wv)[R][2][2],
-                                                       const float *const (&xrow)[NG], const bool (&xok)[NG],
-                                                       const float *scale, int bc, int kstep, int kend, int t) {
+                                                       const float *const (&xp)[NG], int xoff, const float (&sc)[2],
+                                                       int kstep, int kend, int t) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         uint32_t bh[NG][8], bl[NG][8];
-        gv_load_xh<NG, SPLIT, GV_FP8>(bh, bl, xrow, xok, kstep, kend, t, h);
-        const float sc = scale[(kstep + 64 * h) / bc]; // a plain load: early-launched kernels use no __ldg
+        gv_load_xh<NG, SPLIT, GV_FP8, CHECKED>(bh, bl, xp, xoff, kstep, kend, t, h);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const uint32_t lo[4] = {wv[r][0][h].x, wv[r][0][h].y, wv[r][0][h].z, wv[r][0][h].w}; // row g
@@ -281,7 +294,7 @@ static __device__ __forceinline__ void gv_step_mma_fp8(float (&acc)[R][NG][4], c
 #pragma unroll
             for (int j = 0; j < NG; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[r][j][e] += part[j][e] * sc;
+                for (int e = 0; e < 4; e++) acc[r][j][e] += part[j][e] * sc[h];
         }
     }
 }
@@ -322,6 +335,82 @@ static __device__ __forceinline__ void gv_finish(const gv_job &job, int si, int 
     cu_gemv_tile_finish<NC>(red, is_last, out, partial, counters, S, tiles, tile, s, row_base, m, n);
 }
 
+// One loop iteration of the bf16 kernel: P steps from k0, CHECKED or not (see gv_load_xh).
+template <int R, int NG, int P, int XLAZY, int SPLIT, bool CHECKED, bool ROWCHK>
+static __device__ __forceinline__ void gv_iter_bf16(float (&acc)[R][NG][4], const uint8_t *wlane, int64_t wstep,
+                                                    const bool (&wok)[R][2], const float *const (&xp)[NG], int k0,
+                                                    int kend, int t, bool &entered) {
+    constexpr int FMT = GV_BF16, BLOCK_KSTEP = GV_BLOCK_KSTEP(FMT), XW = GV_XWORDS(FMT);
+    // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while the
+    // weights are still on their way (XLAZY: step by step); then the MMAs.
+    uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
+#pragma unroll
+    for (int p = 0; p < P; p++)
+        gv_load_w<R, FMT, CHECKED, ROWCHK>(wv[p], wlane, wstep, wok, p * BLOCK_KSTEP * 2, k0 + p * BLOCK_KSTEP, kend, t);
+    if (!entered) {
+        CU_PDL_ENTER();
+        entered = true;
+    }
+    uint32_t bh[P][2][NG][XW], bl[P][2][NG][XW]; // x as bf16 pairs: hi, and lo for bf16x2
+    if (!XLAZY)
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            gv_load_x<NG, SPLIT, FMT, CHECKED>(bh[p], bl[p], xp, p * BLOCK_KSTEP, k0 + p * BLOCK_KSTEP, kend, t);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int kstep = k0 + p * BLOCK_KSTEP;
+        if (CHECKED && kstep >= kend) break; // warp-uniform: steps past the slice are not in the partition
+        if (XLAZY) gv_load_x<NG, SPLIT, FMT, CHECKED>(bh[p], bl[p], xp, p * BLOCK_KSTEP, kstep, kend, t);
+        gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
+    }
+}
+
+// The k loop of a block (ROWCHK: a partial row tile), from the lane's first step k0 (pointers at k0) to kend.
+template <int NG, int P, int XLAZY, int SPLIT, int FMT, bool ROWCHK>
+static __device__ __forceinline__ void gv_kloop(float (&acc)[GV_ROWS / 16][NG][4], const uint8_t *wlane,
+                                                int64_t wstep, const bool (&wok)[GV_ROWS / 16][2],
+                                                const float *(&xp)[NG], const float *srow, uint32_t smagic, int scols,
+                                                int k0, int kend, int t, bool &entered) {
+    constexpr int R = GV_ROWS / 16, KSTEP = GV_KSTEP(FMT), BLOCK_KSTEP = GV_BLOCK_KSTEP(FMT);
+    const int kfull = kend - KSTEP; // a step at kstep <= kfull is whole (only a slice ending at k has one that is not)
+    if constexpr (FMT == GV_FP8) {
+        // e4m3: a ring of one step. An e4m3 step's conversions and MMAs are ~5x a bf16 step's work, long enough
+        // that a warp loading two steps and then computing them leaves HBM idle for it half the time; so the next
+        // step's weights are always in flight while this one is multiplied (same steps, same order: same sums).
+        uint4 cur[R][2][2], nxt[R][2][2];
+        gv_load_w<R, FMT, true, ROWCHK>(cur, wlane, wstep, wok, 0, k0, kend, t);
+        CU_PDL_ENTER();
+        entered = true;
+        float sc[2];
+        for (; k0 <= kfull; k0 += BLOCK_KSTEP) {
+            const int kn = k0 + BLOCK_KSTEP;
+            if (kn <= kfull)
+                gv_load_w<R, FMT, false, ROWCHK>(nxt, wlane, wstep, wok, BLOCK_KSTEP, kn, kend, t);
+            else // zeros, no loads, past the end
+                gv_load_w<R, FMT, true, ROWCHK>(nxt, wlane, wstep, wok, BLOCK_KSTEP, kn, kend, t);
+            gv_scales<false>(sc, srow, smagic, scols, k0);
+            gv_step_mma_fp8<R, NG, SPLIT, false>(acc, cur, xp, 0, sc, k0, kend, t);
+            gv_advance<NG, FMT>(wlane, xp, 1);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) cur[r][hf][0] = nxt[r][hf][0], cur[r][hf][1] = nxt[r][hf][1];
+        }
+        if (k0 < kend) { // the step holding k (k % 128 != 0): once per block
+            gv_scales<true>(sc, srow, smagic, scols, k0);
+            gv_step_mma_fp8<R, NG, SPLIT, true>(acc, cur, xp, 0, sc, k0, kend, t);
+        }
+    } else {
+        for (; k0 + (P - 1) * BLOCK_KSTEP <= kfull; k0 += P * BLOCK_KSTEP) {
+            gv_iter_bf16<R, NG, P, XLAZY, SPLIT, false, ROWCHK>(acc, wlane, wstep, wok, xp, k0, kend, t, entered);
+            gv_advance<NG, FMT>(wlane, xp, P);
+        }
+        // at most one more: the next iteration would start at or past kend
+        if (k0 < kend)
+            gv_iter_bf16<R, NG, P, XLAZY, SPLIT, true, ROWCHK>(acc, wlane, wstep, wok, xp, k0, kend, t, entered);
+    }
+}
+
 // Block: 8 warps, GV_ROWS weight rows (two 16-row MMA tiles) of one segment, NG token groups of 8, one k slice.
 // P: warp steps whose weights a lane loads before it runs their MMAs (256 bytes in flight per lane at P = 2).
 // XLAZY: a step's x is loaded right before its MMAs instead of with the weights (n > 8: holding the x of both
@@ -336,15 +425,15 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
     int si, tile, s, kbeg, kend;
-    constexpr int KSTEP = GV_KSTEP(FMT), BLOCK_KSTEP = GV_BLOCK_KSTEP(FMT), XW = GV_XWORDS(FMT);
     const uint8_t *wlane;
     int64_t wstep;
+    bool wok[R][2], full_rows;
+    const float *xp[NG];
     const float *srow = nullptr;
-    int bc = 0;
-    bool wok[R][2], xok[NG];
-    const float *xrow[NG];
-    gv_block_setup<R, NG, FMT>(job, x, n, k, blockIdx.x, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, &srow, &bc,
-                               wok, xrow, xok);
+    uint32_t smagic = 0;
+    int scols = 1;
+    gv_block_setup<R, NG, FMT>(job, x, n, k, blockIdx.x, warp, t, &si, &tile, &s, &kbeg, &kend, &wlane, &wstep, wok,
+                               &full_rows, xp, &srow, &smagic, &scols);
 
     float acc[R][NG][4];
 #pragma unroll
@@ -353,48 +442,11 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
         for (int j = 0; j < NG; j++) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
 
     bool entered = false;
-    if constexpr (FMT == GV_FP8) {
-        // e4m3: a ring of one step. An e4m3 step's conversions and MMAs are ~5x a bf16 step's work, long enough
-        // that a warp loading two steps and then computing them leaves HBM idle for it half the time; so the next
-        // step's weights are always in flight while this one is multiplied (same steps, same order: same sums).
-        uint4 cur[R][2][2], nxt[R][2][2];
-        int k0 = kbeg + warp * KSTEP;
-        gv_load_w<R, FMT>(cur, wlane, wstep, wok, k0, kend, t);
-        CU_PDL_ENTER();
-        entered = true;
-        for (; k0 < kend; k0 += BLOCK_KSTEP) {
-            gv_load_w<R, FMT>(nxt, wlane, wstep, wok, k0 + BLOCK_KSTEP, kend, t); // zeros, no loads, past the end
-            gv_step_mma_fp8<R, NG, SPLIT>(acc, cur, xrow, xok, srow, bc, k0, kend, t);
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) cur[r][hf][0] = nxt[r][hf][0], cur[r][hf][1] = nxt[r][hf][1];
-        }
-    } else {
-        for (int k0 = kbeg + warp * KSTEP; k0 < kend; k0 += P * BLOCK_KSTEP) {
-            // All weight loads of the iteration first; then the x loads, whose latency (L1/L2 hits) passes while
-            // the weights are still on their way (XLAZY: step by step); then the MMAs.
-            uint4 wv[P][R][2][2]; // [step][tile][row g / g+8][k group +0 / +32]
-#pragma unroll
-            for (int p = 0; p < P; p++) gv_load_w<R, FMT>(wv[p], wlane, wstep, wok, k0 + p * BLOCK_KSTEP, kend, t);
-            if (!entered) {
-                CU_PDL_ENTER();
-                entered = true;
-            }
-            uint32_t bh[P][2][NG][XW], bl[P][2][NG][XW]; // x as bf16 pairs: hi, and lo for bf16x2
-            if (!XLAZY)
-#pragma unroll
-                for (int p = 0; p < P; p++)
-                    gv_load_x<NG, SPLIT, FMT>(bh[p], bl[p], xrow, xok, k0 + p * BLOCK_KSTEP, kend, t);
-#pragma unroll
-            for (int p = 0; p < P; p++) {
-                const int kstep = k0 + p * BLOCK_KSTEP;
-                if (kstep >= kend) break; // warp-uniform: steps past the slice are not in the partition
-                if (XLAZY) gv_load_x<NG, SPLIT, FMT>(bh[p], bl[p], xrow, xok, kstep, kend, t);
-                gv_step_mma<R, NG, SPLIT>(acc, wv[p], bh[p], bl[p]);
-            }
-        }
-    }
+    const int k0 = kbeg + warp * GV_KSTEP(FMT);
+    if (full_rows)
+        gv_kloop<NG, P, XLAZY, SPLIT, FMT, false>(acc, wlane, wstep, wok, xp, srow, smagic, scols, k0, kend, t, entered);
+    else
+        gv_kloop<NG, P, XLAZY, SPLIT, FMT, true>(acc, wlane, wstep, wok, xp, srow, smagic, scols, k0, kend, t, entered);
     if (!entered) CU_PDL_ENTER(); // a warp with no step in its slice
 
     gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
@@ -444,8 +496,11 @@ int cu_gemv_supported(const void *x, const fd_weight *W, int n) {
 
 int cu_gemv_fp8_supported(const void *x, const fd_weight *W, int n) {
     if (n < 1 || n > CU_GEMV_MAX_N || W->fmt != FD_WFMT_FP8_BLOCK || !W->dev || !W->dev_scale) return 0;
-    // 16-byte loads (k % 16); a 64-wide half step in one scale column and a 32-row tile in one scale row.
-    if (W->cols % 16 != 0 || W->cols <= 0 || W->rows <= 0 || W->block_cols % 64 || W->block_rows % 32) return 0;
+    // 16-byte loads (k % 16); a 64-wide half step in one scale column and a 32-row tile in one scale row; k < 2^21
+    // keeps gv_scales' column divider exact.
+    if (W->cols % 16 != 0 || W->cols <= 0 || W->cols >= (1 << 21) || W->rows <= 0 || W->block_cols % 64 ||
+        W->block_rows % 32)
+        return 0;
     return ((uintptr_t)W->dev | (uintptr_t)x) % 16 == 0;
 }
 
