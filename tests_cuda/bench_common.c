@@ -134,6 +134,16 @@ void row(const char *what, double ms, double flop, double bytes) {
     printf("\n");
 }
 
+int bench_gemv_bps(void) {
+    const char *v = getenv("FD_BENCH_GEMV_BPS");
+    const int want = v && v[0] ? atoi(v) : 0;
+    const int prev = fd_cuda_set_gemv_blocks_per_sm(B(), want >= 1 && want <= 64 ? want : 1);
+    if (want >= 1 && want <= 64) return want;
+    fd_cuda_set_gemv_blocks_per_sm(B(), prev); // unset (or out of range, said once): the default stays
+    if (v && v[0]) printf("    FD_BENCH_GEMV_BPS=%s ignored (1..64)\n", v);
+    return prev;
+}
+
 int bench_shape_wanted(const char *what) {
     const char *want = getenv("FD_BENCH_SHAPE");
     return !want || !want[0] || strstr(what, want) != NULL;

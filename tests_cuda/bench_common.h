@@ -18,6 +18,9 @@ extern fd_backend *g_timed;    // the backend time_ms synchronises (NULL: B())
 double time_ms(bench_fn fn, void *ctx);                                 // median of 5 runs, ms
 // FD_BENCH_SHAPE=TEXT: a bench runs only the shapes whose name contains TEXT (one kernel to profile); unset: all.
 int bench_shape_wanted(const char *what);
+// FD_BENCH_GEMV_BPS=N (1..64): the GEMVs' k-slicing target on B() from now on (fd_cuda_set_gemv_blocks_per_sm);
+// returns the target in force (the default when unset). The quantized benches print it, so a script can sweep it.
+int bench_gemv_bps(void);
 double time_be_ms(fd_backend *be, bench_fn fn, void *ctx);              // the same, synchronising `be`
 // GPU time per call, us, from CUDA events on B()'s stream: a memset of `spacer` (512 MB) first keeps the GPU busy
 // while the host queues the start event and `calls` back-to-back fn(ctx) (so the host's launch cost is hidden, as

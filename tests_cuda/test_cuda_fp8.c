@@ -227,7 +227,7 @@ TEST(bench_cuda_gemv_fp8) {
     } shapes[] = {{10240, 5120, 48, "GDN qkv"}, {6144, 5120, 48, "GDN z"},         {5120, 6144, 64, "GDN out, attn o"},
                   {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"}, {17408, 5120, 128, "FFN gate, up"},
                   {5120, 17408, 64, "FFN down"}};
-    const int ns[] = {1, 8, 16};
+    const int ns[] = {1, 8, 16}, bps = bench_gemv_bps();
     double per_token_ms[3] = {0};
     bench_mm_ctx c;
     memset(&c, 0, sizeof c);
@@ -272,8 +272,8 @@ TEST(bench_cuda_gemv_fp8) {
         free(sc);
     }
     for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
-        printf("BENCH | fp8 gemv: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d: %.2f ms\n", ns[j],
-               per_token_ms[j]);
+        printf("BENCH | fp8 gemv: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d bps=%d: %.2f ms\n", ns[j],
+               bps, per_token_ms[j]);
     B()->free(B(), c.x);
     B()->free(B(), c.out);
 }

@@ -383,7 +383,7 @@ TEST(bench_cuda_gemv_int4) {
                   {5120, 6144, 64, 0, "GDN out, attn o"}, {12288, 5120, 16, 0, "attn q|gate"},
                   {1024, 5120, 32, 0, "attn k, v"},       {17408, 5120, 128, 1, "FFN gate, up"},
                   {5120, 17408, 64, 1, "FFN down"}};
-    const int ns[] = {1, 8, 16};
+    const int ns[] = {1, 8, 16}, bps = bench_gemv_bps();
     double int4_ms[3] = {0}, bf16_ms[3] = {0}, gptq_ms[3] = {0};
     double int4_bytes = 0, bf16_bytes = 0, gptq_bytes = 0;
     i4_ctx c;
@@ -445,10 +445,10 @@ TEST(bench_cuda_gemv_int4) {
         B()->release_weight(B(), &bw);
     }
     for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-        printf("BENCH | linear layers of one 27B step at n=%2d: int4 (AWQ, all) %.2f ms for %.1f GB = %.0f GB/s "
+        printf("BENCH | linear layers of one 27B step at n=%2d bps=%d: int4 (AWQ, all) %.2f ms for %.1f GB = %.0f GB/s "
                "(%.1f%% of 4250) | GPTQ (Qwen's exclusions: MLP int4) %.2f ms for %.1f GB (%.1f%%) | bf16 %.2f ms "
                "for %.1f GB (%.1f%%)\n",
-               ns[j], int4_ms[j], int4_bytes / 1e9, int4_bytes / int4_ms[j] / 1e6,
+               ns[j], bps, int4_ms[j], int4_bytes / 1e9, int4_bytes / int4_ms[j] / 1e6,
                100.0 * int4_bytes / int4_ms[j] / 1e6 / 4250.0, gptq_ms[j], gptq_bytes / 1e9,
                100.0 * gptq_bytes / gptq_ms[j] / 1e6 / 4250.0, bf16_ms[j], bf16_bytes / 1e9,
                100.0 * bf16_bytes / bf16_ms[j] / 1e6 / 4250.0);

@@ -384,7 +384,9 @@ static __device__ __forceinline__ void gv_kloop(float (&acc)[GV_ROWS / 16][NG][4
         float sc[2];
         for (; k0 <= kfull; k0 += BLOCK_KSTEP) {
             const int kn = k0 + BLOCK_KSTEP;
-            if (kn <= kfull)
+            // NG = 2 checks every next step (as before the diet): its unchecked / checked pair spilled and ran
+            // n = 16 13 % slower (docs/perf-notes.md, session 11); a whole step's checks all pass, same loads.
+            if (NG == 1 && kn <= kfull)
                 gv_load_w<R, FMT, false, ROWCHK>(nxt, wlane, wstep, wok, BLOCK_KSTEP, kn, kend, t);
             else // zeros, no loads, past the end
                 gv_load_w<R, FMT, true, ROWCHK>(nxt, wlane, wstep, wok, BLOCK_KSTEP, kn, kend, t);
