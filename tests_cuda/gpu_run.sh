@@ -12,6 +12,8 @@
 #   tiny   the trained tiny target +- its DFlash drafter on the GPU (tokens/s, emitted tokens/round)
 #   tree   tree verify vs chain: the tiny trained pair (host clock) and the 27B geometry at 1K (issue 22)
 #   compare the previous main's binary (OLD_BIN) vs this one: fixture logits byte for byte, the 27B bench (issue 14)
+#   servetp serve plain vs --tp 1, with and without the drafter: the same greedy completions (issue 17)
+#   gdnprof the GDN chunk / attention prefill benches with per-stage events (issue 16)
 #   check  flashdelta check --backend cuda at the 27B's shapes (float64 screens; exit 0 only if all pass)
 # Binaries come prebuilt (make CUDA=1 STATIC_HOSTLIBS=1 BUILD=.dev/build .dev/build/fd_cuda_tests
 # .dev/build/flashdelta): the GPU machine has no -dev packages. Logs go to $OUT; a summary is printed last.
@@ -173,6 +175,42 @@ if has compare; then
             --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --backend cuda --oracle-tau 4.74 --decode 32 \
             --contexts ${CMP_CTX:-1024,32768} $extra >"$OUT/cmp_bench_$b$i.log" 2>&1
         echo "  exit $?"; grep -E '^bench: ctx|agree|error' "$OUT/cmp_bench_$b$i.log" | sed 's/^bench: /  /' | cut -c1-200
+    done
+fi
+if has servetp; then
+    # issue 17: serve on the tiny trained pair, plain and --tp 1 (the NCCL group of one rank), plain and DFlash:
+    # the same greedy completions (8 held-out prompts, 48 tokens) and the rank-labelled metrics.
+    stamp "serve: plain vs --tp 1 (tiny trained pair, greedy, with and without the drafter)"
+    for v in "plain|" "tp1|--tp 1" "draft|--draft models/tiny-qwen35-dflash" "draft-tp1|--draft models/tiny-qwen35-dflash --tp 1"; do
+        name=${v%%|*} args=${v#*|}
+        rm -f "$OUT/port_$name"
+        "$BIN/flashdelta" serve models/tiny-qwen35 --backend cuda --port 0 --port-file "$OUT/port_$name" $args \
+            >"$OUT/serve_$name.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 100); do [ -s "$OUT/port_$name" ] && break; sleep 0.2; done
+        python3 - "$(cat "$OUT/port_$name" 2>/dev/null)" tests/data/trained/val_prompts.json >"$OUT/serve_$name.txt" <<'PY'
+import json, sys, urllib.request
+port, prompts = sys.argv[1], json.load(open(sys.argv[2]))
+for p in prompts:
+    body = json.dumps({"prompt": p["ids"], "max_tokens": 48, "temperature": 0}).encode()
+    r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    print(json.dumps(json.load(urllib.request.urlopen(r, timeout=60))["choices"][0]["text"]))
+m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+print("#metrics", sum(1 for l in m.splitlines() if 'rank="0"' in l), "rank-labelled lines", file=sys.stderr)
+PY
+        echo "  $name: exit $? $(wc -l <"$OUT/serve_$name.txt") answers, $(md5sum <"$OUT/serve_$name.txt" | cut -c1-12)"
+        kill $pid; wait $pid 2>/dev/null
+    done
+    for n in tp1 draft draft-tp1; do
+        cmp -s "$OUT/serve_plain.txt" "$OUT/serve_$n.txt" && echo "  $n == plain" || echo "  $n DIFFERS from plain"
+    done
+fi
+if has gdnprof; then
+    # issue 16: the GDN chunk routes and the attention prefill, with per-stage CUDA events (intra | state_out)
+    stamp "GDN chunk + attention prefill benches, FD_CUDA_PROFILE=1"
+    for b in bench_cuda_gdn_chunk bench_cuda_attn_prefill; do
+        FD_CUDA_PROFILE=1 FD_CUDA_BENCH=1 timeout 150 "$BIN/fd_cuda_tests" $b >"$OUT/prof_$b.log" 2>&1 || echo "[$b exited $?]"
+        grep -E '^BENCH|cuda prof' "$OUT/prof_$b.log" | sed -E 's/^.*cuda prof /prof /' | sort | uniq -c | sort -rn | head -24
     done
 fi
 if has hfnoise; then
