@@ -14,4 +14,9 @@ static __device__ __forceinline__ void cu_cp_async_commit(void) {
 template <int N> static __device__ __forceinline__ void cu_cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Starts moving the 128-byte line holding p toward L2 (prefetch.global.L2: no register, no completion to wait
+// for), so a later plain load of it waits on L2 rather than DRAM.
+static __device__ __forceinline__ void cu_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 #endif

@@ -140,6 +140,20 @@ __global__ void __launch_bounds__(256)
     float *bet = gam + GB_C;
     bf16 *Kb = (bf16 *)(bet + GB_C), *QV = Kb + GB_C * ldk, *Tb = QV + GB_C * max(ldk, ldv);
 
+    // The chunk's q and k rows of the key group and v rows of head h toward L2 first: the loads below come in
+    // batches with shuffles and stores between them, so each batch waits its full latency; from L2, not DRAM.
+    // Lines: every 32 floats of a row and its last float (a row need not start on a line).
+    {
+        const int lq = (dk + 31) / 32 + 1, lv = (dv + 31) / 32 + 1, per_row = 2 * lq + lv;
+        for (int e = threadIdx.x; e < L * per_row; e += blockDim.x) {
+            const int row = e / per_row, x = e - row * per_row;
+            const float *base = qkv + (int64_t)(t0 + row) * cq;
+            const float *p = x < lq       ? base + grp * dk + min(32 * x, dk - 1)
+                             : x < 2 * lq ? base + Hk * dk + grp * dk + min(32 * (x - lq), dk - 1)
+                                          : base + 2 * Hk * dk + h * dv + min(32 * (x - 2 * lq), dv - 1);
+            cu_prefetch_l2(p);
+        }
+    }
     // gates: warp 0 the cumulative log-decay (two tokens per lane, shuffle scan), warps 1-2 beta
     if (w == 0) {
         const float Al = A_log[h], dtb = dt_bias[h];
@@ -162,21 +176,44 @@ __global__ void __launch_bounds__(256)
     for (int e = threadIdx.x; e < GB_C * GB_LDF; e += blockDim.x) Ts[e] = 0.f;
     // q and k rows of the key group, one warp per row: x * rsqrt(sum x^2 + 1e-6) (q also / sqrt(dk)), rounded
     // to bf16 here and, by the group's first value head, in memory for state_out
-    for (int v = w; v < 2 * GB_C; v += 8) {
-        const int row = v & (GB_C - 1), is_k = v >= GB_C;
-        const float *src = qkv + (int64_t)(t0 + row) * cq + (is_k ? Hk * dk : 0) + grp * dk;
-        float ss = 0.f;
-        if (row < L)
-            for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
-        ss = cu_warp_sum(ss);
-        const float sc = rsqrtf(ss + 1e-6f) * (is_k ? 1.f : rsqrtf((float)dk));
-        bf16 *dst = (is_k ? Kb : QV) + row * ldk;
-        bf16 *mem = (is_k ? kn : qn) + ((int64_t)(t0 + row) * Hk + grp) * dk;
-        const bool store = h % r == 0 && row < L;
-        for (int i = lane; i < dkp; i += 32) {
-            const bf16 x = __float2bfloat16_rn(row < L && i < dk ? src[i] * sc : 0.f);
-            dst[i] = x;
-            if (store && i < dk) mem[i] = x;
+    // Warp w takes rows w + 8u (u < 16: 64 q rows, then 64 k rows), four at a time: their loads all issued
+    // before the first sum (lane holds elements lane + 32 jj), the same sums and products as one row at a time.
+    for (int v0 = w; v0 < 2 * GB_C; v0 += 32) {
+        constexpr int JJ = GDN_MAXD / 32;
+        float xr[4][JJ], ss[4];
+#pragma unroll
+        for (int b4 = 0; b4 < 4; b4++) {
+            const int v = v0 + 8 * b4, row = v & (GB_C - 1), is_k = v >= GB_C;
+            const float *src = qkv + (int64_t)(t0 + row) * cq + (is_k ? Hk * dk : 0) + grp * dk;
+#pragma unroll
+            for (int jj = 0; jj < JJ; jj++) {
+                const int i = lane + 32 * jj;
+                xr[b4][jj] = row < L && i < dk ? src[i] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int b4 = 0; b4 < 4; b4++) {
+            float s2 = 0.f;
+#pragma unroll
+            for (int jj = 0; jj < JJ; jj++) s2 += xr[b4][jj] * xr[b4][jj];
+            ss[b4] = cu_warp_sum(s2);
+        }
+#pragma unroll
+        for (int b4 = 0; b4 < 4; b4++) {
+            const int v = v0 + 8 * b4, row = v & (GB_C - 1), is_k = v >= GB_C;
+            const float sc = rsqrtf(ss[b4] + 1e-6f) * (is_k ? 1.f : rsqrtf((float)dk));
+            bf16 *dst = (is_k ? Kb : QV) + row * ldk;
+            bf16 *mem = (is_k ? kn : qn) + ((int64_t)(t0 + row) * Hk + grp) * dk;
+            const bool store = h % r == 0 && row < L;
+#pragma unroll
+            for (int jj = 0; jj < JJ; jj++) {
+                const int i = lane + 32 * jj;
+                if (i < dkp) {
+                    const bf16 x = __float2bfloat16_rn(xr[b4][jj] * sc);
+                    dst[i] = x;
+                    if (store && i < dk) mem[i] = x;
+                }
+            }
         }
     }
     __syncthreads();
@@ -198,9 +235,20 @@ __global__ void __launch_bounds__(256)
     // Q is consumed: bf16(beta V) of head h goes into its place, and K's rows become bf16(beta exp(gamma) K)
     {
         const float *vsrc = qkv + (int64_t)t0 * cq + 2 * Hk * dk + (int64_t)h * dv;
-        for (int e = threadIdx.x; e < GB_C * dvp; e += blockDim.x) {
-            const int rr = e / dvp, cc = e - rr * dvp;
-            QV[rr * ldv + cc] = __float2bfloat16_rn(rr < L && cc < dv ? vsrc[(int64_t)rr * cq + cc] * bet[rr] : 0.f);
+        // eight loads in flight a thread, then their eight stores (0 past L and dv: 0 * beta = +0, as before)
+        const int tot = GB_C * dvp;
+        for (int e0 = threadIdx.x; e0 < tot; e0 += 8 * 256) {
+            float vv[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + 256 * u, rr = e / dvp, cc = e - rr * dvp;
+                vv[u] = e < tot && rr < L && cc < dv ? vsrc[(int64_t)rr * cq + cc] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + 256 * u, rr = e / dvp, cc = e - rr * dvp;
+                if (e < tot) QV[rr * ldv + cc] = __float2bfloat16_rn(vv[u] * bet[rr]);
+            }
         }
         for (int e = threadIdx.x; e < GB_C * dkp; e += blockDim.x) {
             const int rr = e / dkp, cc = e - rr * dkp;

@@ -117,6 +117,7 @@ void emu_cp_wait(int n);
 template <int N> static inline void cu_cp_async_wait(void) {
     emu_cp_wait(N);
 }
+static inline void cu_prefetch_l2(const void *) {}
 
 // ---- what cuda_common.h gives the kernel file ----
 #define FD_CUDA_COMMON_H
