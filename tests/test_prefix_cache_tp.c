@@ -12,7 +12,7 @@
 #include "fixture.h"
 #include "test.h"
 
-#define PCTP_TOL 1e-5
+#define PCTP_TOL   1e-5
 #define PCTP_STEPS 8  // greedy decode steps after the prompt
 #define PCTP_CHUNK 64 // cold prefill chunk, and where the cold run caches a snapshot
 
@@ -48,8 +48,8 @@ static void pctp_engine(pctp_rig *r, fd_engine *e, int64_t cap) {
     engine_default_opts(&o);
     o.max_batch = PCTP_CHUNK;
     o.capacity = cap;
-    ASSERT((r->set.tp ? engine_init_tp(e, &r->full, &r->set, &o) : engine_init(e, &r->full, r->bes[0], &o)) == 0,
-           "%s", fd_error_msg());
+    ASSERT((r->set.tp ? engine_init_tp(e, &r->full, &r->set, &o) : engine_init(e, &r->full, r->bes[0], &o)) == 0, "%s",
+           fd_error_msg());
 }
 
 // A model under test and its prompt: a fixture's (with HF's greedy ids), or random ids for a random-weight config.
@@ -84,8 +84,10 @@ static void prompt_make(pctp_prompt *p, const pctp_case *c, int V) {
 }
 
 static void prompt_free(pctp_prompt *p) {
-    if (p->has_fx) fixture_free(&p->fx);
-    else free(p->ids);
+    if (p->has_fx)
+        fixture_free(&p->fx);
+    else
+        free(p->ids);
 }
 
 // One sequence of e over ids[0..n): restored from pc first when `restore` (returns the tokens restored), then the
@@ -111,9 +113,12 @@ static int64_t run_seq(fd_engine *e, pc_cache *pc, int restore, const int32_t *i
 }
 
 static const pctp_case k_cases[] = {
-    {"qwen35_dense_tied", "qwen35_dense_tied", NULL, 1}, {"qwen35_dense_tied", "qwen35_dense_tied", NULL, 2},
-    {"qwen3_next_moe", "qwen3_next_moe", NULL, 2},       {"qwen35_moe", "qwen35_moe", NULL, 2},
-    {"dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 2}, {"dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 4},
+    {"qwen35_dense_tied", "qwen35_dense_tied", NULL, 1},
+    {"qwen35_dense_tied", "qwen35_dense_tied", NULL, 2},
+    {"qwen3_next_moe", "qwen3_next_moe", NULL, 2},
+    {"qwen35_moe", "qwen35_moe", NULL, 2},
+    {"dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 2},
+    {"dense_tp8", NULL, "tests/data/tp/dense_tp8.json", 4},
     {"next_moe_tp4", NULL, "tests/data/tp/next_moe_tp4.json", 4},
 };
 
@@ -210,9 +215,10 @@ TEST(prefix_cache_tp_snapshot_parts_per_rank) {
     ASSERT(engine_forward(&a, ids, 64, la, 0) == 0, "%s", fd_error_msg());
     es_parts s = {0};
     es_snap_save(&a, &s);
-    EXPECT(s.n == c.tp && es_parts_bytes(&s) == plain_bytes, "%d parts, %zu bytes (plain %zu)", s.n,
-           es_parts_bytes(&s), plain_bytes);
-    for (int r = 0; r < s.n; r++) EXPECT(s.be[r] == tp.bes[r] && s.part[r], "part %d is not on rank %d's backend", r, r);
+    EXPECT(s.n == c.tp && es_parts_bytes(&s) == plain_bytes, "%d parts, %zu bytes (plain %zu)", s.n, es_parts_bytes(&s),
+           plain_bytes);
+    for (int r = 0; r < s.n; r++)
+        EXPECT(s.be[r] == tp.bes[r] && s.part[r], "part %d is not on rank %d's backend", r, r);
     pc_cache *pc = pc_create(&a, 16, (size_t)16 << 20);
     pc_insert(pc, &a, NULL, ids, 64, &s);
     EXPECT(s.n == 0 && pc_has_snapshot(pc, ids, 64), "the snapshot was not taken over");
@@ -284,8 +290,8 @@ TEST(prefix_cache_tp_eviction_keeps_answers) {
         EXPECT(st.evictions > 0 && st.bytes <= st.budget && restored > 0,
                "%s --tp %d: %lld evictions, %zu of %zu bytes, %lld tokens restored", c->name, c->tp,
                (long long)st.evictions, st.bytes, st.budget, (long long)restored);
-        printf("    %-18s --tp %d: budget %zu KiB, %lld evictions, %lld tokens restored in 6 turns\n", c->name,
-               c->tp, st.budget >> 10, (long long)st.evictions, (long long)restored);
+        printf("    %-18s --tp %d: budget %zu KiB, %lld evictions, %lld tokens restored in 6 turns\n", c->name, c->tp,
+               st.budget >> 10, (long long)st.evictions, (long long)restored);
         pc_free(pc);
         engine_free(&e);
         pctp_close(&tp);
@@ -380,8 +386,8 @@ TEST(prefix_cache_tp_dflash_restores_drafter_context) {
             drafter_free(&d);
             pctp_close(&r);
         }
-        EXPECT(res[2].restored == (p.n - 1) / PCTP_CHUNK * PCTP_CHUNK && res[2].restored > 0, "%s --tp %d: restored %lld",
-               c->name, c->tp, (long long)res[2].restored);
+        EXPECT(res[2].restored == (p.n - 1) / PCTP_CHUNK * PCTP_CHUNK && res[2].restored > 0,
+               "%s --tp %d: restored %lld", c->name, c->tp, (long long)res[2].restored);
         const size_t nd = (size_t)(B - 1) * V;
         const double e_cold = test_rel_l2(res[2].dlogits, res[1].dlogits, nd),
                      e_plain = test_rel_l2(res[2].dlogits, res[0].dlogits, nd);

@@ -181,8 +181,8 @@ static int g_pc_off;   // --no-prefix-cache: nothing restored
 
 static int pc_request(srv_proc *p, const int32_t *ids, int n, int max_tokens, char **text) {
     char *csv = test_ids_csv(ids, n);
-    char *body = fd_sprintf("{\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", csv,
-                            max_tokens);
+    char *body =
+        fd_sprintf("{\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", csv, max_tokens);
     char *out = NULL;
     const int st = http(p, "POST", "/v1/completions", body, strlen(body), NULL, &out);
     json_t *r = st == 200 ? json_loads(out, 0, NULL) : NULL;
@@ -212,7 +212,9 @@ static void pc_body(srv_proc *p) {
     EXPECT(http(p, "POST", "/detokenize", body, strlen(body), NULL, &dt) == 200, "%s", dt ? dt : "");
     json_t *d = json_loads(dt ? dt : "", 0, NULL);
     const char *hf = json_string_value(json_object_get(d, "prompt"));
-    const int want1 = g_pc_off ? 0 : (n - 1) / B * B, want2 = g_pc_off ? 0 : g_pc_draft ? want1 : (n + PC_NEW - 1) / B * B;
+    const int want1 = g_pc_off ? 0 : (n - 1) / B * B, want2 = g_pc_off     ? 0
+                                                              : g_pc_draft ? want1
+                                                                           : (n + PC_NEW - 1) / B * B;
     EXPECT(c0 == 0 && c1 == want1 && c2 == want2, "%s: cached %d, %d, %d tokens (want 0, %d, %d)", g_pc_fixture, c0, c1,
            c2, want1, want2);
     EXPECT(!strcmp(t[0], t[1]), "%s: the restored request answered otherwise:\n%s\n%s", g_pc_fixture, t[0], t[1]);
@@ -301,12 +303,14 @@ TEST(server_tp_prefix_cache_eviction_keeps_answers) {
     with_server("--ctx 1024 --slots 1 --tp 2", evict_body);
     free(g_evict_answers[0]);
     ASSERT(g_one_request_bytes > 0, "no prefix cache usage after a request");
-    char *args = fd_sprintf("--ctx 1024 --slots 1 --tp 2 --prefix-cache-mb %.6f", (double)g_one_request_bytes * 1.1 / 1048576.0);
+    char *args =
+        fd_sprintf("--ctx 1024 --slots 1 --tp 2 --prefix-cache-mb %.6f", (double)g_one_request_bytes * 1.1 / 1048576.0);
     g_evict_turns = 4;
     with_server(args, evict_body);
     EXPECT(g_evictions > 0 && g_evict_cached[1] == 0 && g_evict_cached[2] > 0 && g_evict_cached[3] == 0,
-           "under --prefix-cache-mb %.3f: %lld evictions, cached %d %d %d %d", (double)g_one_request_bytes * 1.1 / 1048576.0,
-           (long long)g_evictions, g_evict_cached[0], g_evict_cached[1], g_evict_cached[2], g_evict_cached[3]);
+           "under --prefix-cache-mb %.3f: %lld evictions, cached %d %d %d %d",
+           (double)g_one_request_bytes * 1.1 / 1048576.0, (long long)g_evictions, g_evict_cached[0], g_evict_cached[1],
+           g_evict_cached[2], g_evict_cached[3]);
     memcpy(got, g_evict_answers, sizeof got);
     for (int i = 0; i < 4; i++) {
         EXPECT(!strcmp(want[i], got[i]), "turn %d under a small budget: |%s| (no cache: |%s|)", i, got[i], want[i]);

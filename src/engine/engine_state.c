@@ -64,7 +64,7 @@ size_t es_cache_rows(fd_backend *be, const fd_kv_view *cache, int Hkv, int hd, v
 }
 
 static void kv_move(fd_engine *e, const es_geom *g, char *buf, int64_t pos0, int64_t n, int save) {
-    FD_CHECK(!e->tp, "KV snapshots of a tensor-parallel engine are not implemented (its ranks hold the caches)");
+    FD_CHECK(!e->tp, "a tensor-parallel leader's KV is its ranks': save or load each rank's (engine_tp_rank)");
     const fd_rank_plan *p = &e->m->plan;
     for (int i = 0; i < p->num_layers; i++)
         if (p->layers[i].kind == FD_LAYER_ATTN) {

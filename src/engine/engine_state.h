@@ -59,7 +59,7 @@ typedef struct {
 
 // A part of bytes[r] on every rank r of e (p must be empty).
 void es_parts_alloc(es_parts *p, fd_engine *e, const size_t *bytes);
-void es_parts_free(es_parts *p); // every part; p is empty afterwards (a no-op on an empty one)
+void es_parts_free(es_parts *p);          // every part; p is empty afterwards (a no-op on an empty one)
 size_t es_parts_bytes(const es_parts *p); // all parts together
 
 // The recurrent state of e as a whole (a leader: each rank's own state into its own part). A save into an empty dst
