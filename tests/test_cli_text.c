@@ -220,6 +220,43 @@ TEST(cli_chat_prefix_cache_after_reset) {
     free(args);
 }
 
+// chat --tp 2 (the fixture's heads split at 2): the answers are the plain chat's, and after /reset the second
+// 'hello' restores the system prompt's prefix from the cache, every rank from its own part.
+static char *chat_answers(const char *out) { // the text between each "hello" and the next prompt
+    char *all = fd_strdup("");
+    for (const char *a = strstr(out, "hello\n"); a; a = strstr(a + 1, "hello\n")) {
+        const char *b = strstr(a, ">>> ");
+        char *more = fd_sprintf("%s[%.*s]", all, (int)(b ? b - a : (long)strlen(a)), a);
+        free(all);
+        all = more;
+    }
+    return all;
+}
+TEST(cli_chat_tp_prefix_cache) {
+    const pty_step steps[] = {
+        {">>> ", "hello\n", 0}, {">>> ", "/reset\n", 0}, {"(conversation cleared)", NULL, 0},
+        {">>> ", "hello\n", 0}, {">>> ", "/stats\n", 0}, {"last answer:", NULL, 0},
+        {">>> ", "/quit\n", 0},
+    };
+    char *got[2];
+    for (int tp = 0; tp < 2; tp++) {
+        char *out = NULL, *args = fd_sprintf("chat tests/data/fixtures/qwen35_dense_tied --tokenizer "
+                                             "tests/data/server/tokenizer.json -n 6 --system 'You write short, correct "
+                                             "Python functions with docstrings and type hints.'%s",
+                                             tp ? " --tp 2" : "");
+        int rc = pty_run(args, steps, (int)(sizeof steps / sizeof steps[0]), &out);
+        EXPECT(rc == 0, "chat%s exited %d:\n%s", tp ? " --tp 2" : "", rc, out);
+        const char *st = strstr(out, "last answer:"), *c = st ? strstr(st, "reused (") : NULL;
+        EXPECT(c && atoi(c + 8) >= 16, "chat%s: the second 'hello' restored nothing:\n%s", tp ? " --tp 2" : "",
+               st ? st : out);
+        got[tp] = chat_answers(out);
+        free(out);
+        free(args);
+    }
+    EXPECT(strlen(got[0]) > 20 && !strcmp(got[0], got[1]), "chat --tp 2 answers otherwise:\n%s\n%s", got[0], got[1]);
+    free(got[0]), free(got[1]);
+}
+
 // Ctrl-C ends the answer being generated, not the program (--ignore-eos: the answer runs until interrupted). The
 // random-weight model's sampled text is full of control bytes; none may reach the terminal.
 TEST(cli_chat_ctrl_c_stops_answer) {

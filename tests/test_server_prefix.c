@@ -95,7 +95,6 @@ TEST(server_prefix_snapshot_rule_budget_and_reset) {
     ASSERT(pc_open(&L, fx.dir, 512) == 0, "%s", fd_error_msg());
     const int B = 16;
     pc_cache *pc = pc_create(&L.e, B, (size_t)64 << 20);
-    const es_geom geom = *pc_geom(pc), *g = &geom; // a copy: pc is replaced below
     ASSERT(engine_prefill(&L.e, fx.ids, 64, 0, NULL, 0) == 0);
     pc_insert(pc, &L.e, NULL, fx.ids, 64, NULL);
     EXPECT(pc_has_snapshot(pc, fx.ids, 64) && !pc_has_snapshot(pc, fx.ids, 48) && !pc_has_snapshot(pc, fx.ids, 80));
@@ -125,9 +124,10 @@ TEST(server_prefix_snapshot_rule_budget_and_reset) {
            (long long)st.evictions);
     EXPECT(pc_has_snapshot(pc, alt, 64) && !pc_has_snapshot(pc, fx.ids, 64));
     // a snapshot handed over is owned by the cache (freed if not needed: no leak under LSan)
-    void *snap = L.be->alloc(L.be, g->state_bytes);
-    es_state_save(&L.e, g, snap);
-    pc_insert(pc, &L.e, NULL, alt, 64, snap); // already cached: dropped
+    es_parts snap = {0};
+    es_snap_save(&L.e, &snap);
+    pc_insert(pc, &L.e, NULL, alt, 64, &snap); // already cached: dropped
+    EXPECT(snap.n == 0, "the handed-over snapshot is left to the caller");
     pc_reset(pc);
     pc_get_stats(pc, &st);
     EXPECT(st.nodes == 0 && st.snapshots == 0 && st.bytes == 0);

@@ -370,6 +370,23 @@ TEST(tp_refusals) {
     model_free(&m);
 }
 
+// --trace with --tp is one refusal with one message for the model commands and serve (cli_check_trace_tp): a
+// usage error (exit 2), before the model is loaded.
+TEST(tp_cli_trace_refused_as_serve_does) {
+    const char *cmds[] = {"generate tests/data/fixtures/qwen35_dense_tied --ids 1,2,3 -n 2",
+                          "logits tests/data/fixtures/qwen35_dense_tied --ids 1,2,3 --out /tmp/fd_tp_trace_logits.f32",
+                          "serve tests/data/fixtures/qwen35_dense_tied --tokenizer tests/data/server/tokenizer.json "
+                          "--port 0"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *out = NULL, *cmd = fd_sprintf("%s %s --tp 2 --trace /tmp/fd_tp_trace.json 2>&1", test_bin(), cmds[i]);
+        const int st = test_run(cmd, &out);
+        EXPECT(st == 2 && out &&
+                   strstr(out, "flashdelta: error: --trace records one backend; it does not run with --tp 2"),
+               "%s: exit %d: %s", cmds[i], st, out ? out : "");
+        free(out), free(cmd);
+    }
+}
+
 // The CLI: run --tp 2 prints tp 1's ids; --tp 4 on a fixture whose heads do not split exits 1 naming the field;
 // bench --tp 2 prints one route table per rank and passes its route check.
 TEST(tp_cli_run_refusal_and_bench) {

@@ -1,10 +1,11 @@
 // `flashdelta chat MODEL_DIR [--draft DIR]`: a terminal chat. Each turn renders the whole conversation with the
 // model's chat template (its chat_template.jinja / tokenizer_config.json, else the built-in Qwen3 one, as serve
-// does), and the engine keeps the conversation's KV and GDN state between turns: only the tokens after the longest prefix it already holds are prefilled (/stats shows how
-// many were reused). When the rendering departs from what the engine holds (a re-tokenized answer, a DFlash round
-// that ran past the end of the answer, /reset) the prefix cache (engine/prefix_cache.h) restores the longest
-// prefix it has a state snapshot for: every turn leaves one at the last block boundary of its prompt. Ctrl-C ends
-// the answer being generated, not the program; Ctrl-D or /quit ends it.
+// does), and the engine keeps the conversation's KV and GDN state between turns: only the tokens after the longest
+// prefix it already holds are prefilled (/stats shows how many were reused). When the rendering departs from what the
+// engine holds (a re-tokenized answer, a DFlash round that ran past the end of the answer, /reset) the prefix cache
+// (engine/prefix_cache.h) restores the longest prefix it has a state snapshot for: every turn leaves one at the last
+// block boundary of its prompt (under --tp N every rank's part, in its own memory). Ctrl-C ends the answer being
+// generated, not the program; Ctrl-D or /quit ends it.
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,9 +20,9 @@
 static const char *chat_why_not(opt_id id) {
     return id == O_IDS ? "chat reads text from the terminal" : id == O_PROMPT ? "type the messages instead" : NULL;
 }
-static const opt_id k_chat_opts[] = {O_MODEL,      O_TOKENIZER,     O_DRAFT,       O_BLOCK_SIZE, O_TREE_BUDGET, O_SYSTEM,
-                                     O_IGNORE_EOS, O_N_NEW,         O_TEMPERATURE, O_TOP_K,      O_TOP_P,
-                                     O_SEED,       CLI_ENGINE_OPTS, O_COUNT};
+static const opt_id k_chat_opts[] = {O_MODEL,  O_TOKENIZER,  O_DRAFT, O_BLOCK_SIZE,    O_TREE_BUDGET,
+                                     O_SYSTEM, O_IGNORE_EOS, O_N_NEW, O_TEMPERATURE,   O_TOP_K,
+                                     O_TOP_P,  O_SEED,       O_TP,    CLI_ENGINE_OPTS, O_COUNT};
 const cmd_spec cmd_chat_spec = {
     "chat", "MODEL_DIR",
     "terminal chat with the model's chat template, answers streamed; /reset, /stats, /quit; Ctrl-C stops an answer",

@@ -66,7 +66,6 @@ const cmd_spec cmd_serve_spec = {"serve", "(MODEL_DIR | --model DIR)",
 typedef struct {
     srv_config c;
     int ctx_given;
-    const char *pc_opt; // a prefix-cache setting given (as typed), which --tp refuses
 } serve_args;
 
 static int num(const char *name, const char *v, double lo, double hi, double *out) {
@@ -82,7 +81,6 @@ static int apply_serve(void *ctx, opt_id id, const char *name, const char *v) {
     if (num(name, v, lo, hi, &x)) return 2;                                                                            \
     c->field = x;                                                                                                      \
     return 0
-    if (id == O_PREFIX_BLOCK || id == O_PREFIX_CHECKPOINT || id == O_PREFIX_CACHE_MB) a->pc_opt = name;
     switch (id) {
     case O_MODEL:
         if (c->model_dir) return cli_error("give the model directory once (%s %s)", name, v);
@@ -206,15 +204,7 @@ int cmd_serve(int argc, char **argv) {
     if (pos) c->model_dir = pos;
     if (!c->model_dir) return cli_error("serve needs MODEL_DIR (or --model DIR)");
     c->build = FD_VERSION;
-    if (c->tp && c->trace) return cli_error("--trace records one backend; it does not run with --tp %d", c->tp);
-    // The prefix cache's blocks and snapshots live on one backend; under --tp every rank holds its own part of the
-    // KV and state, so it is off (docs/server.md): asked for explicitly, refused; by default, said once.
-    if (c->tp && a.pc_opt)
-        return cli_error("%s: the prefix cache does not run under --tp (docs/server.md): drop one of the two", a.pc_opt);
-    if (c->tp && c->prefix_cache) {
-        c->prefix_cache = 0;
-        FD_INFO("--tp %d: prefix cache off (it does not run under --tp; docs/server.md)", c->tp);
-    }
+    if (cli_check_trace_tp(c->trace, c->tp)) return 2;
     fd_config mc;
     if (cfg_load_dir(c->model_dir, &mc)) {
         fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());

@@ -233,6 +233,11 @@ int opt_tp(const char *name, const char *v, int *tp) {
     return 0;
 }
 
+int cli_check_trace_tp(const char *trace, int tp) {
+    if (trace && tp >= 1) return cli_error("--trace records one backend; it does not run with --tp %d", tp);
+    return 0;
+}
+
 static int apply_model_opt(void *ctx, opt_id id, const char *name, const char *v) {
     cli_opts *o = ctx;
     long long x;

@@ -113,6 +113,9 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); // pr
 int opt_int(const char *s, long long lo, long long hi, long long *out);
 // --tp's value (1, 2, 4 or 8) into *tp: 0, or 2 with the message printed.
 int opt_tp(const char *name, const char *v, int *tp);
+// --trace FILE together with --tp N (tp >= 1: given) is refused, for every command that takes both: 2 with the
+// message printed, else 0. (A trace wraps one backend; a group has a backend per rank.)
+int cli_check_trace_tp(const char *trace, int tp);
 int opt_num(const char *s, double lo, double hi, double *out);
 
 // The model commands' options (info, logits, generate, draft-logits, bench, run, chat).

@@ -78,10 +78,6 @@ int cli_check_tp_devices(const cli_opts *o) {
 
 // --tp N given (1 included: a one-rank group, the same code path as N > 1): the group (engine_tp.h).
 static int tp_open(session *s, const cli_opts *o) {
-    if (s->trace) {
-        fprintf(stderr, "flashdelta: error: --trace records one backend; it does not run with --tp %d\n", o->tp);
-        return 1;
-    }
     if (!tp_group_open(&s->tp, &s->model, s->be, o->backend, o->threads, o->tp, o->draft_dir || o->draft_random))
         return 0;
     fprintf(stderr, "flashdelta: error: %s\n", fd_error_msg());
@@ -90,6 +86,7 @@ static int tp_open(session *s, const cli_opts *o) {
 
 static int session_setup(session *s, const cli_opts *o, int64_t tokens) {
     memset(s, 0, sizeof *s);
+    if (cli_check_trace_tp(o->trace, o->tp)) return 2; // a usage error: before anything is loaded
     cli_progress load;
     progress_start(&load, "loading");
     if (load.on) fprintf(stderr, "flashdelta: loading %s ...", o->random_cfg ? o->random_cfg : o->model_dir);

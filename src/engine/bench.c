@@ -105,11 +105,8 @@ static int oracle_rounds(fd_engine *e, fd_dflash *s, double tau, int32_t *ref, i
 }
 
 int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *rows) {
-    fd_backend *be = e->be;
     const int V = e->m->cfg.vocab_size, D = o->decode_tokens;
-    es_geom g;
-    es_geom_init(&g, e);
-    void *snap = be->alloc(be, g.state_bytes ? g.state_bytes : 1);
+    es_parts snap = {0}; // the post-prefill state (under --tp every rank's, each on its own device)
     float *logits = fd_malloc((size_t)V * sizeof(float));
     // The oracle's reference continuation runs past the timed decode so every measured round is a full block.
     const int B = s ? s->B : 0, n_ref = D + 2 * B + 1;
@@ -160,14 +157,14 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         r->prefill_tflops = flops / r->prefill_s / 1e12;
         r->prefill_roof = o->gemm_ceiling > 0 ? flops / r->prefill_s / o->gemm_ceiling : NAN;
         fprintf(stderr, "bench: ctx %lld: prefill %.2f s (%.0f tok/s)\n", (long long)L, r->prefill_s, r->prefill_tok_s);
-        es_state_save(e, &g, snap);
+        es_snap_save(e, &snap);
         const int64_t draft_ctx = s ? s->n_ctx : 0;
         // Pure decode twice from the snapshot: the first run (untimed) gives the reference ids and warms what a
         // first call pays once (lazy module loads, graph recordings); the second, timed, must repeat it exactly.
         ref[0] = anchor;
         if ((rc = decode_steps(e, anchor, D, ref + 1))) break;
         if (s && (rc = decode_steps(e, ref[D], n_ref - 1 - D, ref + D + 1))) break; // the oracle's continuation
-        es_state_load(e, &g, snap);
+        es_snap_load(e, &snap);
         e->n_past = L;
         const fd_engine *ge = engine_tp_rank(e, 0); // under --tp the ranks' engines run the forwards (and graphs)
         const fd_graph_stats gs0 = ge->graph_stats;
@@ -193,7 +190,7 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
         double ts = 0;
         int64_t produced = 1;
         for (int pass = 0; rc == 0 && pass < 2; pass++) {
-            es_state_load(e, &g, snap);
+            es_snap_load(e, &snap);
             e->n_past = L;
             s->n_ctx = draft_ctx;
             memset(&s->st, 0, sizeof s->st);
@@ -219,7 +216,7 @@ int bench_run(fd_engine *e, fd_dflash *s, const fd_bench_opts *o, fd_bench_row *
                 (long long)L, r->spec_verify, r->round_ms, r->emitted_per_round, r->nodes_per_round,
                 r->round_draft_ms, r->round_verify_ms, r->round_accept_ms, r->round_commit_ms);
     }
-    be->free(be, snap);
+    es_parts_free(&snap);
     free(logits);
     free(ref);
     free(again);

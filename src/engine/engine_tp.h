@@ -17,9 +17,11 @@
 //             top-k ties past 255) gathers its own [V] row to the host and is sampled there by sample_row.
 // A one-rank group (an explicit --tp 1) holds the whole vocabulary: its rank takes the caller's outputs as a plain
 // engine does (no gather, no combine), so it costs what the plain engine costs beyond the one-rank all-reduces.
-// Every engine entry point takes a leader where it takes an engine, except the KV snapshots (engine_state.h:
-// es_kv_save / es_kv_load), which are refused. Sequences share KV pages through one pool per rank (the server's
-// slots: fd_engine_opts.rank_pools), never through one pool for all ranks (their shards' KV heads differ).
+// Every engine entry point takes a leader where it takes an engine, except the one-engine snapshots
+// (engine_state.h: es_geom_init, es_state_*, es_kv_*), which take a rank (engine_tp_rank); es_snap_* and the prefix
+// cache take a leader and keep one buffer per rank, each in that rank's backend memory. Sequences share KV pages
+// through one pool per rank (the server's slots: fd_engine_opts.rank_pools), never through one pool for all ranks
+// (their shards' KV heads differ).
 #ifndef FD_ENGINE_TP_H
 #define FD_ENGINE_TP_H
 #include "engine/engine.h"

@@ -17,6 +17,8 @@
 // pc_checkpoint tokens and the last block boundary before the final prompt token) so that the state exists there.
 // During decode the state is snapshot at each block boundary into a per-slot buffer (overwritten), and the last one
 // is cached when the request ends: the next chat turn, which repeats this turn's prompt and answer, then hits it.
+// Under --tp the cache's index is this thread's one structure and each node holds every rank's KV and state in that
+// rank's memory (prefix_cache.h); a slot's decode snapshot is every rank's too (es_parts).
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,8 +182,6 @@ static int slot_engine(srv_sched *s, slot *sl, const fd_engine_opts *eo) {
 // exists (the kv layout is fixed once one is sized). 0, or -1 with fd_error set and nothing kept.
 static int create_engines(srv_sched *s) {
     const srv_config *cfg = s->cfg;
-    // the cache's snapshots are one engine's KV and state, where a leader's are its ranks' (engine_tp.h)
-    if (s->tp && cfg->prefix_cache) return fd_error_set("the prefix cache does not run under --tp (docs/server.md)");
     const int ranks = s->tp ? s->tp->tp : 1;
     fd_kv_pool *rank_pools[FD_TP_MAX];
     int err = 0;
@@ -341,7 +341,7 @@ void sched_free(srv_sched *s) {
         free(sl->seq);
         tok_stream_free(sl->ts);
         srv_buf_free(&sl->text);
-        if (sl->roll) s->be->free(s->be, sl->roll);
+        es_parts_free(&sl->roll);
         free(sl->row);
         free(sl->scratch);
         host_state_free(&sl->hs);

@@ -30,7 +30,8 @@ typedef struct {
                       // backend: engine_forward_sample / engine_decode_batch_sample; only the ids come back)
     fd_dflash spec;   // speculative decoding state (when the server has a drafter)
     int64_t admitted; // admission order (oldest prefill first)
-    void *roll;       // decode-time state snapshot at roll_pos (backend memory), handed to the cache at the end
+    es_parts roll;    // decode-time state snapshot at roll_pos (every rank's, in its backend memory), handed to the
+                      // cache at the end
     int64_t roll_pos;
     float *row;       // host sampling: one row of logits [V] and scratch [2 V]
     float *scratch;

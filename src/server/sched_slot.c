@@ -50,14 +50,10 @@ void sched_met_finish(srv_sched *s, int kind, const slot *sl, double now) {
 }
 
 void slot_release(srv_sched *s, slot *sl) {
-    if (s->pc && sl->roll) {
-        if (sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past &&
-            !pc_has_snapshot(sched_pc_for(s, sl->job), sl->seq, sl->roll_pos))
-            pc_insert(s->pc, &sl->e, NULL, sl->seq, sl->roll_pos, sl->roll);
-        else
-            s->be->free(s->be, sl->roll);
-    }
-    sl->roll = NULL;
+    if (s->pc && sl->roll.n && sl->roll_pos > 0 && sl->roll_pos <= sl->e.n_past &&
+        !pc_has_snapshot(sched_pc_for(s, sl->job), sl->seq, sl->roll_pos))
+        pc_insert(s->pc, &sl->e, NULL, sl->seq, sl->roll_pos, &sl->roll); // takes it: sl->roll is left empty
+    es_parts_free(&sl->roll);
     sl->roll_pos = 0;
     engine_reset(&sl->e); // its KV pages go back to the pool for the other slots
     host_state_free(&sl->hs);

@@ -89,9 +89,7 @@ static void spec_round(srv_sched *s, slot *sl) {
 static void decode_finish(srv_sched *s, slot *sl, int32_t tok) {
     const int B = s->pc ? pc_block(s->pc) : 0;
     if (B && sl->e.n_past % B == 0) {
-        const es_geom *g = pc_geom(s->pc);
-        if (!sl->roll) sl->roll = s->be->alloc(s->be, g->state_bytes);
-        es_state_save(&sl->e, g, sl->roll);
+        es_snap_save(&sl->e, &sl->roll); // allocated (on every rank) by the first save, then overwritten
         sl->roll_pos = sl->e.n_past;
     }
     pthread_mutex_lock(&s->met->mu);
