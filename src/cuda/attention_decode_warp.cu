@@ -25,10 +25,13 @@
 // dequantisation pass does. To read whole 8-byte runs of a row, the e4m3 path permutes the head dims: for K (and
 // Q, stored permuted to match) within every 32 dims, and for the output dims of O (undone when the partials are
 // stored); a dot product does not depend on the order of its dims beyond the mma's own summation.
+// tools/dw_emu.cpp runs this file on the host (fragment layouts rebuilt from the PTX ISA) against a direct
+// attention and checks the bitwise properties; run it after any change to the index arithmetic.
 #include <math.h>
 #include <stdint.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/decode_warp_ptx.cuh"
 #include "cuda/tree.cuh"
 
 #define DW_WARPS 4                            // key streams per chunk = warps per block
@@ -41,6 +44,7 @@ static_assert(DW_KEYS % DW_BK == 0, "a warp's keys are whole steps");
 // step: bf16 rows of 2*HD + 16 bytes (conflict-free ldmatrix), or fp8 rows of HD + 32 (K) / HD + 16 (V) bytes (the
 // pitches that make the lanes' 8-byte reads conflict-free) and the 16 row scales. Merge (after the loop, over the
 // ring and Q): each warp's O fragments [warp][row tile][HD/16][lane] float4, then (max, sum) per warp and row.
+// Last, the tree's ancestor masks and parents (unused by the chain: 768 bytes).
 // Budgets: hd 256 two blocks per SM (110 KB each); smaller heads 72 KB (three).
 template <int HD, int RT, bool E4> struct dw_plan {
     static constexpr int ROWS = 8 * RT;
@@ -59,52 +63,12 @@ template <int HD, int RT, bool E4> struct dw_plan {
     static constexpr int NE = NE_FIT > 8 ? 8 : NE_FIT; // ring entries per warp: NE - 1 in flight
     static constexpr int RING = DW_WARPS * NE * ENTRY;
     static constexpr int MAIN = RING + Q_BYTES > MERGE_O ? RING + Q_BYTES : MERGE_O;
-    static constexpr int TOTAL = MAIN + ML_BYTES;
+    static constexpr int TREE_OFF = MAIN + ML_BYTES; // tree verify: the nodes' ancestor masks and parents
+    static constexpr int TOTAL = TREE_OFF + CU_TREE_MAX_NODES * 12;
     static_assert(NE >= 3, "decode attention (warp): too little shared memory for 3 ring entries");
     static_assert(OCT % 2 == 0 && ENTRY % 16 == 0 && KP % 16 == 0 && VP % 16 == 0, "16-byte copies");
 };
 
-static __device__ __forceinline__ uint32_t dw_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-// cp.async with a memory clobber, so no shared-memory read of the slot it refills moves below it.
-static __device__ __forceinline__ void dw_cp16(void *dst, const void *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dw_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-static __device__ __forceinline__ void dw_cp4(void *dst, const void *src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dw_smem(dst)), "l"(src), "r"(ok ? 4 : 0)
-                 : "memory");
-}
-static __device__ __forceinline__ void dw_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void dw_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void dw_ldsm_x4(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dw_smem(p)));
-}
-static __device__ __forceinline__ void dw_ldsm_x4_trans(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dw_smem(p)));
-}
-// c += a b: m16n8k16, bf16 in, f32 accumulate (a register operation: free to schedule).
-static __device__ __forceinline__ void dw_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// The 8x8 b16 matrix held in fragment layout (lane l: row l/4, columns 2(l%4), +1), transposed.
-static __device__ __forceinline__ uint32_t dw_movt(uint32_t a) {
-    uint32_t d;
-    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
-    return d;
-}
 static __device__ __forceinline__ uint32_t dw_bf2(float lo, float hi) {
     __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&b;
@@ -169,8 +133,8 @@ __global__ void __launch_bounds__(DW_WARPS * 32, 2)
     CU_PDL_ENTER();
     typedef dw_plan<HD, RT, E4> P;
     constexpr int NE = P::NE, MD = HD / 16, KP = P::KP, VP = P::VP, QP = P::QP;
-    extern __shared__ uint4 dw_sm[];
-    char *base = (char *)dw_sm;
+    extern __shared__ float4 sm4[]; // the name tools/gdn_emu's runtime gives the block's shared memory
+    char *base = (char *)sm4;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c = lane & 3;
     const int kvh = blockIdx.z, G = H / Hkv, R = n * G, rb0 = blockIdx.x * P::ROWS;
     const int64_t z = blockIdx.y, kbeg = z * CU_DECODE_CHUNK;
@@ -188,9 +152,8 @@ __global__ void __launch_bounds__(DW_WARPS * 32, 2)
     for (int e = 0; e < NE - 1; e++) dw_issue<HD, RT, E4>(ring, kv, kw0, kend, 2 * nsteps, e, Hkv, kvh, lane);
 
     // TREE: the ancestor masks of the nodes, worked out while the first entries are in flight
-    __shared__ unsigned long long anc_s[TREE ? CU_TREE_MAX_NODES : 1];
-    __shared__ int par_s[TREE ? CU_TREE_MAX_NODES : 1];
-    if (TREE) cu_tree_ancestors(anc_s, par_s, tree_parent, n);
+    unsigned long long *anc_s = (unsigned long long *)(base + P::TREE_OFF);
+    if (TREE) cu_tree_ancestors(anc_s, (int *)(anc_s + CU_TREE_MAX_NODES), tree_parent, n);
     for (int e = tid; e < P::ROWS * (HD / 4); e += DW_WARPS * 32) {
         const int i = e / (HD / 4), d = (e % (HD / 4)) * 4, r = rb0 + i;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
