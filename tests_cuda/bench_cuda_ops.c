@@ -160,8 +160,9 @@ static fd_kv_view shuffled_view(fd_backend *be, void *cache, int64_t slots, int6
     return v;
 }
 
-// 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify); GB/s counts the K/V bytes of the
-// live context (scales included for e4m3), the floor every such kernel has to read.
+// 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify), each under both decode kernels
+// (route attn_decode = blocked | warp); GB/s counts the K/V bytes of the live context (scales included for e4m3),
+// the floor every such kernel has to read.
 static void bench_dattn(const char *kv) {
     fd_backend *be = cuda_rig_new_gpu();
     const char *spec = kv;
@@ -184,15 +185,20 @@ static void bench_dattn(const char *kv) {
     const int ns[] = {1, 8, 16};
     void *table = NULL;
     const fd_kv_view paged = shuffled_view(be, d.cache, cap, cap / FD_KV_PAGE_TOKENS * FD_KV_PAGE_TOKENS, &table);
-    for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table (the engine's paged pool)
+    const char *decoders[] = {"blocked", "warp"}; // route attn_decode: each shape timed under both, side by side
+    for (int pg = 0; pg < 2; pg++)                // contiguous, then through a shuffled page table (the engine's pool)
         for (int ci = 0; ci < 2; ci++)
-            for (int ni = 0; ni < 3; ni++) {
-                d.n = ns[ni], d.pos0 = ctxs[ci] - d.n, d.paged = pg ? &paged : NULL;
-                char what[80];
-                snprintf(what, sizeof what, "attention %s n=%d at ctx %lldK (%s%s)", d.n == 1 ? "decode" : "verify",
-                         d.n, (long long)(ctxs[ci] / 1024), kv + 3, pg ? ", paged" : "");
-                row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
-            }
+            for (int ni = 0; ni < 3; ni++)
+                for (int dk = 0; dk < 2; dk++) {
+                    FD_CHECK(fd_cuda_set_route(be, "attn_decode", decoders[dk]) == 0, "%s", fd_error_msg());
+                    d.n = ns[ni], d.pos0 = ctxs[ci] - d.n, d.paged = pg ? &paged : NULL;
+                    char what[96];
+                    snprintf(what, sizeof what, "attention %s n=%d at ctx %lldK (%s%s) %s",
+                             d.n == 1 ? "decode" : "verify", d.n, (long long)(ctxs[ci] / 1024), kv + 3,
+                             pg ? ", paged" : "", decoders[dk]);
+                    row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
+                }
+    FD_CHECK(fd_cuda_set_route(be, "attn_decode", "blocked") == 0, "%s", fd_error_msg());
     d.paged = NULL;
     // a graph-style call: position in device memory, grid sized from the 128K capacity, 32K live
     int64_t pos = 32768 - 1;
@@ -320,8 +326,7 @@ TEST(bench_cuda_dflash2_ops) {
     c.pos0 = ctx - n;
     c.window = 2048;
     // bytes: the K and V rows of the window (2048 + n keys), read once per kv head
-    row("dflash2 attention_window n=8 at ctx 32K, window 2048", time_ms(f_window, &c), 0,
-        (double)(2048 + n) * kvb);
+    row("dflash2 attention_window n=8 at ctx 32K, window 2048", time_ms(f_window, &c), 0, (double)(2048 + n) * kvb);
     c.window = 0;
     row("dflash2 same block, full non-causal attention at ctx 32K", time_ms(f_window, &c), 0, (double)ctx * kvb);
     B()->free(B(), c.q), B()->free(B(), c.out), B()->free(B(), c.cache);

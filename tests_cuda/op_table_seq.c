@@ -389,6 +389,14 @@ const oh_row oh_rows_seq[] = {
     ATTN(32768, 1, 24, 4, 256, 1, NULL, BOTH),
     ATTN(0, 4096, 24, 4, 256, 1, "attn_kernel=simt", OH_PERF_ONLY),
     ATTN(0, 512, 24, 4, 256, 1, NULL, BOTH),
+    // the same decode / verify calls on the other decode kernel (route attn_decode=warp), and its row blocks of 8, 16
+    // and 32 rows at the smaller head dims, the drafter's non-causal block
+    ATTN(32768, 16, 24, 4, 256, 1, "attn_decode=warp", BOTH),
+    ATTN(32768, 8, 24, 4, 256, 1, "attn_decode=warp", BOTH),
+    ATTN(32768, 1, 24, 4, 256, 1, "attn_decode=warp", BOTH),
+    ATTN(3000, 5, 8, 2, 128, 1, "attn_decode=warp", TEST_ONLY),
+    ATTN(777, 16, 16, 4, 64, 1, "attn_decode=warp", TEST_ONLY),
+    ATTN(3000, 16, 32, 8, 128, 0, "attn_decode=warp", BOTH),
     // the DFlash2 drafter: windowed block attention and the dynamic conv
     WINDOW(100, 16, 4, 2, 16, 64, TEST_ONLY),
     WINDOW(3000, 16, 32, 8, 128, 2048, BOTH),
@@ -436,6 +444,10 @@ const oh_row oh_rows_seq[] = {
     ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {1000, 64, 6, 2, 256, 2},
         .perf = TEST_ONLY),
     ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {8192, 33, 24, 4, 256, 2}, .perf = BOTH),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {8192, 33, 24, 4, 256, 2},
+        .route = "attn_decode=warp", .perf = BOTH),
+    ROW(attention_tree, b_attn_tree, r_attn_tree, .prepare = p_window, .s = {500, 33, 12, 2, 128, 2},
+        .route = "attn_decode=warp", .perf = TEST_ONLY),
     ROW(qk_norm_rope_tree, b_rope_tree, r_rope_tree, .s = {33, 6, 2, 128, 64, 2}, .perf = TEST_ONLY),
     ROW(qk_norm_rope_tree, b_rope_tree, r_rope_tree, .s = {33, 24, 4, 256, 64, 2}, .perf = BOTH),
     ROW(logsumexp_rows, b_lse, r_lse, .s = {3, 1000}, .perf = TEST_ONLY),

@@ -1,10 +1,13 @@
-// Decode / verify attention (calls with <= 16 query tokens; src/cuda/attention_decode.cu) on both kv layouts:
+// Decode / verify attention (calls with <= 16 query tokens; src/cuda/attention_decode.cu) on both kv layouts and
+// both values of route attn_decode (blocked: attention_decode.cu; warp: attention_decode_warp.cu), each check run
+// for each kernel:
 //  - against the CPU reference (same layout: f32 vs bf16, e4m3 vs e4m3) for n in {1, 2, 5, 8, 16} and positions
 //    around the 512-key chunk boundaries, head_dim 64/128/256 (and 96: the CUDA-core fallback on the same chunks),
 //    GQA groups 1 and 6, causal and not; GPU outputs poisoned with NaN, rel-L2 <= 1e-2 (bf16 K/V/Q/P: ~3e-3);
 //  - bitwise batch invariance: row j of an n-token causal call == the 1-token call at pos0 + j with the same
 //    history, and pos_dev with a larger capacity (and a wrong host pos0) == pos_dev NULL;
-//  - pos_dev on the > 16-token kernels (mma: bitwise; simt: vs CPU).
+//  - pos_dev on the > 16-token kernels (mma: bitwise; simt: vs CPU);
+//  - the two decode kernels against each other (same bf16 roundings of Q, K/V and P: close, not bitwise).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +61,12 @@ static int64_t splitk_calls(fd_backend *g) { // attn_kernel's value 2: the split
     return cuda_rig_route_calls(g, "attn_kernel", 2);
 }
 
+// Route attn_decode: the kernel that computes the split-K chunks (both values run every check below).
+static const char *const decoders[] = {"blocked", "warp"};
+static void set_decoder(fd_backend *g, const char *value) {
+    ASSERT(fd_cuda_set_route(g, "attn_decode", value) == 0, "%s", fd_error_msg());
+}
+
 // One call on both backends; returns the rel-L2 (INFINITY on any NaN).
 static double vs_cpu(pair *p, rig *r, int64_t pos0, int n, int G, int causal, uint64_t *seed) {
     const int H = G * r->Hkv, hd = r->hd;
@@ -67,12 +76,15 @@ static double vs_cpu(pair *p, rig *r, int64_t pos0, int n, int G, int causal, ui
     test_fill_uniform(q, qn, -2, 2, seed);
     void *dq = cuda_rig_up(p->g, q, qn * sizeof(float)), *dout = p->g->alloc(p->g, qn * sizeof(float));
     cuda_rig_poison(p->g, dout, qn);
-    const int64_t before = splitk_calls(p->g);
+    const char *decoder = fd_cuda_route(p->g, "attn_decode");
+    const int64_t before = splitk_calls(p->g), before_dec = cuda_rig_route_value_calls(p->g, "attn_decode", decoder);
     p->g->attention(p->g, dout, dq, FD_KV_FLAT(r->cg, r->cap), pos0, NULL, n, H, r->Hkv, hd, scale, causal);
     p->c->attention(p->c, oc, q, FD_KV_FLAT(r->cc, r->cap), pos0, NULL, n, H, r->Hkv, hd, scale, causal);
     p->g->to_host(p->g, og, dout, qn * sizeof(float));
     const int fast = hd == 64 || hd == 128 || hd == 256;
     EXPECT(splitk_calls(p->g) == before + fast, "hd=%d n=%d: the split-K route count did not move as expected", hd, n);
+    EXPECT(cuda_rig_route_value_calls(p->g, "attn_decode", decoder) == before_dec + fast,
+           "hd=%d n=%d: attn_decode=%s was not counted as expected", hd, n, decoder);
     const double e = test_rel_l2(og, oc, qn);
     p->g->free(p->g, dq), p->g->free(p->g, dout);
     free(q), free(oc), free(og);
@@ -85,25 +97,27 @@ TEST(cuda_decode_attn_vs_cpu) {
     uint64_t seed = 2024;
     for (int e4 = 0; e4 < 2; e4++) {
         pair p = mkpair(e4);
-        for (int h = 0; h < 4; h++)
-            for (int gi = 0; gi < 2; gi++) {
-                double worst = 0;
-                for (int pi = 0; pi < 6; pi++) {
-                    const int64_t pos0 = pos0s[pi];
-                    rig r = mkrig(&p, pos0 + 16, pos0 + 16 + 3, 2, hds[h], &seed);
-                    for (int ni = 0; ni < 5; ni++)
-                        for (int causal = 1; causal >= 0; causal--) {
-                            const double e = vs_cpu(&p, &r, pos0, ns[ni], groups[gi], causal, &seed);
-                            EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g", p.kv,
-                                   hds[h], groups[gi], (long long)pos0, ns[ni], causal, e);
-                            if (!(e <= worst)) worst = e; // NaN-safe: a NaN becomes the worst
-                        }
-                    freerig(&p, &r);
+        for (int dk = 0; dk < 2; dk++)
+            for (int h = 0; h < 4; h++)
+                for (int gi = 0; gi < 2; gi++) {
+                    set_decoder(p.g, decoders[dk]);
+                    double worst = 0;
+                    for (int pi = 0; pi < 6; pi++) {
+                        const int64_t pos0 = pos0s[pi];
+                        rig r = mkrig(&p, pos0 + 16, pos0 + 16 + 3, 2, hds[h], &seed);
+                        for (int ni = 0; ni < 5; ni++)
+                            for (int causal = 1; causal >= 0; causal--) {
+                                const double e = vs_cpu(&p, &r, pos0, ns[ni], groups[gi], causal, &seed);
+                                EXPECT(e <= TOL_ATTN, "[%s] kv=%s hd=%d G=%d pos0=%lld n=%d causal=%d: rel-L2 %.3g",
+                                       decoders[dk], p.kv, hds[h], groups[gi], (long long)pos0, ns[ni], causal, e);
+                                if (!(e <= worst)) worst = e; // NaN-safe: a NaN becomes the worst
+                            }
+                        freerig(&p, &r);
+                    }
+                    printf("    decode attention [%s] kv=%s hd=%d G=%d Hkv=2, n 1..16, pos0 0..5000, (non)causal: "
+                           "worst rel-L2 %.3g\n",
+                           decoders[dk], p.kv, hds[h], groups[gi], worst);
                 }
-                printf("    decode attention kv=%s hd=%d G=%d Hkv=2, n 1..16, pos0 0..5000, (non)causal: "
-                       "worst rel-L2 %.3g\n",
-                       p.kv, hds[h], groups[gi], worst);
-            }
         freepair(&p);
     }
 }
@@ -130,8 +144,9 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
         g->to_host(g, o1 + j * row, dout, row * sizeof(float));
         same &= !memcmp(o1 + j * row, on + j * row, row * sizeof(float));
     }
-    EXPECT(same, "kv=%s hd=%d G=%d pos0=%lld n=%d: a row of the %d-token call differs from its 1-token call", p.kv, hd,
-           G, (long long)pos0, n, n);
+    const char *dec = fd_cuda_route(g, "attn_decode");
+    EXPECT(same, "[%s] kv=%s hd=%d G=%d pos0=%lld n=%d: a row of the %d-token call differs from its 1-token call", dec,
+           p.kv, hd, G, (long long)pos0, n, n);
     // the same history in a cache with ~3000 more slots, position from device memory, host pos0 deliberately 0
     const int64_t cap2 = pos0 + n + 3000;
     void *cg2 = g->alloc(g, g->kv_bytes_per_token(g, Hkv, hd) * cap2);
@@ -148,10 +163,10 @@ static void check_invariance(pair *pp, int hd, int G, int Hkv, int64_t pos0, int
         g->to_host(g, o1, dout, qn * sizeof(float));
         same_dev &= !memcmp(o1, on, qn * sizeof(float));
     }
-    EXPECT(same_dev, "kv=%s hd=%d G=%d pos0=%lld n=%d: pos_dev with capacity %lld differs from pos0", p.kv, hd, G,
-           (long long)pos0, n, (long long)cap2);
-    printf("    kv=%s hd=%d G=%d Hkv=%d pos0=%lld n=%d: rows == 1-token calls: %s, pos_dev == pos0: %s\n", p.kv, hd, G,
-           Hkv, (long long)pos0, n, same ? "bitwise" : "NO", same_dev ? "bitwise" : "NO");
+    EXPECT(same_dev, "[%s] kv=%s hd=%d G=%d pos0=%lld n=%d: pos_dev with capacity %lld differs from pos0", dec, p.kv,
+           hd, G, (long long)pos0, n, (long long)cap2);
+    printf("    [%s] kv=%s hd=%d G=%d Hkv=%d pos0=%lld n=%d: rows == 1-token calls: %s, pos_dev == pos0: %s\n", dec,
+           p.kv, hd, G, Hkv, (long long)pos0, n, same ? "bitwise" : "NO", same_dev ? "bitwise" : "NO");
     g->free(g, pd), g->free(g, cg2), g->free(g, dq), g->free(g, dout);
     freerig(&p, &r);
     free(q), free(on), free(o1);
@@ -166,10 +181,13 @@ TEST(cuda_decode_attn_batch_invariant) {
     const int ns[] = {2, 5, 16};
     uint64_t seed = 7;
     pair pairs[2] = {mkpair(0), mkpair(1)};
-    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
-        for (int pi = 0; pi < 5; pi++)
-            for (int ni = 0; ni < 3; ni++)
-                check_invariance(&pairs[cfg[c][0]], cfg[c][1], cfg[c][2], cfg[c][3], pos0s[pi], ns[ni], &seed);
+    for (int dk = 0; dk < 2; dk++) {
+        set_decoder(pairs[0].g, decoders[dk]), set_decoder(pairs[1].g, decoders[dk]);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+            for (int pi = 0; pi < 5; pi++)
+                for (int ni = 0; ni < 3; ni++)
+                    check_invariance(&pairs[cfg[c][0]], cfg[c][1], cfg[c][2], cfg[c][3], pos0s[pi], ns[ni], &seed);
+    }
     freepair(&pairs[0]), freepair(&pairs[1]);
 }
 
@@ -221,13 +239,51 @@ TEST(cuda_decode_attn_smoke) {
         for (int h = 0; h < 2; h++) {
             rig r = mkrig(&p, 600 + 16, 600 + 16, 2, hds[h], &seed);
             const int ns[] = {1, 16};
-            for (int ni = 0; ni < 2; ni++) {
-                const double e = vs_cpu(&p, &r, 600, ns[ni], 6, 1, &seed);
-                printf("    smoke kv=%s hd=%d n=%d pos0=600: rel-L2 %.3g\n", p.kv, hds[h], ns[ni], e);
-                EXPECT(e <= TOL_ATTN, "kv=%s hd=%d n=%d: rel-L2 %.3g", p.kv, hds[h], ns[ni], e);
-            }
+            for (int dk = 0; dk < 2; dk++)
+                for (int ni = 0; ni < 2; ni++) {
+                    set_decoder(p.g, decoders[dk]);
+                    const double e = vs_cpu(&p, &r, 600, ns[ni], 6, 1, &seed);
+                    printf("    smoke [%s] kv=%s hd=%d n=%d pos0=600: rel-L2 %.3g\n", decoders[dk], p.kv, hds[h],
+                           ns[ni], e);
+                    EXPECT(e <= TOL_ATTN, "[%s] kv=%s hd=%d n=%d: rel-L2 %.3g", decoders[dk], p.kv, hds[h], ns[ni], e);
+                }
             freerig(&p, &r);
         }
+        freepair(&p);
+    }
+}
+
+// The two decode kernels on the same call at the 27B geometry (24 q / 4 kv heads x 256), both layouts, decode and
+// verify row counts, a context of 3000 keys (6 chunks, the last partial): they round Q, K/V (e4m3: value * scale)
+// and P to bf16 alike and differ only in where P is rounded (per 32-key tile vs per 16-key step of a warp's
+// stream) and in their summation orders, so they agree far inside TOL_ATTN. Both outputs are NaN-poisoned first.
+TEST(cuda_decode_attn_kernels_agree) {
+    const int Hkv = 4, G = 6, H = G * Hkv, hd = 256, ns[] = {1, 8, 16};
+    const int64_t pos0 = 3000 - 16;
+    uint64_t seed = 11;
+    for (int e4 = 0; e4 < 2; e4++) {
+        pair p = mkpair(e4);
+        fd_backend *g = p.g;
+        rig r = mkrig(&p, pos0 + 16, pos0 + 16, Hkv, hd, &seed);
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = ns[ni];
+            const size_t qn = (size_t)n * H * hd;
+            float *q = malloc(qn * sizeof(float)), *o[2] = {malloc(qn * sizeof(float)), malloc(qn * sizeof(float))};
+            test_fill_uniform(q, qn, -2, 2, &seed);
+            void *dq = cuda_rig_up(g, q, qn * sizeof(float)), *dout = g->alloc(g, qn * sizeof(float));
+            for (int dk = 0; dk < 2; dk++) {
+                set_decoder(g, decoders[dk]);
+                cuda_rig_poison(g, dout, qn);
+                g->attention(g, dout, dq, FD_KV_FLAT(r.cg, r.cap), pos0, NULL, n, H, Hkv, hd, 0.0625f, 1);
+                g->to_host(g, o[dk], dout, qn * sizeof(float));
+            }
+            const double e = test_rel_l2(o[1], o[0], qn);
+            printf("    kv=%s n=%d at 3000 keys: warp vs blocked rel-L2 %.3g\n", p.kv, n, e);
+            EXPECT(e <= TOL_ATTN / 2, "kv=%s n=%d: warp vs blocked rel-L2 %.3g", p.kv, n, e);
+            g->free(g, dq), g->free(g, dout);
+            free(q), free(o[0]), free(o[1]);
+        }
+        freerig(&p, &r);
         freepair(&p);
     }
 }

@@ -4,8 +4,9 @@
 //  - against the CPU reference over the same paged cache (rel-L2 <= 1e-2; bf16 GPU vs f32 CPU, e4m3 vs e4m3, whose
 //    stored bytes must also be identical), and
 //  - bitwise against the same call on a contiguous cache holding the same rows (paging may not change one bit):
-// tensor-core prefill (mma), CUDA-core prefill (simt), split-K decode/verify n = 1 and 16 with pos_dev around the
-// page and 512-key chunk boundaries, the drafter's window attention, and kv_copy paged -> snapshot -> paged.
+// tensor-core prefill (mma), CUDA-core prefill (simt), split-K decode/verify n = 1 and 16 (both attn_decode
+// kernels) with pos_dev around the page and 512-key chunk boundaries, the drafter's window attention, and
+// kv_copy paged -> snapshot -> paged.
 // GPU outputs are NaN-poisoned before every call.
 #include <math.h>
 #include <stdlib.h>
@@ -136,6 +137,8 @@ static void check(prig *r, op_kind op, const char *kernel, int64_t pos0, int n, 
     snprintf(what, sizeof what, "%s kv=%s hd=%d G=%d pos0=%lld n=%d%s%s", op == OP_ATTN ? "attention" : "window", r->kv,
              hd, G, (long long)pos0, n, causal ? "" : " noncausal", dev ? " pos_dev" : "");
     if (op == OP_WINDOW) snprintf(what + strlen(what), sizeof what - strlen(what), " window=%d", window);
+    if (op == OP_ATTN && n <= 16)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " [attn_decode=%s]", fd_cuda_route(g, "attn_decode"));
     if (kernel) snprintf(what + strlen(what), sizeof what - strlen(what), " [%s]", kernel);
     printf("    paged %s: rel-L2 vs CPU %.3g, vs contiguous %s\n", what, e, same ? "bitwise" : "DIFFERENT");
     EXPECT(e <= TOL_ATTN, "paged %s: rel-L2 %.3g", what, e);
@@ -158,14 +161,20 @@ TEST(cuda_paged_kv_attention) {
         check(&r, OP_ATTN, "mma", 1200, 100, G, 0, 0, 0, &seed);
         check(&r, OP_ATTN, "simt", 1000, 70, G, 1, 0, 0, &seed);
         check(&r, OP_ATTN, "simt", 1230, 70, G, 0, 1, 0, &seed);
-        // decode / verify (split-K, <= 16 rows): pos_dev, around page (256) and chunk (512) boundaries
+        // decode / verify (split-K, <= 16 rows): pos_dev, around page (256) and chunk (512) boundaries, both
+        // decode kernels (route attn_decode)
         const int64_t pos0s[] = {0, 255, 256, 511, 512, 767, 1000, tot - 16};
-        for (int pi = 0; pi < 8; pi++)
-            for (int ni = 0; ni < 2; ni++) {
-                const int n = ni ? 16 : 1;
-                check(&r, OP_ATTN, NULL, pos0s[pi], n, G, 1, 1, 0, &seed);
-                if (ni) check(&r, OP_ATTN, NULL, pos0s[pi], n, G, 0, 0, 0, &seed); // the drafter's block form
-            }
+        const char *decoders[] = {"blocked", "warp"};
+        for (int dk = 0; dk < 2; dk++) {
+            ASSERT(fd_cuda_set_route(r.g, "attn_decode", decoders[dk]) == 0, "%s", fd_error_msg());
+            for (int pi = 0; pi < 8; pi++)
+                for (int ni = 0; ni < 2; ni++) {
+                    const int n = ni ? 16 : 1;
+                    check(&r, OP_ATTN, NULL, pos0s[pi], n, G, 1, 1, 0, &seed);
+                    if (ni) check(&r, OP_ATTN, NULL, pos0s[pi], n, G, 0, 0, 0, &seed); // the drafter's block form
+                }
+        }
+        ASSERT(fd_cuda_set_route(r.g, "attn_decode", "blocked") == 0, "%s", fd_error_msg());
         // the drafter's window attention: windows that start mid-page and cross pages
         check(&r, OP_WINDOW, NULL, tot - 16, 16, G, 0, 0, 300, &seed);
         check(&r, OP_WINDOW, NULL, 600, 16, G, 0, 0, 64, &seed);

@@ -8,7 +8,7 @@
 //   - cuda_tree_gdn_path_equals_chain: every node of the GPU tree, bitwise the GPU chain op (gdn_core with slots)
 //     run over that node's root-to-node path (the reload-from-parent logic must not change a bit);
 //   - cuda_tree_attention_vs_cpu: bf16 and e4m3 KV (the same layout on both sides), head_dim 64/128/256 (the
-//     split-K decode kernel) and 32/96 (the CUDA-core kernel), GQA groups 1 and 6, contexts 0..5000 (trees that
+//     split-K decode kernel, both attn_decode values) and 32/96 (the CUDA-core kernel), GQA groups 1 and 6, contexts 0..5000 (trees that
 //     straddle a 512-key chunk boundary), TOL_ATTN, with the route counted; and a chain-shaped tree of <= 16 nodes
 //     bitwise the causal attention op (the same kernel, the tree mask reduced to the causal one);
 //   - cuda_tree_qk_norm_rope_rows: the one-launch RoPE at the nodes' depths, bitwise the per-row qk_norm_rope calls
@@ -222,10 +222,12 @@ TEST(cuda_tree_attention_vs_cpu) {
     const int ns = make_shapes(shapes);
     const char *kvs[] = {"bf16", "e4m3"};
     const int hds[] = {128, 64, 256, 32, 96}, groups[] = {1, 6};
-    const int64_t pos0s[] = {0, 7, 500, 5000}; // 500: a 33- or 64-node tree crosses the chunk boundary at 512
-    for (int kv = 0; kv < 2; kv++) {
+    const int64_t pos0s[] = {0, 7, 500, 5000};    // 500: a 33- or 64-node tree crosses the chunk boundary at 512
+    const char *decoders[] = {"blocked", "warp"}; // route attn_decode: both kernels take the tree mask
+    for (int kv = 0; kv < 4; kv++) {
         fd_backend *c, *g;
-        cuda_rig_pair(kvs[kv], &c, &g);
+        cuda_rig_pair(kvs[kv % 2], &c, &g);
+        ASSERT(fd_cuda_set_route(g, "attn_decode", decoders[kv / 2]) == 0, "%s", fd_error_msg());
         for (int h = 0; h < 5; h++)
             for (int gi = 0; gi < 2; gi++) {
                 double worst = 0;
@@ -233,13 +235,14 @@ TEST(cuda_tree_attention_vs_cpu) {
                     for (int p = 0; p < 4; p++) {
                         const int chain_too = s == 0 && gi == 1 && p == 2; // chain 12, G 6, across a chunk
                         const double e = attn_case(c, g, &shapes[s], pos0s[p], hds[h], groups[gi], 2, chain_too);
-                        EXPECT(e <= TOL_ATTN, "kv=%s hd=%d G=%d %s pos0=%lld: rel-L2 %.3g", kvs[kv], hds[h], groups[gi],
-                               shapes[s].name, (long long)pos0s[p], e);
+                        EXPECT(e <= TOL_ATTN, "[%s] kv=%s hd=%d G=%d %s pos0=%lld: rel-L2 %.3g", decoders[kv / 2],
+                               kvs[kv % 2], hds[h], groups[gi], shapes[s].name, (long long)pos0s[p], e);
                         if (!(e <= worst)) worst = e; // a NaN becomes the worst
                     }
-                printf(
-                    "    attention tree kv=%s hd=%-3d G=%d Hkv=2 (%s), %d shapes x pos0 0..5000: worst rel-L2 %.3g\n",
-                    kvs[kv], hds[h], groups[gi], hds[h] == 32 || hds[h] == 96 ? "simt" : "splitk", ns, worst);
+                printf("    attention tree [%s] kv=%s hd=%-3d G=%d Hkv=2 (%s), %d shapes x pos0 0..5000: worst rel-L2 "
+                       "%.3g\n",
+                       decoders[kv / 2], kvs[kv % 2], hds[h], groups[gi],
+                       hds[h] == 32 || hds[h] == 96 ? "simt" : "splitk", ns, worst);
             }
         c->destroy(c);
         g->destroy(g);

@@ -1,5 +1,6 @@
 // Decode / verify attention: calls with n <= 16 query tokens (one decode step, a DFlash verify block, a drafter
-// block) over a long KV cache, head_dim 64/128/256, both kv layouts. Memory-bound: every K/V byte of the live
+// block) over a long KV cache, head_dim 64/128/256, both kv layouts. This file's chunk kernel is route
+// attn_decode=blocked; =warp runs attention_decode_warp.cu's instead (same partials, the same combine below). Memory-bound: every K/V byte of the live
 // context is read once per call, so the kernel is built to keep the loads streaming and to make each query row's
 // result a function of that row alone.
 //
@@ -455,21 +456,33 @@ static void decode_run(fd_backend *be, float *out, const float *q, cu_kv kv, int
     const int64_t rows = (int64_t)n * H;
     float *opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)(rows * zslots * hd) * sizeof(float));
     float *ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)(rows * zslots * 2) * sizeof(float));
+    cu_impl *c = cu_of(be);
+    const bool warp = c->attn_decode == CU_ATTN_DECODE_WARP;
+    fd_route *route = &c->routes[CU_ROUTE_ATTN_DECODE]; // counted under the kernel that runs the chunks
+    route->calls[c->attn_decode]++;
+    route->tokens[c->attn_decode] += n;
     cu_prof pr;
-    cu_prof_begin(be, &pr, TREE ? "attention_splitk_tree" : "attention_splitk", n);
+    cu_prof_begin(be, &pr,
+                  TREE ? (warp ? "attention_splitk_warp_tree" : "attention_splitk_tree")
+                       : (warp ? "attention_splitk_warp" : "attention_splitk"),
+                  n);
     const bool e4 = kv.k8 != NULL;
 #define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
-    switch (hd) {
-    case 64:
-        e4 ? dispatch_mt<64, true, TREE>(FD_DEC_ARGS) : dispatch_mt<64, false, TREE>(FD_DEC_ARGS);
-        break;
-    case 128:
-        e4 ? dispatch_mt<128, true, TREE>(FD_DEC_ARGS) : dispatch_mt<128, false, TREE>(FD_DEC_ARGS);
-        break;
-    default:
-        e4 ? dispatch_mt<256, true, TREE>(FD_DEC_ARGS) : dispatch_mt<256, false, TREE>(FD_DEC_ARGS);
-        break;
-    }
+    if (warp)
+        cu_decode_warp_chunks(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity, zslots, scale, causal,
+                              tree_parent);
+    else
+        switch (hd) {
+        case 64:
+            e4 ? dispatch_mt<64, true, TREE>(FD_DEC_ARGS) : dispatch_mt<64, false, TREE>(FD_DEC_ARGS);
+            break;
+        case 128:
+            e4 ? dispatch_mt<128, true, TREE>(FD_DEC_ARGS) : dispatch_mt<128, false, TREE>(FD_DEC_ARGS);
+            break;
+        default:
+            e4 ? dispatch_mt<256, true, TREE>(FD_DEC_ARGS) : dispatch_mt<256, false, TREE>(FD_DEC_ARGS);
+            break;
+        }
 #undef FD_DEC_ARGS
     cu_prof_mark(be, &pr, "chunks");
     cu_attn_combine(be, out, opart, ml, zslots, CU_DECODE_CHUNK, pos0, pos_dev, n, H, hd, causal, 1);

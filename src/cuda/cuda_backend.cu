@@ -182,7 +182,8 @@ static void cu_upload_weight(fd_backend *be, fd_weight *w) {
         cu_upload_int4(be, w);
         return;
     }
-    FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %s unsupported", w->name ? w->name : "?", fd_wfmt_name(w->fmt));
+    FD_CHECK(w->fmt == FD_WFMT_DENSE, "weight %s: format %s unsupported", w->name ? w->name : "?",
+             fd_wfmt_name(w->fmt));
     FD_CHECK(w->dtype == FD_F32 || w->dtype == FD_BF16 || w->dtype == FD_F16, "weight %s: dtype %s unsupported",
              w->name ? w->name : "?", fd_dtype_name(w->dtype));
     int64_t count = w->rows * (w->cols > 0 ? w->cols : 1);
@@ -279,7 +280,7 @@ extern "C" int fd_cuda_set_route(fd_backend *be, const char *route, const char *
     fd_route *r = route_find(be, route);
     if (!r)
         return fd_error_set("unknown cuda route '%s' (known: gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, "
-                            "gemm_int4, gdn_chunk)",
+                            "gemm_int4, gdn_chunk, attn_decode)",
                             route);
     char known[64] = "";
     for (int i = 0; r->values[i]; i++) {
@@ -376,7 +377,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     cu_install_dflash2(be);
     cu_install_graphs(be); // argmax_rows, and the graph entry points unless FD_CUDA_SYNC / FD_CUDA_PROFILE
     be->sample_rows = cu_sample_rows;
-    be->logsumexp_rows = cu_logsumexp_rows; // with topk_rows: a DFlash tree's ranked draft rows (lse.cu)
+    be->logsumexp_rows = cu_logsumexp_rows;       // with topk_rows: a DFlash tree's ranked draft rows (lse.cu)
     be->softmax_scan_rows = cu_softmax_scan_rows; // with topk_rows: sampling under --tp without a gather (tp_scan.cu)
 
     // The route table (engine/routes.h selects, prints and verifies these by name).
@@ -438,6 +439,16 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rd->sel = &c->gdn_chunk;
     rd->help = "chunked GDN prefill kernels: 3xTF32 products on fp32 operands (~fp32), or bf16 operands rounded "
                "where FLA's chunk kernel rounds (fp32 sums and state)";
+    fd_route *rdec = &c->routes[CU_ROUTE_ATTN_DECODE];
+    rdec->name = "attn_decode";
+    rdec->values[0] = "blocked";
+    rdec->values[1] = "warp";
+    rdec->sel = &c->attn_decode; // blocked: measured on the H200 (sessions 8-9); warp awaits its measurement
+    // every counted call runs the selected value (other head dims run attn_kernel simt and count nothing here)
+    rdec->help = "decode / verify attention (<= 16 tokens, tree verify; head_dim 64/128/256): 32-key tiles shared "
+                 "by the block with three barriers per tile, or each warp its own keys and online softmax, merged "
+                 "once per chunk";
+    static_assert(CU_N_ROUTES <= sizeof c->routes / sizeof c->routes[0], "cu_impl.routes holds every route");
     be->routes = c->routes;
     be->n_routes = CU_N_ROUTES;
     // The environment (FD_ROUTE_<NAME>) and --route are applied by engine/routes.c (routes_backend_preset), the

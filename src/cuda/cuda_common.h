@@ -67,6 +67,11 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
 // on absolute boundaries (a row's result must not depend on n, pos0 or the grid; attention_decode.cu).
 #define CU_DECODE_MAX_N 16
 #define CU_DECODE_CHUNK 512
+// Route attn_decode: the kernel that computes a decode call's per-chunk partials (both feed k_attn_combine).
+// blocked: 32-key tiles through shared memory shared by the block's 8 warps, three block barriers per tile
+// (attention_decode.cu). warp: each of 4 warps streams its own 128 keys of the chunk through its own shared-memory
+// ring with its own online softmax, one block barrier per chunk to merge them (attention_decode_warp.cu).
+enum { CU_ATTN_DECODE_BLOCKED = 0, CU_ATTN_DECODE_WARP = 1 };
 // Tree verify (spec_verify=tree): at most this many nodes per tree, so a node's ancestors fit one 64-bit mask
 // (cuda/tree.cuh) and a warp holds every parent in two registers per lane (k_gdn_rec). A tree's nodes span at
 // most two of the decode chunks above (64 < 512), which the tree attention's combine relies on.
@@ -97,8 +102,9 @@ typedef struct {
     int sync_every_op; // FD_CUDA_SYNC=1
     int num_sms;
     int kv;             // CU_KV_*
-    fd_route routes[8]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4, gdn_chunk
-                        // (be->routes); counted at dispatch
+    fd_route routes[9]; // gemm_act, attn_kernel, kv, gemm_small, pdl, gemm_fp8, gemm_int4, gdn_chunk,
+                        // attn_decode (be->routes); counted at dispatch
+    int attn_decode;    // CU_ATTN_DECODE_*
     int gemm_fp8;       // CU_GEMM_FP8_*
     int gemm_int4;      // CU_GEMM_INT4_*
     int gdn_chunk;      // CU_GDN_CHUNK_*
@@ -139,6 +145,7 @@ enum {
     CU_ROUTE_GEMM_FP8 = 5,
     CU_ROUTE_GEMM_INT4 = 6,
     CU_ROUTE_GDN_CHUNK = 7,
+    CU_ROUTE_ATTN_DECODE = 8,
     CU_N_ROUTES
 };
 // Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
@@ -292,8 +299,7 @@ void cu_capture_fail(fd_backend *be, const char *why);
 // ---- cuda_graph.cu ----
 void cu_install_graphs(fd_backend *be);
 void cu_argmax_rows(fd_backend *be, int32_t *out_host, const float *logits_dev, int rows, int V);
-void cu_topk_rows(fd_backend *be, int32_t *ids_host, float *vals_host, const float *logits_dev, int rows, int V,
-                  int K);
+void cu_topk_rows(fd_backend *be, int32_t *ids_host, float *vals_host, const float *logits_dev, int rows, int V, int K);
 void cu_after_launch(const char *file, int line);
 extern int cu_debug_sync;
 
@@ -446,6 +452,13 @@ int cu_attention_decode(fd_backend *be, float *out, const float *q, cu_kv kv, in
 // launched) for head dims other than 64/128/256.
 int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, int n, int H, int Hkv,
                              int hd, float scale, const int32_t *parent_dev);
+// ---- attention_decode_warp.cu ----
+// Route attn_decode=warp: the per-chunk partials of a decode / verify / tree call (the arguments of the blocked
+// kernel: opart [n*H][zslots][hd], ml [n*H][zslots][2], max in log2 units; head_dim 64/128/256, n <= 64 for a
+// tree); the caller runs cu_attn_combine after it.
+void cu_decode_warp_chunks(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
+                           const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, int64_t zslots,
+                           float scale, int causal, const int32_t *tree_parent);
 // Merges split-K partials opart [n*H][zslots][hd], ml [n*H][zslots][2] (max, sum) over each row's live chunks
 // z = 0 .. qpos / chunk (chunks on absolute boundaries), in increasing z; max in log2 units when log2_domain.
 void cu_attn_combine(fd_backend *be, float *out, const float *opart, const float *ml, int64_t zslots, int64_t chunk,

@@ -112,6 +112,7 @@ static inline void cu_mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2
 
 #define FD_CUDA_CP_ASYNC_CUH
 void cu_cp_async16(void *dst, const void *src, bool valid);
+void emu_cp_async4(void *dst, const void *src, bool valid); // a 4-byte cp.async (zero-filled when !valid)
 void cu_cp_async_commit(void);
 void emu_cp_wait(int n);
 template <int N> static inline void cu_cp_async_wait(void) {
