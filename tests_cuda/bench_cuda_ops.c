@@ -198,7 +198,7 @@ static void bench_dattn(const char *kv) {
                              pg ? ", paged" : "", decoders[dk]);
                     row(what, time_ms(f_dattn, &d), 0, (double)ctxs[ci] * kvb);
                 }
-    FD_CHECK(fd_cuda_set_route(be, "attn_decode", "blocked") == 0, "%s", fd_error_msg());
+    FD_CHECK(fd_cuda_set_route(be, "attn_decode", "warp") == 0, "%s", fd_error_msg());
     d.paged = NULL;
     // a graph-style call: position in device memory, grid sized from the 128K capacity, 32K live
     int64_t pos = 32768 - 1;

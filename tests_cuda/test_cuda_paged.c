@@ -174,7 +174,7 @@ TEST(cuda_paged_kv_attention) {
                     if (ni) check(&r, OP_ATTN, NULL, pos0s[pi], n, G, 0, 0, 0, &seed); // the drafter's block form
                 }
         }
-        ASSERT(fd_cuda_set_route(r.g, "attn_decode", "blocked") == 0, "%s", fd_error_msg());
+        ASSERT(fd_cuda_set_route(r.g, "attn_decode", "warp") == 0, "%s", fd_error_msg());
         // the drafter's window attention: windows that start mid-page and cross pages
         check(&r, OP_WINDOW, NULL, tot - 16, 16, G, 0, 0, 300, &seed);
         check(&r, OP_WINDOW, NULL, 600, 16, G, 0, 0, 64, &seed);

@@ -18,7 +18,7 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 //                              split-K decode kernel (splitk; attention_decode.cu), whatever is selected
 //   attn_decode = blocked | warp: the split-K decode kernel's chunks: 32-key tiles shared by 8 warps
 //                              (attention_decode.cu) or each warp its own keys and online softmax
-//                              (attention_decode_warp.cu); both batch invariant, same partials and combine
+//                              (attention_decode_warp.cu, the default); both batch invariant, same partials and combine
 //   gemm_small = gemv | cublas: bf16-weight GEMMs with <= 16 rows: gemv.cu or cuBLASLt
 //   pdl = gemv | off: programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
 //                              before them runs, their first weight loads in flight before griddepcontrol.wait

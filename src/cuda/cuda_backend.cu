@@ -319,6 +319,11 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     c->gemm_act = CU_GEMM_AUTO;
     // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
     c->gemm_small = CU_GEMM_SMALL_GEMV;
+    // attn_decode=warp: measured on the H200 (session 12 call 3) against blocked: 27B layer at 128K 0.182 vs 0.219
+    // ms (bf16, n = 1), 0.151 vs 0.248 (e4m3), n = 8 0.398 vs 0.441; e2e decode and round faster at 1K and 32K.
+    // n = 16 is ~10 % slower at 128K, but a per-n choice would break the batch invariance between verify and
+    // decode that lossless speculation rests on (attention_decode.cu), so one kernel serves every n.
+    c->attn_decode = CU_ATTN_DECODE_WARP;
     // pdl=gemv: the GEMVs' first weight loads overlap the kernel before them; 27B decode +2 % on the H200 and bitwise
     // the results of pdl=off (docs/perf-notes.md, session 5).
     c->pdl = CU_PDL_GEMV;
@@ -443,7 +448,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rdec->name = "attn_decode";
     rdec->values[0] = "blocked";
     rdec->values[1] = "warp";
-    rdec->sel = &c->attn_decode; // blocked: measured on the H200 (sessions 8-9); warp awaits its measurement
+    rdec->sel = &c->attn_decode; // warp by default (see above)
     // every counted call runs the selected value (other head dims run attn_kernel simt and count nothing here)
     rdec->help = "decode / verify attention (<= 16 tokens, tree verify; head_dim 64/128/256): 32-key tiles shared "
                  "by the block with three barriers per tile, or each warp its own keys and online softmax, merged "
