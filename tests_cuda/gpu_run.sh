@@ -14,6 +14,7 @@
 #   compare the previous main's binary (OLD_BIN) vs this one: fixture logits byte for byte, the 27B bench (issue 14)
 #   servetp serve plain vs --tp 1, with and without the drafter: the same greedy completions (issue 17)
 #   gdnprof the GDN chunk / attention prefill benches with per-stage events (issue 16)
+#   kernels ncu per-kernel time of a 27B decode step and a DFlash round at 1K, graphs off (tools/ncu_step.py)
 #   check  flashdelta check --backend cuda at the 27B's shapes (float64 screens; exit 0 only if all pass)
 # Binaries come prebuilt (make CUDA=1 STATIC_HOSTLIBS=1 BUILD=.dev/build .dev/build/fd_cuda_tests
 # .dev/build/flashdelta): the GPU machine has no -dev packages. Logs go to $OUT; a summary is printed last.
@@ -80,6 +81,17 @@ if has e2e; then
         --contexts "$E2E_CTX" --json "$OUT/bench27b.json" $E2E_ARGS >"$OUT/e2e.log" 2>&1
     echo "exit $?"
     grep -vE '^\s*$' "$OUT/e2e.log" | tail -n 30
+fi
+if has kernels; then
+    stamp "per-kernel split of a decode step and a round (ncu, 27B at 1K, graphs off)"
+    B="$BIN/flashdelta bench --random-weights bench/configs/qwen3.5-27b.json --backend cuda --contexts 1024 --route graphs=off --decode 2"
+    NCU="/usr/local/cuda/bin/ncu --csv --print-units base --metrics gpu__time_duration.sum --cache-control none --clock-control none"
+    timeout 200 $NCU $B >"$OUT/ncu_dec.csv" 2>"$OUT/ncu_dec.err"; echo "ncu decode exit $?"
+    python3 tools/ncu_step.py "$OUT/ncu_dec.csv" | head -30
+    timeout 220 $NCU $B --draft-random bench/configs/qwen3.5-27b-dflash-b8.json --oracle-tau 4.74 >"$OUT/ncu_round.csv" \
+        2>"$OUT/ncu_round.err"; echo "ncu round exit $?"
+    python3 tools/ncu_step.py "$OUT/ncu_round.csv" | head -60
+    xz -f "$OUT/ncu_dec.csv" "$OUT/ncu_round.csv"
 fi
 if has check; then
     stamp "flashdelta check at the 27B's shapes"
