@@ -88,6 +88,9 @@ struct fd_backend {
     void (*to_device)(fd_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(fd_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(fd_backend *be, void *dst, const void *src, size_t bytes);
+    // count copies dst[i] <- src[i] of bytes[i] between backend buffers, none overlapping another, as one operation
+    // (the speculative commit: a GDN and a conv state per layer, ~100 small copies). NULL: copy, one at a time.
+    void (*copy_batch)(fd_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int count);
     void (*upload_weight)(fd_backend *be, fd_weight *w);
     void (*release_weight)(fd_backend *be, fd_weight *w); // frees what upload_weight made; w->dev = NULL
     void (*sync)(fd_backend *be);

@@ -20,6 +20,9 @@ static void cpu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     if (bytes) memmove(dst, src, bytes);
 }
+static void cpu_copy_batch(fd_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int count) {
+    for (int i = 0; i < count; i++) cpu_copy(be, dst[i], src[i], bytes[i]);
+}
 // Weights stay where they were bound (the mmap): the reference reads every dtype directly.
 static void cpu_upload_weight(fd_backend *be, fd_weight *w) {
     (void)be;
@@ -56,6 +59,7 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
     be->to_device = cpu_copy;
     be->to_host = cpu_copy;
     be->copy = cpu_copy;
+    be->copy_batch = cpu_copy_batch;
     be->upload_weight = cpu_upload_weight;
     be->release_weight = cpu_release_weight;
     be->sync = cpu_sync;

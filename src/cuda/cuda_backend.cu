@@ -113,6 +113,46 @@ static void cu_to_host(fd_backend *be, void *dst, const void *src, size_t bytes)
 static void cu_copy(fd_backend *be, void *dst, const void *src, size_t bytes) {
     FD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_of(be)->stream));
 }
+// Up to CU_COPY_BATCH copies in one launch (the speculative commit's ~100 state copies were as many
+// cudaMemcpyAsync calls, ~4 us each). Block row y copies entry y with gridDim.x blocks striding over it, 16 bytes
+// a thread where the entry's pointers and size allow, else byte by byte.
+#define CU_COPY_BATCH 64
+struct cu_copy_list {
+    void *dst[CU_COPY_BATCH];
+    const void *src[CU_COPY_BATCH];
+    size_t bytes[CU_COPY_BATCH];
+};
+__global__ void k_copy_batch(const __grid_constant__ cu_copy_list l) {
+    CU_PDL_ENTER();
+    const int e = blockIdx.y;
+    const size_t n = l.bytes[e], tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x,
+                 stride = (size_t)gridDim.x * blockDim.x;
+    if ((((uintptr_t)l.dst[e] | (uintptr_t)l.src[e] | n) & 15) == 0) {
+        uint4 *d = (uint4 *)l.dst[e];
+        const uint4 *s = (const uint4 *)l.src[e];
+        for (size_t i = tid; i < n / 16; i += stride) d[i] = s[i];
+    } else {
+        char *d = (char *)l.dst[e];
+        const char *s = (const char *)l.src[e];
+        for (size_t i = tid; i < n; i += stride) d[i] = s[i];
+    }
+}
+static void cu_copy_batch(fd_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int count) {
+    for (int i0 = 0; i0 < count; i0 += CU_COPY_BATCH) {
+        cu_copy_list l;
+        const int m = count - i0 < CU_COPY_BATCH ? count - i0 : CU_COPY_BATCH;
+        size_t most = 0;
+        for (int i = 0; i < m; i++) {
+            l.dst[i] = dst[i0 + i], l.src[i] = src[i0 + i], l.bytes[i] = bytes[i0 + i];
+            most = bytes[i0 + i] > most ? bytes[i0 + i] : most;
+        }
+        if (!most) continue;
+        // enough blocks for the largest entry at 16 bytes a thread, at most 2 waves of the GPU over all rows
+        const unsigned per = (unsigned)((most / 16 + 255) / 256);
+        const unsigned cap = (unsigned)(2 * cu_of(be)->num_sms * 8 / m + 1);
+        cu_launch(be, k_copy_batch, dim3(per < cap ? per : cap, (unsigned)m), 256, 0, l);
+    }
+}
 static void cu_copy_rows(fd_backend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride, int64_t rows,
                          size_t row_bytes) {
     if (rows <= 0 || row_bytes == 0) return;
@@ -347,6 +387,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->to_device = cu_to_device;
     be->to_host = cu_to_host;
     be->copy = cu_copy;
+    be->copy_batch = cu_copy_batch;
     be->upload_weight = cu_upload_weight;
     be->release_weight = cu_release_weight;
     be->sync = cu_sync;

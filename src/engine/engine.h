@@ -163,6 +163,9 @@ int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argma
 // Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
 // GDN and conv state are taken from slot keep-1 (no recompute).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
+// The live GDN and conv state of every layer <- state slot `slot` (the state after that verified token or node),
+// in batches through the backend's copy_batch where it has one. engine_commit and engine_commit_tree end here.
+void engine_commit_slot(fd_engine *e, int slot);
 // Tree verify (route spec_verify=tree; engine_tree.c): the n nodes of a tree (forward.h: fd_fwd_tree; parent[0]
 // == -1, parent[t] < t) with ids, in one forward at n_past..; all-node logits into host `logits` [n, V]. Node t's
 // logits are those of the chain of its root-to-node path. n_past advances by n until engine_commit_tree.

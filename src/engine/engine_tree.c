@@ -79,11 +79,5 @@ void engine_commit_tree(fd_engine *e, int64_t n_past_before_verify, const int32_
     }
     e->n_past = n0 + keep; // K/V past n_past is stale and never read
     // the tree left the committed state as it was: the accepted node's slot is the state after the path
-    const int last = path[keep - 1];
-    const size_t gdn_bytes = (size_t)plan_gdn_state_bytes(p), conv_bytes = (size_t)plan_conv_state_bytes(p);
-    for (int i = 0; i < p->num_layers; i++)
-        if (p->layers[i].kind == FD_LAYER_GDN) {
-            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_bytes * (size_t)last, gdn_bytes);
-            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)last, conv_bytes);
-        }
+    engine_commit_slot(e, path[keep - 1]);
 }

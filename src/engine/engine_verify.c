@@ -69,8 +69,6 @@ int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argma
 }
 
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
-    const fd_rank_plan *p = &e->m->plan;
-    fd_backend *be = e->be;
     FD_CHECK(keep >= 1 && n_past_before_verify + keep <= e->n_past, "commit %d of %lld verified tokens", keep,
              (long long)(e->n_past - n_past_before_verify));
     if (e->tp) {
@@ -80,10 +78,32 @@ void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
     const int n_verified = (int)(e->n_past - n_past_before_verify);
     e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
     if (keep == n_verified) return;           // the live state is already the state after the last token
+    engine_commit_slot(e, keep - 1);
+}
+
+// count copies through copy_batch, or one at a time where the backend has none
+static void copy_all(fd_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int count) {
+    if (be->copy_batch)
+        be->copy_batch(be, dst, src, bytes, count);
+    else
+        for (int j = 0; j < count; j++) be->copy(be, dst[j], src[j], bytes[j]);
+}
+
+void engine_commit_slot(fd_engine *e, int slot) {
+    const fd_rank_plan *p = &e->m->plan;
     const size_t gdn_bytes = (size_t)plan_gdn_state_bytes(p), conv_bytes = (size_t)plan_conv_state_bytes(p);
-    for (int i = 0; i < p->num_layers; i++)
-        if (p->layers[i].kind == FD_LAYER_GDN) {
-            be->copy(be, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_bytes * (size_t)(keep - 1), gdn_bytes);
-            be->copy(be, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1), conv_bytes);
-        }
+    enum { BATCH = 64 }; // copies per backend call (the 27B's 48 GDN layers: 96 copies, two calls)
+    void *dst[BATCH];
+    const void *src[BATCH];
+    size_t bytes[BATCH];
+    int count = 0;
+    for (int i = 0; i < p->num_layers; i++) {
+        if (p->layers[i].kind != FD_LAYER_GDN) continue;
+        if (count + 2 > BATCH) copy_all(e->be, dst, src, bytes, count), count = 0;
+        dst[count] = e->gdn_state[i], src[count] = (char *)e->gdn_slots[i] + gdn_bytes * (size_t)slot;
+        bytes[count++] = gdn_bytes;
+        dst[count] = e->conv_state[i], src[count] = (char *)e->conv_slots[i] + conv_bytes * (size_t)slot;
+        bytes[count++] = conv_bytes;
+    }
+    if (count) copy_all(e->be, dst, src, bytes, count);
 }

@@ -95,6 +95,9 @@ static void tr_sigmoid_mul(fd_backend *be, void *x, const void *g, int64_t c) {
 static void tr_to_f32(fd_backend *be, float *o, const void *x, int64_t c) {
     TRACED("to_f32", c, IN(be)->to_f32(IN(be), o, x, c));
 }
+static void tr_copy_batch(fd_backend *be, void *const *d, const void *const *s, const size_t *b, int count) {
+    TRACED("copy_batch", count, IN(be)->copy_batch(IN(be), d, s, b, count));
+}
 static void tr_copy_rows(fd_backend *be, void *d, size_t ds, const void *s, size_t ss, int64_t rows, size_t rb) {
     TRACED("copy_rows", rows, IN(be)->copy_rows(IN(be), d, ds, s, ss, rows, rb));
 }
@@ -202,6 +205,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->to_device = tr_to_device;
     be->to_host = tr_to_host;
     be->copy = tr_copy;
+    if (inner->copy_batch) be->copy_batch = tr_copy_batch; // NULL stays NULL: the engine copies one at a time
     be->upload_weight = tr_upload;
     be->release_weight = tr_release;
     be->sync = tr_sync;
