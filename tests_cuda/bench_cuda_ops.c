@@ -224,8 +224,9 @@ TEST(bench_cuda_decode_attn) {
     bench_dattn("kv=e4m3");
 }
 
-// ---- tensor-core attention prefill (route attn_kernel=mma) at the 27B geometry: a 4096-query chunk of a long
-// prompt against everything cached so far (24q/4kv x 256, causal), bf16 and e4m3 caches. FLOPs counted as
+// ---- tensor-core attention prefill (route attn_kernel=mma, and =wgmma beside it on the bf16 cache) at the 27B
+// geometry: a 4096-query chunk of a long prompt against everything cached so far (24q/4kv x 256, causal), bf16 and
+// e4m3 caches (wgmma declines e4m3: no row). FLOPs counted as
 // 4 * rows * visible keys * hd with rows = (token, q head) pairs; the ceiling is cuDNN's 621 TFLOP/s (DESIGN.md §8).
 // Timed with the decode bench's f_dattn (pos_dev NULL: the chunk starts at pos0).
 TEST(bench_cuda_attn_prefill) {
@@ -236,7 +237,6 @@ TEST(bench_cuda_attn_prefill) {
         fd_backend *be = cuda_rig_new_gpu();
         const char *spec = e4 ? "kv=e4m3" : "kv=bf16";
         ASSERT(routes_backend_preset(be, &spec, 1) == 0, "%s", fd_error_msg());
-        ASSERT(fd_cuda_set_route(be, "attn_kernel", "mma") == 0, "%s", fd_error_msg());
         dattn_t a = {.be = be, .n = N, .cap = cap}; // pos_dev NULL: the position is pos0
         a.cache = be->alloc(be, be->kv_bytes_per_token(be, Hkv, hd) * (size_t)cap);
         size_t kvn = (size_t)N * Hkv * hd, qn = (size_t)N * H * hd;
@@ -256,17 +256,26 @@ TEST(bench_cuda_attn_prefill) {
         const int64_t ctxs[] = {4096, 32768, 65536};
         void *table = NULL;
         const fd_kv_view paged = shuffled_view(be, a.cache, cap, cap, &table);
-        for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table
-            for (int i = 0; i < 3; i++) {
-                a.pos0 = ctxs[i] - N, a.paged = pg ? &paged : NULL;
-                double ms = time_be_ms(be, f_dattn, &a);
-                double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the query tokens
-                double tf = 4.0 * H * visible * hd / ms / 1e9;
-                char what[96];
-                snprintf(what, sizeof what, "attn prefill mma %s%s 4096 q at %lldK..%lldK", e4 ? "e4m3" : "bf16",
-                         pg ? " paged" : "", (long long)(a.pos0 / 1024), (long long)(ctxs[i] / 1024));
-                printf("BENCH | %-44s | %9.3f ms | %7.1f TFLOP/s (%4.1f%% of 621)\n", what, ms, tf, 100.0 * tf / 621.0);
-            }
+        const char *kernels[] = {"mma", "wgmma"};
+        for (int ki = 0; ki < (e4 ? 1 : 2); ki++) {
+            ASSERT(fd_cuda_set_route(be, "attn_kernel", kernels[ki]) == 0, "%s", fd_error_msg());
+            const int64_t ran0 = cuda_rig_route_value_calls(be, "attn_kernel", kernels[ki]);
+            for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table
+                for (int i = 0; i < 3; i++) {
+                    a.pos0 = ctxs[i] - N, a.paged = pg ? &paged : NULL;
+                    double ms = time_be_ms(be, f_dattn, &a);
+                    double visible = (double)N * a.pos0 + (double)N * (N + 1) / 2; // keys summed over the queries
+                    double tf = 4.0 * H * visible * hd / ms / 1e9;
+                    char what[96];
+                    snprintf(what, sizeof what, "attn prefill %s %s%s 4096 q at %lldK..%lldK", kernels[ki],
+                             e4 ? "e4m3" : "bf16", pg ? " paged" : "", (long long)(a.pos0 / 1024),
+                             (long long)(ctxs[i] / 1024));
+                    printf("BENCH | %-46s | %9.3f ms | %7.1f TFLOP/s (%4.1f%% of 621)\n", what, ms, tf,
+                           100.0 * tf / 621.0);
+                }
+            EXPECT(cuda_rig_route_value_calls(be, "attn_kernel", kernels[ki]) > ran0, "attn_kernel=%s never ran",
+                   kernels[ki]);
+        }
         free(h);
         be->free(be, table);
         be->free(be, k), be->free(be, v), be->free(be, a.q), be->free(be, a.out), be->free(be, a.cache);

@@ -317,6 +317,10 @@ static void r_lse(fd_backend *be, oh_case *c, int side) {
 // half-empty block, row counts no multiple of 128 or 16, warps of padding only, pos0 off the key grid, many tiles,
 // blocks across the causal diagonal; calls below 64 rows fall back to the CUDA-core kernel under this route.
 #define MMA(n0, n, H, Hkv, hd, causal) ATTN(n0, n, H, Hkv, hd, causal, "attn_kernel=mma", TEST_ONLY)
+// The Hopper wgmma kernel (attn_kernel=wgmma; 2 warpgroups x 64 rows, key tile 64; head_dim 256 and a bf16 cache,
+// other shapes run the mma kernel under this route): the mma rows at head_dim 256, a second warpgroup that is
+// partly live (n 40 at G 2: rows 64..79) or barely (n 22 at G 3: 66 rows), one head_dim-128 call (mma fallback).
+#define WGMMA(n0, n, H, Hkv, hd, causal) ATTN(n0, n, H, Hkv, hd, causal, "attn_kernel=wgmma", TEST_ONLY)
 
 const oh_row oh_rows_seq[] = {
     // conv1d_silu from a random state; with slots, the state after every token (speculative verify)
@@ -382,12 +386,22 @@ const oh_row oh_rows_seq[] = {
     MMA(65, 129, 4, 1, 128, 0),
     MMA(127, 43, 12, 4, 256, 1),
     MMA(1, 257, 2, 2, 64, 1),
+    WGMMA(0, 64, 6, 2, 256, 1),
+    WGMMA(0, 200, 6, 2, 256, 1),
+    WGMMA(500, 64, 6, 2, 256, 1),
+    WGMMA(33, 100, 6, 2, 256, 0),
+    WGMMA(4001, 150, 6, 1, 256, 1),
+    WGMMA(127, 43, 12, 4, 256, 1),
+    WGMMA(0, 40, 4, 2, 256, 1),
+    WGMMA(70, 22, 3, 1, 256, 1),
+    WGMMA(1000, 130, 8, 2, 128, 1),
     // the 27B attention (24q / 4kv x 256) under the default routes: prefill, verify and decode at 32K
     // (a 4096-token prefill is 0.4 TFLOP: too much for the CPU reference, so perf mode only)
     ATTN(0, 4096, 24, 4, 256, 1, NULL, OH_PERF_ONLY),
     ATTN(32768, 16, 24, 4, 256, 1, NULL, BOTH),
     ATTN(32768, 1, 24, 4, 256, 1, NULL, BOTH),
     ATTN(0, 4096, 24, 4, 256, 1, "attn_kernel=simt", OH_PERF_ONLY),
+    ATTN(0, 4096, 24, 4, 256, 1, "attn_kernel=wgmma", OH_PERF_ONLY),
     ATTN(0, 512, 24, 4, 256, 1, NULL, BOTH),
     // the same decode / verify calls on the other decode kernel (route attn_decode=warp), and its row blocks of 8, 16
     // and 32 rows at the smaller head dims, the drafter's non-causal block

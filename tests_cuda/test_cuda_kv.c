@@ -73,6 +73,7 @@ TEST(cuda_kv_e4m3) {
     check(c, g, 300, 5, 6, 2, 256, "simt", 1);
     check(c, g, 0, 200, 8, 2, 128, "mma", 1);
     check(c, g, 64, 96, 6, 2, 256, "mma", 1);
+    check(c, g, 64, 96, 6, 2, 256, "wgmma", 1); // e4m3: the wgmma route runs the mma kernel
     // the tensor-core kernel's e4m3 path: many key tiles, pos0 off the tile grid, rows no multiple of the block
     check(c, g, 2000, 150, 6, 1, 256, "mma", 1);
     check(c, g, 77, 90, 8, 2, 64, "mma", 0);

@@ -349,7 +349,13 @@ void cu_attention(fd_backend *be, void *out, const void *q, const fd_kv_view *vi
         route->tokens[CU_ATTN_SPLITK] += n;
         return;
     }
-    if (!decode && c->attn_kernel == CU_ATTN_MMA &&
+    if (!decode && c->attn_kernel == CU_ATTN_WGMMA &&
+        cu_attention_wgmma(be, (float *)out, (const float *)q, kv, pos0, pos_dev, n, H, Hkv, hd, scale, causal)) {
+        route->calls[CU_ATTN_WGMMA]++;
+        route->tokens[CU_ATTN_WGMMA] += n;
+        return;
+    }
+    if (!decode && (c->attn_kernel == CU_ATTN_MMA || c->attn_kernel == CU_ATTN_WGMMA) &&
         cu_attention_mma(be, (float *)out, (const float *)q, kv, pos0, pos_dev, n, H, Hkv, hd, scale, causal)) {
         route->calls[CU_ATTN_MMA]++;
         route->tokens[CU_ATTN_MMA] += n;

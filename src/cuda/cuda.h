@@ -11,11 +11,13 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 //   gemm_act = auto | bf16 | bf16x2: activations of bf16-weight GEMMs: rounded to bf16, or
 //                              split into two bf16 terms (two GEMMs, ~fp32-accurate), or auto: bf16x2 when k <= 256
 //                              (toy models), else bf16 (every published geometry); see src/cuda/gemm.cu
-//   attn_kernel = mma | simt | splitk: attention with > 16 query tokens and >= 64 query rows:
+//   attn_kernel = mma | simt | splitk | wgmma: attention with > 16 query tokens and >= 64 query rows:
 //                              tensor-core flash kernel (head_dim 64/128/256; Q and P rounded to bf16) or the
 //                              CUDA-core one (splitk selects it too); calls with fewer rows or another head_dim take
-//                              the CUDA-core kernel. Calls with <= 16 tokens (decode, verify) always take the
-//                              split-K decode kernel (splitk; attention_decode.cu), whatever is selected
+//                              the CUDA-core kernel. wgmma: the Hopper warpgroup-MMA kernel (attention_wgmma.cu) for
+//                              head_dim 256 over a bf16 cache, the other calls as mma. Calls with <= 16 tokens
+//                              (decode, verify) always take the split-K decode kernel (splitk; attention_decode.cu),
+//                              whatever is selected
 //   attn_decode = blocked | warp: the split-K decode kernel's chunks: 32-key tiles shared by 8 warps
 //                              (attention_decode.cu) or each warp its own keys and online softmax
 //                              (attention_decode_warp.cu, the default); both batch invariant, same partials and combine

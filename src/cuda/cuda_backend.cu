@@ -439,10 +439,12 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     ra->values[0] = "simt";
     ra->values[1] = "mma";
     ra->values[2] = "splitk"; // selectable, but only counts: calls with <= 16 tokens run it whatever is selected
+    ra->values[3] = "wgmma";  // Hopper warpgroup MMA, head_dim 256 / bf16 cache; its other calls run mma
     ra->sel = &c->attn_kernel;
     ra->by_shape = "calls with <= 16 query tokens always run splitk (head_dim 64/128/256, else simt); larger "
-                   "calls run mma only with >= 64 query rows and head_dim 64/128/256, else simt";
-    ra->help = "attention: CUDA-core flash kernel or tensor-core mma kernel";
+                   "calls run mma only with >= 64 query rows and head_dim 64/128/256, else simt; wgmma only "
+                   "with head_dim 256 and a bf16 cache, else as mma";
+    ra->help = "attention: CUDA-core flash kernel, tensor-core mma kernel or Hopper wgmma kernel";
     fd_route *rk = &c->routes[CU_ROUTE_KV];
     rk->name = "kv";
     rk->values[0] = "bf16";

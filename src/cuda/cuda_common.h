@@ -62,7 +62,9 @@ enum { CU_GEMM_BF16 = 0, CU_GEMM_BF16X2 = 1, CU_GEMM_AUTO = 2 };
 // calls with >= 64 query rows and head_dim 64/128/256 (others take the CUDA-core kernel). Calls with at most
 // CU_DECODE_MAX_N query tokens always take the split-K decode kernel (attention_decode.cu; head_dim 64/128/256,
 // else the CUDA-core kernel on the same absolute chunks), counted as CU_ATTN_SPLITK.
-enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2 };
+// CU_ATTN_WGMMA: the Hopper warpgroup-MMA kernel (attention_wgmma.cu) for head_dim 256 over a bf16 cache; the
+// other calls of a wgmma selection run the mma kernel (or simt), counted under the value that ran.
+enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2, CU_ATTN_WGMMA = 3 };
 // Decode/verify attention: at most this many query tokens, key chunks [z * CU_DECODE_CHUNK, (z+1) * CU_DECODE_CHUNK)
 // on absolute boundaries (a row's result must not depend on n, pos0 or the grid; attention_decode.cu).
 #define CU_DECODE_MAX_N 16
@@ -442,6 +444,12 @@ void cu_attention_tree(fd_backend *be, void *out, const void *q, const fd_kv_vie
 // Runs the tensor-core kernel and returns 1, or returns 0 (nothing launched) when the shape is not covered.
 int cu_attention_mma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev, int n,
                      int H, int Hkv, int hd, float scale, int causal);
+
+// ---- attention_wgmma.cu ----
+// The same contract on wgmma (route attn_kernel=wgmma): returns 0 (nothing launched) unless head_dim is 256, the
+// cache bf16 and the call has >= 64 query rows.
+int cu_attention_wgmma(fd_backend *be, float *out, const float *q, cu_kv kv, int64_t pos0, const int64_t *pos_dev,
+                       int n, int H, int Hkv, int hd, float scale, int causal);
 
 // ---- attention_decode.cu ----
 // n <= CU_DECODE_MAX_N and head_dim 64/128/256: runs the split-K decode kernel + combine and returns 1; else 0.

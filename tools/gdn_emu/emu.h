@@ -43,6 +43,8 @@ void emu_syncthreads();
 void __syncthreads();
 // warp exchange: every lane deposits `n` words, waits for the warp, reads all lanes' words, waits again
 void emu_warp_exchange(const uint32_t *mine, int n, uint32_t (*all)[16]);
+// the same over the thread's warpgroup (128 threads; all[128][16])
+void emu_wg_exchange(const uint32_t *mine, int n, uint32_t (*all)[16]);
 
 static inline float __shfl_xor_sync(unsigned, float v, int o) {
     uint32_t mine = 0, all[32][16];

@@ -2,13 +2,15 @@
 // included once, after emu.h, by the emulator that includes a kernel file (emu.cpp, tools/dw_emu.cpp).
 thread_local emu_dim3 threadIdx;
 emu_dim3 blockIdx, blockDim, gridDim;
-alignas(16) float4 sm4[65536]; // 1 MiB: more than any block asks for
+alignas(1024) float4 sm4[65536]; // 1 MiB: more than any block asks for (1024-aligned: wgmma swizzle atoms)
 int emu_cp_immediate = 0;
 static size_t emu_smem_bytes;
 
 static pthread_barrier_t block_bar;
 static pthread_barrier_t warp_bar[32];
 static uint32_t warp_slots[32][32][16];
+static pthread_barrier_t wg_bar[8]; // warpgroups: 4 consecutive warps (wgmma)
+static uint32_t wg_slots[8][128][16];
 
 void __syncthreads() {
     pthread_barrier_wait(&block_bar);
@@ -19,6 +21,14 @@ void emu_warp_exchange(const uint32_t *mine, int n, uint32_t (*all)[16]) {
     pthread_barrier_wait(&warp_bar[w]);
     memcpy(all, warp_slots[w], sizeof warp_slots[w]);
     pthread_barrier_wait(&warp_bar[w]);
+}
+
+void emu_wg_exchange(const uint32_t *mine, int n, uint32_t (*all)[16]) {
+    const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
+    memcpy(wg_slots[wg][t], mine, 4 * n);
+    pthread_barrier_wait(&wg_bar[wg]);
+    memcpy(all, wg_slots[wg], sizeof wg_slots[wg]);
+    pthread_barrier_wait(&wg_bar[wg]);
 }
 
 struct cp_req {
@@ -71,6 +81,7 @@ void emu_run_blocks(dim3 grid, dim3 block, size_t smem, void (*body)(void *), vo
     emu_smem_bytes = smem;
     pthread_barrier_init(&block_bar, NULL, block.x);
     for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_init(&warp_bar[w], NULL, 32);
+    for (unsigned w = 0; w < block.x / 128; w++) pthread_barrier_init(&wg_bar[w], NULL, 128);
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
@@ -87,6 +98,7 @@ void emu_run_blocks(dim3 grid, dim3 block, size_t smem, void (*body)(void *), vo
             }
     pthread_barrier_destroy(&block_bar);
     for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_destroy(&warp_bar[w]);
+    for (unsigned w = 0; w < block.x / 128; w++) pthread_barrier_destroy(&wg_bar[w]);
 }
 
 static void *scr[CU_SCR_COUNT];
