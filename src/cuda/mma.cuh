@@ -13,6 +13,16 @@ static __device__ __forceinline__ void cu_mma_bf16(float c[4], uint32_t a0, uint
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// c += a . b, mma.sync m16n8k32, e4m3 inputs (four per register, the lowest k in the low byte), f32 accumulators
+// (PTX fragment layout; sm_89+). gemv_w8a8.cu.
+static __device__ __forceinline__ void cu_mma_e4m3(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                   uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // 16 bytes of weights, read once per call: kept out of L1 (x and partial sums live there), and L2 asked for the
 // whole 256-byte window the neighbouring lanes and warps read next. Non-coherent: safe before the PDL wait for
 // weights (constant during a forward), never for x.
