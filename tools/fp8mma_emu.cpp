@@ -1,7 +1,7 @@
 // Runs src/cuda/gemv_w8a8.cu (route gemm_fp8=w8a8) on the host with tools/gdn_emu's runtime (one std::thread per
-// CUDA thread, blocks in sequence; mma.sync m16n8k32 e4m3 rebuilt here from the PTX ISA's fragment layout,
-// independently of the kernel's code: A row g / g+8, k 4t..4t+3 | 16+4t..16+4t+3 per register, B k 4t.. | 16+4t..
-// of column g, the lowest k in the low byte; products in double) and checks, without a GPU:
+// CUDA thread, blocks in sequence; mma.sync m16n8k16 f16 rebuilt here from the PTX ISA's fragment layout and an
+// IEEE f16 decoder, independently of the kernel's code and its e4m3 -> f16 bit trick; products in double) and
+// checks, without a GPU:
 //  - against a plain-C W8A8 reference (x quantized per token and 128-group: amax clamped at 1e-10, r = 448 / amax,
 //    e4m3 by a brute-force nearest-even search over every finite code, saturating; exact e4m3 products in double,
 //    each 128-block's sum times w_scale * amax / 448): rel-L2 <= 1e-6 (only fp32 rounding of the block sums
@@ -26,7 +26,7 @@
 
 // ---- what cuda_common.h and mma.cuh give gemv_w8a8.cu (host side) ----
 #undef __shared__
-#define __shared__ static // blocks run one after another: a function-level static is the block's shared memory
+#define __shared__       static // blocks run one after another: a function-level static is the block's shared memory
 #define CU_GEMV_MAX_N    16
 #define CU_GEMV_MAX_SEGS 4
 struct cu_impl {
@@ -73,26 +73,35 @@ static double e4m3_value(uint8_t b) {
     const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
     return b & 0x80 ? -v : v;
 }
-static void cu_mma_e4m3(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+// IEEE binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits, exponent 0 subnormal
+static double f16_value(uint16_t h) {
+    const int e = (h >> 10) & 31, mant = h & 1023;
+    const double v = e == 31 ? (mant ? NAN : INFINITY)
+                     : e     ? ldexp(1.0 + mant / 1024.0, e - 15)
+                             : ldexp(mant / 1024.0, -14);
+    return h & 0x8000 ? -v : v;
+}
+// c += a . b, m16n8k16 f16 (the PTX layout: A row g / g+8, k 2t, 2t+1 | 8+2t, 8+2t+1; B the same k of column g)
+static void cu_mma_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     uint32_t mine[6] = {a0, a1, a2, a3, b0, b1}, all[32][16];
     emu_warp_exchange(mine, 6, all);
-    double A[16][32], B[32][8];
+    double A[16][16], B[16][8];
     for (int l = 0; l < 32; l++) {
         const int g = l >> 2, t = l & 3;
-        for (int c4 = 0; c4 < 4; c4++) {
-            A[g][4 * t + c4] = e4m3_value((uint8_t)(all[l][0] >> (8 * c4)));
-            A[g + 8][4 * t + c4] = e4m3_value((uint8_t)(all[l][1] >> (8 * c4)));
-            A[g][16 + 4 * t + c4] = e4m3_value((uint8_t)(all[l][2] >> (8 * c4)));
-            A[g + 8][16 + 4 * t + c4] = e4m3_value((uint8_t)(all[l][3] >> (8 * c4)));
-            B[4 * t + c4][g] = e4m3_value((uint8_t)(all[l][4] >> (8 * c4)));
-            B[16 + 4 * t + c4][g] = e4m3_value((uint8_t)(all[l][5] >> (8 * c4)));
+        for (int hi = 0; hi < 2; hi++) {
+            A[g][2 * t + hi] = f16_value((uint16_t)(all[l][0] >> (16 * hi)));
+            A[g + 8][2 * t + hi] = f16_value((uint16_t)(all[l][1] >> (16 * hi)));
+            A[g][2 * t + 8 + hi] = f16_value((uint16_t)(all[l][2] >> (16 * hi)));
+            A[g + 8][2 * t + 8 + hi] = f16_value((uint16_t)(all[l][3] >> (16 * hi)));
+            B[2 * t + hi][g] = f16_value((uint16_t)(all[l][4] >> (16 * hi)));
+            B[2 * t + 8 + hi][g] = f16_value((uint16_t)(all[l][5] >> (16 * hi)));
         }
     }
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         double s = 0;
-        for (int k = 0; k < 32; k++) s += A[row][k] * B[k][col];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
         c[e] = (float)((double)c[e] + s);
     }
 }
@@ -134,8 +143,8 @@ static wfp8 make_w(int m, int k, int br) {
     r.scale.resize((size_t)sr * sc);
     for (auto &s : r.scale) s = ldexpf(urand(0.5f, 1.f), (int)urand(-12, -4)); // orders of magnitude apart
     memset(&r.w, 0, sizeof r.w);
-    r.w.name = "W", r.w.fmt = FD_WFMT_FP8_BLOCK, r.w.rows = m, r.w.cols = k, r.w.block_rows = br,
-    r.w.block_cols = 128, r.w.scale_cols = sc;
+    r.w.name = "W", r.w.fmt = FD_WFMT_FP8_BLOCK, r.w.rows = m, r.w.cols = k, r.w.block_rows = br, r.w.block_cols = 128,
+    r.w.scale_cols = sc;
     r.w.dev = r.q.data(), r.w.dev_scale = r.scale.data();
     return r;
 }

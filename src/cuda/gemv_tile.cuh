@@ -49,8 +49,8 @@ cu_gemv_tile_finish(const float (&red)[CU_GEMV_TILE_WARPS][CU_GEMV_TILE_ROWS][NC
 }
 
 // The k partition of a (m, k) problem (gemv.cu, gemv_w8a8.cu): a function of the shape and the SM count only,
-// never of n (nor of the other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
-// as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
+// never of n (nor of the other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row
+// tiles (twice as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
 // Slices are multiples of the format's quantum (GV_SLICE_QUANTUM: two steps per warp, one loop iteration at P = 2
 // loads both), so every warp of a block gets the same work and a block is not all latency.
 static inline int cu_gemv_plan(int m, int k, int quantum, int num_sms, int blocks_per_sm, int *kslice) {

@@ -1,11 +1,16 @@
 // W8A8 GEMV on FP8 block-scaled weights (route gemm_fp8 = w8a8): out[n, m] f32 = e4m3(x)[n, k] . W[m, k]^T for
 // n <= 16 rows, with W in e4m3 and one f32 scale per 128-column block (block_cols == 128, block_rows % 32 == 0).
 //
-// Why: the weight-only FP8 GEMV (gemv.cu, GV_FP8) turns every weight into bf16 in registers before a bf16 MMA;
-// that conversion is most of its ~615 warp instructions per 4 KB step and holds it near 58 % of the copy
-// bandwidth (docs/perf-notes.md, sessions 9-11). mma.sync m16n8k32 takes e4m3 operands directly, so here the
-// weight bytes go into the A fragments as loaded, and x is quantized instead: the published format's
-// `activation_scheme: dynamic` (HF transformers' fine-grained FP8, DeepSeek-V3's act_quant).
+// Why: the weight-only FP8 GEMV (gemv.cu, GV_FP8) turns every weight into bf16 in registers and multiplies by 2^120
+// before a bf16 MMA, and rounds x to bf16 (or splits it in two); ~615 warp instructions per 4 KB step hold it near
+// 58 % of the copy bandwidth (docs/perf-notes.md, sessions 9-11). Here x is quantized like the weights instead
+// (the published format's `activation_scheme: dynamic`: HF transformers' fine-grained FP8, DeepSeek-V3's
+// act_quant), so both operands are e4m3 values. sm_90 has no e4m3 mma.sync in hardware (m16n8k32 .e4m3 is an
+// sm_89 instruction: ptxas emulates it on Hopper with e4m3 -> f16 conversions of both operands, 14 more SASS
+// instructions per MMA than a bf16 one, on the conversion pipe; NVIDIA/cutlass#1986); Hopper's native FP8 MMA is
+// wgmma. So both operands become f16 by a bit trick on the integer pipe (exact: e4m3 values are f16 values,
+// times 2^-8 here, folded into the block factor) and run f16 m16n8k16 MMAs with f32 accumulation: products exact,
+// no rescale multiply, x's conversion shared by the block's two 16-row tiles.
 //
 // Activation quantization (per token row and 128-wide group of k, groups from k = 0; the last one may be short
 // when k % 128 != 0, HF refuses such k): amax = max |x| over the group, clamped below at 1e-10 (HF's act_quant
@@ -13,8 +18,9 @@
 // e4m3(x * r) rounded to nearest even, saturated at +-448. HF divides x / s instead; the two differ only when
 // x / s lies within an f32 ulp of an e4m3 rounding boundary (and Triton's fp32 division is not correctly rounded
 // either). Each 128-k block's MMA sum is started fresh, multiplied by w_scale(row block, k block) * s(token, group)
-// and added to the fp32 accumulator (acc += part * (ws * s)): the MMA's internal e4m3 accumulation never spans
-// more than 128 products (the promotion interval DeepSeek-V3 uses for Hopper's FP8 tensor cores).
+// and added to the fp32 accumulator (acc += part * (ws * s * 2^16)), as HF's block-scaled GEMM promotes each
+// 128-k block (and DeepSeek-V3 on Hopper's FP8 tensor cores, whose internal accumulation is narrower than fp32;
+// the f16 MMAs here accumulate in fp32 anyway).
 //
 // Schedule (gemv.cu's, so its properties carry over): 8 warps over 32 weight rows and one k slice (cu_gemv_plan;
 // slices multiples of 2048), warp w of 8 takes the 128-wide steps w, w+8, ... = the activation groups, the next
@@ -24,12 +30,12 @@
 // L2-resident, and a separate quantization kernel would add a launch (~2 us, ~250 of them per 27B decode step).
 //
 // Fragments: a lane (g = lane / 4, t = lane % 4) loads 16 bytes of each of its rows g, g+8 (per 16-row tile) at
-// k = step + 16t and step + 64 + 16t, as gemv.cu does. The k order inside a dot product is free as long as A and B
-// use the same permutation: MMA i (0, 1) of half h (0, 1) takes word 2i of a row's 16 bytes as PTX's logical
-// k 4t..4t+3 (register a0 / a1) and word 2i+1 as 16+4t..16+4t+3 (a2 / a3), and the same words of x's 16 quantized
-// bytes of token g as b0, b1. Per step and 16-row tile: 4 MMAs, no conversion instruction for the weights.
-// The 4 lanes of a token row hold its 128-group between them (32 values each): amax by two xor shuffles; the C
-// fragment's columns are tokens 2t, 2t+1, whose scales come from lanes 8t and 8t+4.
+// k = step + 16t and step + 64 + 16t, as gemv.cu does, and quantizes the 32 x values of token g at the same k.
+// The k order inside a dot product is free as long as A and B use the same permutation: word i of those bytes
+// feeds one m16n8k16 MMA, its even bytes as PTX's logical k {2t, 2t+1} and its odd ones as {2t+8, 2t+9}, for
+// both operands (w8_mma). Per step and 16-row tile: 8 MMAs. The 4 lanes of a token row hold its 128-group between
+// them (32 values each): amax by two xor shuffles; the C fragment's columns are tokens 2t, 2t+1, whose scales
+// come from lanes 8t and 8t+4.
 //
 // Batch invariance: a token's quantization depends only on its own row, an MMA's output column only on its B
 // column, and the k partition only on (m, k, SM count): row j of an n-row call is bitwise the 1-row call. Token
@@ -46,8 +52,8 @@
 #define W8_WARPS       CU_GEMV_TILE_WARPS
 #define W8_THREADS     CU_GEMV_TILE_THREADS
 #define W8_ROWS        CU_GEMV_TILE_ROWS
-#define W8_R           (W8_ROWS / 16)    // 16-row MMA tiles per block
-#define W8_KSTEP       128               // k per warp step: one activation group, one weight scale column
+#define W8_R           (W8_ROWS / 16) // 16-row MMA tiles per block
+#define W8_KSTEP       128            // k per warp step: one activation group, one weight scale column
 #define W8_BLOCK_KSTEP (W8_KSTEP * W8_WARPS)
 #define W8_QUANTUM     (2 * W8_BLOCK_KSTEP) // k slices are multiples of this
 #define W8_AMAX_MIN    1e-10f
@@ -93,9 +99,8 @@ static __device__ __forceinline__ void w8_load_w(uint4 (&wv)[W8_R][2][2], const 
         for (int r = 0; r < W8_R; r++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
-                wv[r][hf][h] = kin && (!ROWCHK || wok[r][hf])
-                                   ? cu_ld_stream(wlane + (2 * r + hf) * wstep + woff + 64 * h)
-                                   : zero4;
+                wv[r][hf][h] =
+                    kin && (!ROWCHK || wok[r][hf]) ? cu_ld_stream(wlane + (2 * r + hf) * wstep + woff + 64 * h) : zero4;
     }
 }
 
@@ -145,27 +150,59 @@ static __device__ __forceinline__ void w8_quant_x(uint32_t (&xq)[8], float *scal
 }
 
 // The x of token group j of one step (kstep < kend), quantized (xq), and the factors its 128-k sums are added
-// with (f: ws * s for the C fragment's columns, tokens 2t and 2t+1 of the group, their s from lanes 8t, 8t+4).
+// with (f: ws * s * 2^16 for the C fragment's columns, tokens 2t and 2t+1 of the group, their s from lanes 8t, 8t+4).
 template <bool CHECKED, bool RELOAD>
-static __device__ __forceinline__ void w8_xgroup(uint32_t (&xq)[8], float (&f)[2], const float *xp, float ws,
-                                                 int kstep, int kend, int t) {
+static __device__ __forceinline__ void w8_xgroup(uint32_t (&xq)[8], float (&f)[2], const float *xp, float ws, int kstep,
+                                                 int kend, int t) {
     float s;
     w8_quant_x<CHECKED, RELOAD>(xq, &s, xp, kstep, kend, t);
-    f[0] = ws * __shfl_sync(0xffffffffu, s, 8 * t), f[1] = ws * __shfl_sync(0xffffffffu, s, 8 * t + 4);
+    // 65536: the 2^-8 x 2^-8 of w8_e4m3x4_f16x2's products (a power of two: no rounding)
+    f[0] = ws * __shfl_sync(0xffffffffu, s, 8 * t) * 65536.f;
+    f[1] = ws * __shfl_sync(0xffffffffu, s, 8 * t + 4) * 65536.f;
 }
 
-// The MMAs of token group j of one step: each 16-row tile's 4 MMAs summed fresh and added times ws * s (the one
-// order every call uses).
+// Four e4m3 bytes w = [b3 b2 b1 b0] -> f16x2 {b0, b2} (even) and {b1, b3} (odd), each the e4m3 value times 2^-8,
+// exactly, on the integer pipe: sign to bit 15 of its half, the 7 exponent-mantissa bits to bits 13..7 (an f16
+// with exponent field 0eeee and mantissa mmm0000000 is 2^(e - 15) x 1.mmm, the e4m3 value (bias 7) x 2^-8; e = 0:
+// the subnormal 2^-14 x 0.mmm, again x 2^-8). Why not mma.sync m16n8k32 .e4m3: sm_90 has no such instruction in
+// hardware; ptxas emulates it with e4m3 -> f16 conversions of both operands on the conversion pipe (~14 more
+// SASS instructions per MMA than a bf16 one here, and NVIDIA/cutlass#1986), the pipe that held the first FP8
+// GEMVs near 2-2.5 TB/s (session 7). The 2^-16 of a product is folded into the block factor.
+static __device__ __forceinline__ void w8_e4m3x4_f16x2(uint32_t w, uint32_t *even, uint32_t *odd) {
+    *even = ((w << 8) & 0x80008000u) | ((w << 7) & 0x3f803f80u);
+    *odd = (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);
+}
+
+// The MMAs of token group j of one step: each 16-row tile's 8 MMAs summed fresh and added times
+// ws * s * 2^16 (the one order every call uses). Word i (0..7: half i / 4, word i % 4) of a lane's bytes is
+// k 16t + 4i' + {0, 1, 2, 3} (i' = i % 4, + 64 for the second half): MMA i takes the even bytes {0, 2} as PTX's
+// logical k {2t, 2t+1} and the odd ones {1, 3} as {2t+8, 2t+9}, for the weights (A, rows g and g+8) and for x (B,
+// token g) alike.
+// XEAGER: x's f16 pairs made once for both tiles (16 registers); else per MMA (n > 8: no registers to spare).
+template <bool XEAGER>
 static __device__ __forceinline__ void w8_mma(float (&acc)[W8_R][4], const uint4 (&wv)[W8_R][2][2],
                                               const uint32_t (&xq)[8], const float (&f)[2]) {
+    uint32_t xe[8], xo[8];
+    if (XEAGER)
+#pragma unroll
+        for (int i = 0; i < 8; i++) w8_e4m3x4_f16x2(xq[i], &xe[i], &xo[i]);
 #pragma unroll
     for (int r = 0; r < W8_R; r++) {
+        const uint32_t lo[8] = {wv[r][0][0].x, wv[r][0][0].y, wv[r][0][0].z, wv[r][0][0].w,
+                                wv[r][0][1].x, wv[r][0][1].y, wv[r][0][1].z, wv[r][0][1].w}; // row g
+        const uint32_t hi[8] = {wv[r][1][0].x, wv[r][1][0].y, wv[r][1][0].z, wv[r][1][0].w,
+                                wv[r][1][1].x, wv[r][1][1].y, wv[r][1][1].z, wv[r][1][1].w}; // row g + 8
         float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint4 lo = wv[r][0][h], hi = wv[r][1][h]; // rows g and g + 8 of tile r
-            cu_mma_e4m3(part, lo.x, hi.x, lo.y, hi.y, xq[4 * h], xq[4 * h + 1]);
-            cu_mma_e4m3(part, lo.z, hi.z, lo.w, hi.w, xq[4 * h + 2], xq[4 * h + 3]);
+        for (int i = 0; i < 8; i++) { // converted right before their MMA: 4 live registers, not 32
+            uint32_t a0, a1, a2, a3, wl = lo[i], wh = hi[i];
+            // n > 8: converted again for each token group; without this the compiler keeps one conversion of
+            // the step's weights for both groups (32 more live registers) and spills
+            if (!XEAGER) asm volatile("" : "+r"(wl), "+r"(wh));
+            w8_e4m3x4_f16x2(wl, &a0, &a2);
+            w8_e4m3x4_f16x2(wh, &a1, &a3);
+            if (!XEAGER) w8_e4m3x4_f16x2(xq[i], &xe[i], &xo[i]);
+            cu_mma_f16(part, a0, a1, a2, a3, xe[i], xo[i]);
         }
         acc[r][0] += part[0] * f[0], acc[r][1] += part[1] * f[1];
         acc[r][2] += part[2] * f[0], acc[r][3] += part[3] * f[1];
@@ -188,20 +225,22 @@ static __device__ __forceinline__ void w8_step(float (&acc)[NG][W8_R][4], const 
         w8_xgroup<CHECKED, (NG > 1)>(xq, f, xp[j], ws, kstep, kend, t);
         if (j == 0 && LOAD_NXT)
             w8_load_w<LOAD_NXT == 2, ROWCHK>(nxt, wlane, wstep, wok, W8_BLOCK_KSTEP, kstep + W8_BLOCK_KSTEP, kend, t);
-        w8_mma(acc[j], cur, xq, f);
+        w8_mma<NG == 1>(acc[j], cur, xq, f);
     }
 }
 
 // The k loop of a warp from its first step k0 (pointers at k0) to kend (ROWCHK: a partial row tile); same steps,
 // same order whatever the schedule: same sums.
 template <int NG, bool ROWCHK>
+// The PDL wait comes after the first step's weight loads (weights are constant during a forward; under route
+// pdl=gemv the kernel before this one may still run), before x is read.
 static __device__ __forceinline__ void w8_kloop(float (&acc)[NG][W8_R][4], const uint8_t *wlane, int64_t wstep,
-                                                const bool (&wok)[W8_R][2], const float *(&xp)[NG],
-                                                const float *srow, int k0, int kend, int t) {
+                                                const bool (&wok)[W8_R][2], const float *(&xp)[NG], const float *srow,
+                                                int k0, int kend, int t) {
     const int kfull = kend - W8_KSTEP; // a step at kstep <= kfull is whole
     uint4 cur[W8_R][2][2], nxt[W8_R][2][2];
     w8_load_w<true, ROWCHK>(cur, wlane, wstep, wok, 0, k0, kend, t);
-    CU_PDL_ENTER(); // weights are constant during a forward: in flight before the wait; x after it
+    CU_PDL_ENTER();
     for (; k0 <= kfull; k0 += W8_BLOCK_KSTEP) {
         // NG = 2 checks every next step (its unchecked / checked pair spills, as gemv.cu's e4m3 loop did); a
         // whole step's checks all pass: the same loads. Past the end: zeros, no loads.
@@ -266,8 +305,9 @@ __global__ void __launch_bounds__(W8_THREADS, 2) k_gemv_w8a8(const w8_job job, c
         w8_kloop<NG, false>(acc, wlane, wstep, wok, xp, srow, k0, kend, t);
     else
         w8_kloop<NG, true>(acc, wlane, wstep, wok, xp, srow, k0, kend, t);
+    CU_PDL_ENTER(); // w8_kloop has waited (after its first weight loads); a repeated wait returns at once
 
-    // C fragment: {row g, token 2t, 2t+1}, {row g+8, token 2t, 2t+1} of each (tile, group)
+        // C fragment: {row g, token 2t, 2t+1}, {row g+8, token 2t, 2t+1} of each (tile, group)
 #pragma unroll
     for (int r = 0; r < W8_R; r++)
 #pragma unroll
@@ -282,7 +322,8 @@ __global__ void __launch_bounds__(W8_THREADS, 2) k_gemv_w8a8(const w8_job job, c
     int *counters = job.seg[0].counters, S = job.seg[0].S;
 #pragma unroll
     for (int i = 1; i < CU_GEMV_MAX_SEGS; i++)
-        if (i == si) out = job.seg[i].out, partial = job.seg[i].partial, counters = job.seg[i].counters, S = job.seg[i].S;
+        if (i == si)
+            out = job.seg[i].out, partial = job.seg[i].partial, counters = job.seg[i].counters, S = job.seg[i].S;
     cu_gemv_tile_finish<NC>(red, is_last, out, partial, counters, S, tiles, tile, s, row_base, m, n);
 }
 
