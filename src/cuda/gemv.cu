@@ -536,8 +536,8 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
             sg->scale = (const float *)Ws[i]->dev_scale;
             sg->br = Ws[i]->block_rows, sg->bc = Ws[i]->block_cols, sg->scols = (int)Ws[i]->scale_cols;
         }
-        sg->S = cu_gemv_plan(sg->m, k, fmt == GV_FP8 ? GV_SLICE_QUANTUM(GV_FP8) : GV_SLICE_QUANTUM(GV_BF16), c->num_sms,
-                        c->gemv_blocks_per_sm, &sg->kslice);
+        sg->S = cu_gemv_plan(sg->m, k, fmt == GV_FP8 ? GV_SLICE_QUANTUM(GV_FP8) : GV_SLICE_QUANTUM(GV_BF16),
+                             c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
         sg->tiles = (sg->m + GV_ROWS - 1) / GV_ROWS;
         sg->block0 = blocks;
         blocks += sg->tiles * sg->S;
