@@ -28,7 +28,6 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "cuda/cuda_common.h"
 
@@ -302,9 +301,9 @@ __global__ void __launch_bounds__(256, JJ <= 4 ? 3 : 2)
 // during (A) and (B), its U (registers) during (C).
 // COLS = 16 (the default): 384 blocks at the 27B's heads, 69 KB of shared memory and <= 80 registers, so three
 // blocks a SM and all of them resident at once (132 SMs: 396 places), ~2.9 chains on every SM; COLS = 32
-// (session 12, FD_GDN_BF16_COLS=32): 192 blocks, two a SM at most, so 60 SMs run two chains and 72 one. Every
-// output and state element sums the same products in the same order for either COLS (each mma chain has the
-// same k-steps; only which warp owns a column changes), so the two give the same bits.
+// (session 12; still built, for tools/gdn_emu): 192 blocks, two a SM at most, so 60 SMs run two chains and 72 one.
+// Every output and state element sums the same products in the same order for either COLS (each mma chain has the same
+// k-steps; only which warp owns a column changes), so the two give the same bits.
 template <int COLS>
 __global__ void __launch_bounds__(256, COLS == 16 ? 3 : 2)
     k_gdn_state_out_bf16(float *o, float *state, const bf16 *W, const bf16 *U, const bf16 *qn, const bf16 *kn,
@@ -453,17 +452,12 @@ static size_t smem_state_out_bf16(int dk, int cols) {
     return GB_C * sizeof(float) +
            ((size_t)3 * GB_C * ldk + (size_t)cols * ldk + GB_C * GB_LDC + 2 * (size_t)cols * GB_LDC) * sizeof(bf16);
 }
-// Value columns per state_out block: 16, or FD_GDN_BF16_COLS=32 (session 12's blocks, the same bits) so one GPU
-// call can time both.
-static int state_out_cols(void) {
-    const char *env = getenv("FD_GDN_BF16_COLS");
-    const int cols = env && env[0] ? atoi(env) : 16;
-    FD_CHECK(cols == 16 || cols == 32, "FD_GDN_BF16_COLS=%s: 16 or 32", env);
-    return cols;
-}
-
-void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
-                         const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
+// The call with `cols` value columns per state_out block (16 or 32; the same bits): cu_gdn_chunked_bf16 uses 16,
+// tools/gdn_emu also runs 32 and compares.
+static void gdn_chunked_bf16_cols(fd_backend *be, float *o, const float *qkv, const float *b, const float *a,
+                                  const float *A_log, const float *dt_bias, float *state, int n_all, int Hk, int Hv,
+                                  int dk, int dv, int cols) {
+    FD_CHECK(cols == 16 || cols == 32, "gdn chunked bf16: %d state_out columns a block (16 or 32)", cols);
     FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "gdn chunked bf16: dk %d / dv %d not covered", dk,
              dv);
     const int cq = 2 * Hk * dk + Hv * dv, seg = n_all < GB_SEG ? n_all : GB_SEG, nch_max = (seg + GB_C - 1) / GB_C;
@@ -473,7 +467,6 @@ void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float
     bf16 *P = (bf16 *)cu_scratch(be, CU_SCR_E, (size_t)Hv * nch_max * GB_C * GB_C * 2);
     bf16 *U = (bf16 *)cu_scratch(be, CU_SCR_F, (size_t)Hv * seg * dv * 2);
     bf16 *W = (bf16 *)cu_scratch(be, CU_SCR_G, (size_t)Hv * seg * dk * 2);
-    const int cols = state_out_cols();
     const size_t sm_i = smem_intra_bf16(dk, dv), sm_s = smem_state_out_bf16(dk, cols);
     void (*state_out)(float *, float *, const bf16 *, const bf16 *, const bf16 *, const bf16 *, const bf16 *,
                       const float *, int, int, int, int, int) =
@@ -502,4 +495,9 @@ void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float
         cu_prof_mark(be, &pr, "state_out");
         cu_prof_end(be, &pr);
     }
+}
+
+void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
+                         const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
+    gdn_chunked_bf16_cols(be, o, qkv, b, a, A_log, dt_bias, state, n_all, Hk, Hv, dk, dv, 16);
 }

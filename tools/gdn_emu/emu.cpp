@@ -3,7 +3,7 @@
 // checked without a GPU (docs/perf-notes.md, session 8). From the repo root (needs only g++ and the CUDA headers):
 //   g++ -std=c++17 -O2 -Isrc -I/usr/local/cuda/include -Wno-unknown-pragmas tools/gdn_emu/emu.cpp -o .dev/gdn_emu
 //   -lpthread .dev/gdn_emu [quick]       16 shapes (x 2 cp.async modes, plus a 4200-token call unless quick); "0 bad"
-//   at the end (each shape also runs with FD_GDN_BF16_COLS=32, whose output and state must be the same bits)
+//   at the end (each shape also runs with 32-column state_out blocks, whose output and state must be the same bits)
 //   .dev/gdn_emu peer IN OUT   peer_gdn_chunk_io's file contract (tests_cuda/bench_cuda_gdn.c), for peer_flow.py
 // One std::thread per CUDA thread: a full run takes a few minutes of both cores.
 #include "emu.h"
@@ -169,11 +169,9 @@ static int check(const std::vector<int> &calls, int Hk, int Hv, int dk, int dv) 
         cu_gdn_chunked_bf16(NULL, o.data() + (size_t)t0 * Hv * dv, qkv.data() + (size_t)t0 * cq,
                             b.data() + (size_t)t0 * Hv, a.data() + (size_t)t0 * Hv, Al.data(), dtb.data(), S.data(), m,
                             Hk, Hv, dk, dv);
-        setenv("FD_GDN_BF16_COLS", "32", 1);
-        cu_gdn_chunked_bf16(NULL, o32.data() + (size_t)t0 * Hv * dv, qkv.data() + (size_t)t0 * cq,
-                            b.data() + (size_t)t0 * Hv, a.data() + (size_t)t0 * Hv, Al.data(), dtb.data(), S32.data(),
-                            m, Hk, Hv, dk, dv);
-        unsetenv("FD_GDN_BF16_COLS");
+        gdn_chunked_bf16_cols(NULL, o32.data() + (size_t)t0 * Hv * dv, qkv.data() + (size_t)t0 * cq,
+                              b.data() + (size_t)t0 * Hv, a.data() + (size_t)t0 * Hv, Al.data(), dtb.data(), S32.data(),
+                              m, Hk, Hv, dk, dv, 32);
         t0 += m;
     }
     const bool same32 = !memcmp(o.data(), o32.data(), no * 4) && !memcmp(S.data(), S32.data(), ns * 4);
