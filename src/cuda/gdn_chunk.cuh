@@ -118,28 +118,31 @@ static __device__ __forceinline__ void gdn_solve_T(float *Ts, const float *As, f
     }
 }
 
-// The state kernels' slice of head h's state Sg [dk, dv] (columns col0..col0 + 31) in mma accumulators:
-// S[m][j][e] of warp w is row (w + 8 m) * 16 + g + 8 (e >> 1), column col0 + 8 j + 2 c + (e & 1); nmt = dkp / 16
-// row tiles exist. Load: 0 past dk, dv and nmt (so those rows and columns stay 0); store: only inside [dk, dv].
-static __device__ __forceinline__ void gdn_state_load(float (*S)[4][4], const float *Sg, int w, int g, int c, int nmt,
+// The state kernels' slice of head h's state Sg [dk, dv] (columns col0..col0 + 8 NT - 1; NT = 4 in the tf32x3
+// set, 2 in the bf16 one) in mma accumulators: S[m][j][e] of warp w is row (w + 8 m) * 16 + g + 8 (e >> 1),
+// column col0 + 8 j + 2 c + (e & 1); nmt = dkp / 16 row tiles exist. Load: 0 past dk, dv and nmt (so those rows
+// and columns stay 0); store: only inside [dk, dv].
+template <int NT>
+static __device__ __forceinline__ void gdn_state_load(float (*S)[NT][4], const float *Sg, int w, int g, int c, int nmt,
                                                       int col0, int dk, int dv) {
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int mt = w + 8 * m, i = mt * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
                 S[m][j][e] = mt < nmt && i < dk && col < dv ? Sg[(int64_t)i * dv + col] : 0.f;
             }
 }
-static __device__ __forceinline__ void gdn_state_store(float *Sg, const float (*S)[4][4], int w, int g, int c, int nmt,
+template <int NT>
+static __device__ __forceinline__ void gdn_state_store(float *Sg, const float (*S)[NT][4], int w, int g, int c, int nmt,
                                                        int col0, int dk, int dv) {
 #pragma unroll
     for (int m = 0; m < 2; m++)
         if (w + 8 * m < nmt)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);

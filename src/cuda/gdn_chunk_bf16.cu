@@ -8,7 +8,7 @@
 //                                  T = (I + A)^-1 in fp32, rounded to bf16 [FLA stores it as k.dtype];
 //                                  U = T bf16(beta V), W = T bf16(beta exp(gamma) K), stored bf16 [FLA: same];
 //                                  P = lower_incl(Q K^T o Gamma) stored bf16 [FLA casts it to bf16 before P Vnew]
-//   state_out (per head, 32 value columns; chunks in order)
+//   state_out (per head, 16 value columns; chunks in order)
 //                                  S (fp32, in mma accumulators) rounded to bf16 for the products [FLA: h is
 //                                  stored and multiplied as bf16]; Vnew = U - W S (fp32 sum);
 //                                  O = diag(exp gamma) Q S + P bf16(Vnew), written fp32 [FLA writes bf16];
@@ -36,11 +36,10 @@
 #include "cuda/gdn_gates.h"
 #include "cuda/mma.cuh"
 
-#define GB_C    64   // chunk
-#define GB_SEG  4096 // tokens per pass (bounds the scratch: U, W, P are ~(dk + dv + 64) * 2 bytes per token-head)
-#define GB_COLS 32   // value columns per state_out block
-#define GB_LDF  68   // fp32 [64][68] tiles (A, T): the tf32x3 kernel's layout
-#define GB_LDC  72   // bf16 tiles whose row is one chunk (T, P, Vnew^T): 64 + 8
+#define GB_C   64   // chunk
+#define GB_SEG 4096 // tokens per pass (bounds the scratch: U, W, P are ~(dk + dv + 64) * 2 bytes per token-head)
+#define GB_LDF 68   // fp32 [64][68] tiles (A, T): the tf32x3 kernel's layout
+#define GB_LDC 72   // bf16 tiles whose row is one chunk (T, P, Vnew^T): 64 + 8
 
 typedef __nv_bfloat16 bf16;
 static_assert(GB_C == GDN_CHUNK && GB_LDF == GDN_CHUNK_LD, "gdn_chunk.cuh's tile layout");
@@ -124,10 +123,12 @@ static __device__ __forceinline__ void store_pair_bf16(bf16 *row, int col, float
 
 // ---------------------------------------------------------------------------------------------------------
 // intra: grid (Hv, chunks), 256 threads = 8 warps. Shared (fp32 first): As, Ts [64][68], Xs [3][256], gam, bet;
-// then bf16 Kb [64][dkp+8], QV [64][..] (Q, later beta V), Tb [64][72]. dkp, dvp: dk, dv rounded up to 32
-// (zero columns). Writes qn, kn [n, Hk, dk] (the group's first value head only), P [Hv, chunks, 64, 64],
-// U [Hv, n, dv], W [Hv, n, dk] (bf16) and gcum [Hv, n] (fp32).
-__global__ void __launch_bounds__(256)
+// then bf16 Kb [64][dkp+8], QV [64][..] (Q, later beta V); Tb [64][72] (bf16 T) over As. At dk = dv = 128 that
+// is 71.5 KB, so three blocks a SM (80 registers a thread, the most three blocks of 256 allow). dkp, dvp: dk, dv
+// rounded up to 32 (zero columns). Writes qn, kn [n, Hk, dk] (the group's first value head only),
+// P [Hv, chunks, 64, 64], U [Hv, n, dv], W [Hv, n, dk] (bf16) and gcum [Hv, n] (fp32).
+template <int JJ> // dk <= 32 JJ: JJ = 4 (dk <= 128, three blocks a SM) or 8
+__global__ void __launch_bounds__(256, JJ <= 4 ? 3 : 2)
     k_gdn_intra_bf16(bf16 *qn, bf16 *kn, bf16 *P, bf16 *U, bf16 *W, float *gcum, const float *qkv, const float *bb,
                      const float *aa, const float *A_log, const float *dt_bias, int n, int Hk, int Hv, int dk, int dv) {
     CU_PDL_ENTER();
@@ -138,7 +139,8 @@ __global__ void __launch_bounds__(256)
     const int dkp = pad32(dk), ldk = dkp + 8, dvp = pad32(dv), ldv = dvp + 8;
     float *As = (float *)sm4, *Ts = As + GB_C * GB_LDF, *Xs = Ts + GB_C * GB_LDF, *gam = Xs + 3 * 256;
     float *bet = gam + GB_C;
-    bf16 *Kb = (bf16 *)(bet + GB_C), *QV = Kb + GB_C * ldk, *Tb = QV + GB_C * max(ldk, ldv);
+    bf16 *Kb = (bf16 *)(bet + GB_C), *QV = Kb + GB_C * ldk;
+    bf16 *Tb = (bf16 *)sm4; // bf16 T [64][72] (9 KB) over fp32 A [64][68] (17 KB), dead once T is solved
 
     // The chunk's q and k rows of the key group and v rows of head h toward L2 first: the loads below come in
     // batches with shuffles and stores between them, so each batch waits its full latency; from L2, not DRAM.
@@ -179,7 +181,6 @@ __global__ void __launch_bounds__(256)
     // Warp w takes rows w + 8u (u < 16: 64 q rows, then 64 k rows), four at a time: their loads all issued
     // before the first sum (lane holds elements lane + 32 jj), the same sums and products as one row at a time.
     for (int v0 = w; v0 < 2 * GB_C; v0 += 32) {
-        constexpr int JJ = GDN_MAXD / 32;
         float xr[4][JJ], ss[4];
 #pragma unroll
         for (int b4 = 0; b4 < 4; b4++) {
@@ -235,17 +236,18 @@ __global__ void __launch_bounds__(256)
     // Q is consumed: bf16(beta V) of head h goes into its place, and K's rows become bf16(beta exp(gamma) K)
     {
         const float *vsrc = qkv + (int64_t)t0 * cq + 2 * Hk * dk + (int64_t)h * dv;
-        // eight loads in flight a thread, then their eight stores (0 past L and dv: 0 * beta = +0, as before)
+        // four loads in flight a thread, then their four stores (0 past L and dv: 0 * beta = +0, as before);
+        // eight (session 12) need more than the 80 registers three blocks a SM allow
         const int tot = GB_C * dvp;
-        for (int e0 = threadIdx.x; e0 < tot; e0 += 8 * 256) {
-            float vv[8];
+        for (int e0 = threadIdx.x; e0 < tot; e0 += 4 * 256) {
+            float vv[4];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < 4; u++) {
                 const int e = e0 + 256 * u, rr = e / dvp, cc = e - rr * dvp;
                 vv[u] = e < tot && rr < L && cc < dv ? vsrc[(int64_t)rr * cq + cc] : 0.f;
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < 4; u++) {
                 const int e = e0 + 256 * u, rr = e / dvp, cc = e - rr * dvp;
                 if (e < tot) QV[rr * ldv + cc] = __float2bfloat16_rn(vv[u] * bet[rr]);
             }
@@ -256,6 +258,7 @@ __global__ void __launch_bounds__(256)
         }
     }
     gdn_solve_T(Ts, As, Xs); // T = (I + A)^-1 in fp32 (gdn_chunk.cuh), the tf32x3 set's substitution
+    // gdn_solve_T's last barrier: every read of As is done, so Tb (its first 9 KB) may be written
     for (int e = threadIdx.x; e < GB_C * GB_C; e += blockDim.x) {
         const int rr = e >> 6, cc = e & 63;
         Tb[rr * GB_LDC + cc] = __float2bfloat16_rn(Ts[rr * GB_LDF + cc]);
@@ -288,31 +291,39 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// state_out: grid (ceil(dv / 32), Hv) (the column blocks of a head are neighbours: they read the same W, Q, K, P,
-// from L2), 256 threads = 8 warps, two blocks per SM. The block owns state columns col0 = 32 blockIdx.x .. + 32 of
-// head h for the whole call; the slice [dkp][32] lives in mma accumulators: warp w owns rows 16 w.. and
-// 16 (w + 8).. (dk <= 256; rows past dk stay 0). Shared: gam (fp32), then bf16 Wb, Qb, Kb [64][dkp+8],
-// SbT [32][dkp+8] (the state, transposed: B operand of W S and Q S), Pb [64][72], VbT, VdT [32][72] (Vnew and the
-// decayed Vnew, transposed). Per chunk, three barriers: (A) state -> SbT; (B) Vnew = U - W S, O = e^gamma Q S;
-// (C) O += P Vnew (stored), S <- e^gamma_last S + K^T Vd. The next chunk's W and Q arrive (cp.async) during (C),
-// its K and P during (A) and (B), its U (registers) during (C).
-__global__ void __launch_bounds__(256, 2)
+// state_out: grid (ceil(dv / COLS), Hv) (the column blocks of a head are neighbours: they read the same W, Q, K,
+// P, from L2), 256 threads = 8 warps. The block owns state columns col0 = COLS blockIdx.x .. + COLS of head h for
+// the whole call; the slice [dkp][COLS] lives in mma accumulators: warp w owns rows 16 w.. and 16 (w + 8)..
+// (dk <= 256; rows past dk stay 0). Shared: gam (fp32), then bf16 Wb, Qb, Kb [64][dkp+8], SbT [COLS][dkp+8] (the
+// state, transposed: B operand of W S and Q S), Pb [64][72], VbT, VdT [COLS][72] (Vnew and the decayed Vnew,
+// transposed). Per chunk, three barriers: (A) state -> SbT; (B) Vnew = U - W S, O = e^gamma Q S; (C) O += P Vnew
+// (stored), S <- e^gamma_last S + K^T Vd. The next chunk's W and Q arrive (cp.async) during (C), its K and P
+// during (A) and (B), its U (registers) during (C).
+// COLS = 16 (the default): 384 blocks at the 27B's heads, 69 KB of shared memory and <= 80 registers, so three
+// blocks a SM and all of them resident at once (132 SMs: 396 places), ~2.9 chains on every SM; COLS = 32
+// (session 12; still built, for tools/gdn_emu): 192 blocks, two a SM at most, so 60 SMs run two chains and 72 one.
+// Every output and state element sums the same products in the same order for either COLS (each mma chain has the same
+// k-steps; only which warp owns a column changes), so the two give the same bits.
+template <int COLS>
+__global__ void __launch_bounds__(256, COLS == 16 ? 3 : 2)
     k_gdn_state_out_bf16(float *o, float *state, const bf16 *W, const bf16 *U, const bf16 *qn, const bf16 *kn,
                          const bf16 *P, const float *gcum, int n, int Hk, int Hv, int dk, int dv) {
     CU_PDL_ENTER();
     extern __shared__ float4 sm4[];
-    const int col0 = blockIdx.x * GB_COLS, h = blockIdx.y, grp = h / (Hv / Hk), nch = (n + GB_C - 1) / GB_C;
+    static_assert(COLS == 16 || COLS == 32, "8 warps: 4 row tiles x 2 column halves of the Vnew tile");
+    constexpr int NS = COLS / 8, VN = COLS / 16; // n-tiles of a warp's state rows; of its Vnew tile
+    const int col0 = blockIdx.x * COLS, h = blockIdx.y, grp = h / (Hv / Hk), nch = (n + GB_C - 1) / GB_C;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int dkp = pad32(dk), ldk = dkp + 8, nmt = dkp / 16;
     float *gam = (float *)sm4;
     bf16 *Wb = (bf16 *)(gam + GB_C), *Qb = Wb + GB_C * ldk, *Kb = Qb + GB_C * ldk, *SbT = Kb + GB_C * ldk;
-    bf16 *Pb = SbT + GB_COLS * ldk, *VbT = Pb + GB_C * GB_LDC, *VdT = VbT + GB_COLS * GB_LDC;
+    bf16 *Pb = SbT + COLS * ldk, *VbT = Pb + GB_C * GB_LDC, *VdT = VbT + COLS * GB_LDC;
     const bf16 *Wh = W + (int64_t)h * n * dk, *Uh = U + (int64_t)h * n * dv, *Ph = P + (int64_t)h * nch * GB_C * GB_C;
     const bf16 *qg = qn + (int64_t)grp * dk, *kg = kn + (int64_t)grp * dk;
     const int64_t qk_stride = (int64_t)Hk * dk;
     float *Sg = state + (int64_t)h * dk * dv;
 
-    float S[2][4][4]; // [m-tile w, w + 8][n-tile][C fragment]
+    float S[2][NS][4]; // [m-tile w, w + 8][n-tile][C fragment]
     gdn_state_load(S, Sg, w, g, c, nmt, col0, dk, dv);
     const int L0 = min(GB_C, n);
     gdn_tile_load(Wb, ldk, Wh, dk, GB_C, L0, dk, dkp);
@@ -321,14 +332,14 @@ __global__ void __launch_bounds__(256, 2)
     gdn_tile_load(Kb, ldk, kg, qk_stride, GB_C, L0, dk, dkp);
     gdn_tile_load(Pb, GB_LDC, Ph, GB_C, GB_C, GB_C, GB_C, GB_C);
     cu_cp_async_commit();
-    // this thread's U elements of the Vnew tile (rows 16 (w & 3).., columns 16 (w >> 2)..) and gamma (thread
-    // i < 64: row i) travel one chunk ahead in registers, so their loads are off the chain
-    const int vm = w & 3, vn0 = (w >> 2) * 16;
+    // this thread's U elements of the Vnew tile (rows 16 (w & 3).., columns COLS / 2 (w >> 2)..) and gamma
+    // (thread i < 64: row i) travel one chunk ahead in registers, so their loads are off the chain
+    const int vm = w & 3, vn0 = (w >> 2) * 8 * VN;
     const float *gh = gcum + (int64_t)h * n;
     float gnext = (int)threadIdx.x < L0 ? gh[threadIdx.x] : 0.f;
-    float un[2][4];
+    float un[VN][4];
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < VN; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int t = vm * 16 + g + 8 * (e >> 1), col = col0 + vn0 + 8 * j + 2 * c + (e & 1);
@@ -339,9 +350,9 @@ __global__ void __launch_bounds__(256, 2)
         const int t0 = ch * GB_C, L = min(GB_C, n - t0), Ln = min(GB_C, n - t0 - GB_C); // Ln <= 0: no next chunk
         if (threadIdx.x < GB_C) gam[threadIdx.x] = gnext;
         gnext = (int)threadIdx.x < Ln ? gh[t0 + GB_C + threadIdx.x] : 0.f;
-        float u[2][4];
+        float u[VN][4];
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < VN; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) u[j][e] = un[j][e];
                 // (A) chunk-start state -> SbT (bf16, transposed)
@@ -349,7 +360,7 @@ __global__ void __launch_bounds__(256, 2)
         for (int m = 0; m < 2; m++)
             if (w + 8 * m < nmt)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < NS; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = (w + 8 * m) * 16 + g + 8 * (e >> 1), cl = 8 * j + 2 * c + (e & 1);
@@ -359,18 +370,18 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads();
         // (B) Vnew = U - W S and e^gamma Q S for rows 16 vm.., columns vn0..; Vnew and Vnew e^(gamma_L - gamma)
         // into VbT / VdT (0 past L)
-        float oacc[2][4];
+        float oacc[VN][4];
         {
-            float ws[2][4];
+            float ws[VN][4];
 #pragma unroll
-            for (int j = 0; j < 2; j++)
+            for (int j = 0; j < VN; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) ws[j][e] = oacc[j][e] = 0.f;
-            warp_mma_bf16_pair<2>(ws, oacc, Wb + vm * 16 * ldk, Qb + vm * 16 * ldk, ldk, SbT + vn0 * ldk, ldk,
-                                  dkp / 16);
+            warp_mma_bf16_pair<VN>(ws, oacc, Wb + vm * 16 * ldk, Qb + vm * 16 * ldk, ldk, SbT + vn0 * ldk, ldk,
+                                   dkp / 16);
             const float glast = gam[L - 1];
 #pragma unroll
-            for (int j = 0; j < 2; j++)
+            for (int j = 0; j < VN; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int t = vm * 16 + g + 8 * (e >> 1), cl = vn0 + 8 * j + 2 * c + (e & 1);
@@ -388,16 +399,16 @@ __global__ void __launch_bounds__(256, 2)
         }
         cu_cp_async_commit();
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < VN; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int t = vm * 16 + g + 8 * (e >> 1), col = col0 + vn0 + 8 * j + 2 * c + (e & 1);
                 un[j][e] = t < Ln && col < dv ? __bfloat162float(Uh[(int64_t)(t0 + GB_C + t) * dv + col]) : 0.f;
             }
         // (C) O += P Vnew (P is zero right of the diagonal: rows 16 vm.. need vm + 1 k-steps), stored fp32
-        warp_mma_bf16<2, false, true>(oacc, Pb + vm * 16 * GB_LDC, GB_LDC, VbT + vn0 * GB_LDC, GB_LDC, vm + 1);
+        warp_mma_bf16<VN, false, true>(oacc, Pb + vm * 16 * GB_LDC, GB_LDC, VbT + vn0 * GB_LDC, GB_LDC, vm + 1);
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < VN; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int t = vm * 16 + g + 8 * (e >> 1), col = col0 + vn0 + 8 * j + 2 * c + (e & 1);
@@ -410,10 +421,10 @@ __global__ void __launch_bounds__(256, 2)
             for (int m = 0; m < 2; m++)
                 if (w + 8 * m < nmt) {
 #pragma unroll
-                    for (int j = 0; j < 4; j++)
+                    for (int j = 0; j < NS; j++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) S[m][j][e] *= eg;
-                    warp_mma_bf16<4, true, true>(S[m], Kb + (w + 8 * m) * 16, ldk, VdT, GB_LDC, GB_C / 16);
+                    warp_mma_bf16<NS, true, true>(S[m], Kb + (w + 8 * m) * 16, ldk, VdT, GB_LDC, GB_C / 16);
                 }
         }
         __syncthreads(); // Kb, Pb, VbT, VdT, gam consumed
@@ -432,17 +443,21 @@ static int pad32_host(int x) {
 }
 static size_t smem_intra_bf16(int dk, int dv) {
     const int ldk = pad32_host(dk) + 8, ldv = pad32_host(dv) + 8;
+    static_assert(GB_C * GB_LDC * sizeof(bf16) <= GB_C * GB_LDF * sizeof(float), "Tb fits over As");
     return (2 * GB_C * GB_LDF + 3 * 256 + 2 * GB_C) * sizeof(float) +
-           ((size_t)GB_C * ldk + (size_t)GB_C * (ldk > ldv ? ldk : ldv) + GB_C * GB_LDC) * sizeof(bf16);
+           ((size_t)GB_C * ldk + (size_t)GB_C * (ldk > ldv ? ldk : ldv)) * sizeof(bf16);
 }
-static size_t smem_state_out_bf16(int dk) {
+static size_t smem_state_out_bf16(int dk, int cols) {
     const int ldk = pad32_host(dk) + 8;
     return GB_C * sizeof(float) +
-           ((size_t)3 * GB_C * ldk + (size_t)GB_COLS * ldk + GB_C * GB_LDC + 2 * GB_COLS * GB_LDC) * sizeof(bf16);
+           ((size_t)3 * GB_C * ldk + (size_t)cols * ldk + GB_C * GB_LDC + 2 * (size_t)cols * GB_LDC) * sizeof(bf16);
 }
-
-void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
-                         const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
+// The call with `cols` value columns per state_out block (16 or 32; the same bits): cu_gdn_chunked_bf16 uses 16,
+// tools/gdn_emu also runs 32 and compares.
+static void gdn_chunked_bf16_cols(fd_backend *be, float *o, const float *qkv, const float *b, const float *a,
+                                  const float *A_log, const float *dt_bias, float *state, int n_all, int Hk, int Hv,
+                                  int dk, int dv, int cols) {
+    FD_CHECK(cols == 16 || cols == 32, "gdn chunked bf16: %d state_out columns a block (16 or 32)", cols);
     FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "gdn chunked bf16: dk %d / dv %d not covered", dk,
              dv);
     const int cq = 2 * Hk * dk + Hv * dv, seg = n_all < GB_SEG ? n_all : GB_SEG, nch_max = (seg + GB_C - 1) / GB_C;
@@ -452,21 +467,37 @@ void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float
     bf16 *P = (bf16 *)cu_scratch(be, CU_SCR_E, (size_t)Hv * nch_max * GB_C * GB_C * 2);
     bf16 *U = (bf16 *)cu_scratch(be, CU_SCR_F, (size_t)Hv * seg * dv * 2);
     bf16 *W = (bf16 *)cu_scratch(be, CU_SCR_G, (size_t)Hv * seg * dk * 2);
-    const size_t sm_i = smem_intra_bf16(dk, dv), sm_s = smem_state_out_bf16(dk);
-    FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_intra_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_i));
-    FD_CUDA_CHECK(cudaFuncSetAttribute(k_gdn_state_out_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_s));
+    const size_t sm_i = smem_intra_bf16(dk, dv), sm_s = smem_state_out_bf16(dk, cols);
+    void (*state_out)(float *, float *, const bf16 *, const bf16 *, const bf16 *, const bf16 *, const bf16 *,
+                      const float *, int, int, int, int, int) =
+        cols == 16 ? k_gdn_state_out_bf16<16> : k_gdn_state_out_bf16<32>;
+    void (*intra)(bf16 *, bf16 *, bf16 *, bf16 *, bf16 *, float *, const float *, const float *, const float *,
+                  const float *, const float *, int, int, int, int, int) =
+        dk <= 128 ? k_gdn_intra_bf16<4> : k_gdn_intra_bf16<GDN_MAXD / 32>;
+    // the blocks a SM counted on (intra 3, state_out 3 or 2) need the whole 228 KB as shared memory, not L1
+    FD_CUDA_CHECK(cudaFuncSetAttribute(intra, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_i));
+    FD_CUDA_CHECK(
+        cudaFuncSetAttribute(intra, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    FD_CUDA_CHECK(cudaFuncSetAttribute(state_out, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_s));
+    FD_CUDA_CHECK(cudaFuncSetAttribute(state_out, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
 
     for (int t0 = 0; t0 < n_all; t0 += GB_SEG) {
         const int n = n_all - t0 < GB_SEG ? n_all - t0 : GB_SEG, nch = (n + GB_C - 1) / GB_C;
         cu_prof pr;
         cu_prof_begin(be, &pr, "gdn_chunked_bf16", n);
-        cu_launch(be, k_gdn_intra_bf16, dim3(Hv, nch), 256, sm_i, qn, kn, P, U, W, gcum, qkv + (int64_t)t0 * cq,
+        cu_launch(be, intra, dim3(Hv, nch), 256, sm_i, qn, kn, P, U, W, gcum, qkv + (int64_t)t0 * cq,
                   b + (int64_t)t0 * Hv, a + (int64_t)t0 * Hv, A_log, dt_bias, n, Hk, Hv, dk, dv);
         cu_prof_mark(be, &pr, "intra");
-        cu_launch(be, k_gdn_state_out_bf16, dim3((dv + GB_COLS - 1) / GB_COLS, Hv), 256, sm_s,
-                  o + (int64_t)t0 * Hv * dv, state, (const bf16 *)W, (const bf16 *)U, (const bf16 *)qn,
-                  (const bf16 *)kn, (const bf16 *)P, (const float *)gcum, n, Hk, Hv, dk, dv);
+        cu_launch(be, state_out, dim3((dv + cols - 1) / cols, Hv), 256, sm_s, o + (int64_t)t0 * Hv * dv, state,
+                  (const bf16 *)W, (const bf16 *)U, (const bf16 *)qn, (const bf16 *)kn, (const bf16 *)P,
+                  (const float *)gcum, n, Hk, Hv, dk, dv);
         cu_prof_mark(be, &pr, "state_out");
         cu_prof_end(be, &pr);
     }
+}
+
+void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
+                         const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
+    gdn_chunked_bf16_cols(be, o, qkv, b, a, A_log, dt_bias, state, n_all, Hk, Hv, dk, dv, 16);
 }

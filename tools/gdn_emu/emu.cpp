@@ -3,8 +3,8 @@
 // checked without a GPU (docs/perf-notes.md, session 8). From the repo root (needs only g++ and the CUDA headers):
 //   g++ -std=c++17 -O2 -Isrc -I/usr/local/cuda/include -Wno-unknown-pragmas tools/gdn_emu/emu.cpp -o .dev/gdn_emu
 //   -lpthread .dev/gdn_emu [quick]       16 shapes (x 2 cp.async modes, plus a 4200-token call unless quick); "0 bad"
-//   at the end .dev/gdn_emu peer IN OUT   peer_gdn_chunk_io's file contract (tests_cuda/bench_cuda_gdn.c), for
-//   peer_flow.py
+//   at the end (each shape also runs with 32-column state_out blocks, whose output and state must be the same bits)
+//   .dev/gdn_emu peer IN OUT   peer_gdn_chunk_io's file contract (tests_cuda/bench_cuda_gdn.c), for peer_flow.py
 // One std::thread per CUDA thread: a full run takes a few minutes of both cores.
 #include "emu.h"
 
@@ -160,6 +160,7 @@ static int check(const std::vector<int> &calls, int Hk, int Hv, int dk, int dv) 
     for (auto &x : dtb) x = urand(-1, 1);
     for (auto &x : S) x = urand(-0.3f, 0.3f);
     std::vector<double> S64(S.begin(), S.end()), Sm(S.begin(), S.end()), o64(no), om(no);
+    std::vector<float> S32(S), o32(no); // the same calls with 32-column state_out blocks: the same bits
     reference(o64.data(), S64.data(), qkv.data(), b.data(), a.data(), Al.data(), dtb.data(), n, Hk, Hv, dk, dv, 0);
     int t0 = 0;
     for (int m : calls) {
@@ -168,18 +169,23 @@ static int check(const std::vector<int> &calls, int Hk, int Hv, int dk, int dv) 
         cu_gdn_chunked_bf16(NULL, o.data() + (size_t)t0 * Hv * dv, qkv.data() + (size_t)t0 * cq,
                             b.data() + (size_t)t0 * Hv, a.data() + (size_t)t0 * Hv, Al.data(), dtb.data(), S.data(), m,
                             Hk, Hv, dk, dv);
+        gdn_chunked_bf16_cols(NULL, o32.data() + (size_t)t0 * Hv * dv, qkv.data() + (size_t)t0 * cq,
+                              b.data() + (size_t)t0 * Hv, a.data() + (size_t)t0 * Hv, Al.data(), dtb.data(), S32.data(),
+                              m, Hk, Hv, dk, dv, 32);
         t0 += m;
     }
+    const bool same32 = !memcmp(o.data(), o32.data(), no * 4) && !memcmp(S.data(), S32.data(), ns * 4);
     const double eo = rel(o.data(), om.data(), no), es = rel(S.data(), Sm.data(), ns);
     const double fo = rel(o.data(), o64.data(), no), fs = rel(S.data(), S64.data(), ns);
     const double mo = reld(om.data(), o64.data(), no), ms = reld(Sm.data(), S64.data(), ns);
     char split[64] = "";
     for (size_t i = 0; i < calls.size(); i++)
         snprintf(split + strlen(split), sizeof split - strlen(split), i ? "+%d" : "%d", calls[i]);
-    const int bad = !(eo < 3e-3 && es < 3e-3 && fo < 3e-2 && fs < 3e-2);
+    const int bad = !(eo < 3e-3 && es < 3e-3 && fo < 3e-2 && fs < 3e-2 && same32);
     printf("%s n=%-12s Hk=%d Hv=%d dk=%-3d dv=%-3d cp=%s | kernel vs bf16 model out %.2e state %.2e | kernel vs fp64 "
-           "out %.2e state %.2e | model vs fp64 out %.2e state %.2e\n",
-           bad ? "BAD " : "ok  ", split, Hk, Hv, dk, dv, emu_cp_immediate ? "issue" : "wait ", eo, es, fo, fs, mo, ms);
+           "out %.2e state %.2e | model vs fp64 out %.2e state %.2e | cols 32 %s\n",
+           bad ? "BAD " : "ok  ", split, Hk, Hv, dk, dv, emu_cp_immediate ? "issue" : "wait ", eo, es, fo, fs, mo, ms,
+           same32 ? "same bits" : "DIFFERENT");
     fflush(stdout);
     return bad;
 }
