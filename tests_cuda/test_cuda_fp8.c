@@ -7,7 +7,6 @@
 //   - the dequant route (n > 16, or selected) against the same reference, counted as gemm_fp8=dequant: within the
 //     bf16 bound under gemm_act bf16 (the weight rounded to bf16), within 1e-4 under bf16x2 (an f32 copy);
 //   - bf16 scales (published too) read like f32 ones.
-// The W8A8 route (gemm_fp8=w8a8) has its own file, test_cuda_fp8_w8a8.c; bench_cuda_gemv_fp8 below times both.
 // Thresholds as for bf16 weights (test_cuda_gemv.c): bf16 activations 2e-2, bf16x2 1e-4; the dequant route rounds
 // fp8 x scale to bf16 once more: 2e-2.
 #include <stdlib.h>
@@ -229,13 +228,7 @@ TEST(bench_cuda_gemv_fp8) {
                   {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"}, {17408, 5120, 128, "FFN gate, up"},
                   {5120, 17408, 64, "FFN down"}};
     const int ns[] = {1, 8, 16}, bps = bench_gemv_bps();
-    double per_token_ms[3] = {0}, per_token_w8a8_ms[3] = {0};
-    // each timing under the route the bench runs with (gemv by default), then under w8a8 (gemv_w8a8.cu): the same
-    // call, the same shapes
-    const char *route_at_start = NULL;
-    for (int i = 0; i < B()->n_routes; i++)
-        if (!strcmp(B()->routes[i].name, "gemm_fp8")) route_at_start = B()->routes[i].values[*B()->routes[i].sel];
-    ASSERT(route_at_start, "no gemm_fp8 route");
+    double per_token_ms[3] = {0};
     bench_mm_ctx c;
     memset(&c, 0, sizeof c);
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
@@ -271,12 +264,6 @@ TEST(bench_cuda_gemv_fp8) {
             snprintf(what, sizeof what, "fp8 gemv %-15s %5d x %5d n=%2d", shapes[s].what, m, k, c.n);
             row(what, ms, 2.0 * c.n * m * k, (double)wbytes);
             per_token_ms[j] += ms * shapes[s].per_token;
-            ASSERT(fd_cuda_set_route(B(), "gemm_fp8", "w8a8") == 0, "%s", fd_error_msg());
-            const double ms8 = time_ms(bench_mm_cycle, &c) / c.reps;
-            ASSERT(fd_cuda_set_route(B(), "gemm_fp8", route_at_start) == 0, "%s", fd_error_msg());
-            snprintf(what, sizeof what, "fp8 w8a8 %-15s %5d x %5d n=%2d", shapes[s].what, m, k, c.n);
-            row(what, ms8, 2.0 * c.n * m * k, (double)wbytes);
-            per_token_w8a8_ms[j] += ms8 * shapes[s].per_token;
         }
         for (int i = 1; i < copies; i++) B()->free(B(), c.Ws[i].dev);
         B()->release_weight(B(), &w);
@@ -287,9 +274,6 @@ TEST(bench_cuda_gemv_fp8) {
     for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
         printf("BENCH | fp8 gemv: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d bps=%d: %.2f ms\n", ns[j],
                bps, per_token_ms[j]);
-    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
-        printf("BENCH | fp8 w8a8: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d bps=%d: %.2f ms\n", ns[j],
-               bps, per_token_w8a8_ms[j]);
     B()->free(B(), c.x);
     B()->free(B(), c.out);
 }

@@ -25,7 +25,7 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 //   pdl = gemv | off: programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
 //                              before them runs, their first weight loads in flight before griddepcontrol.wait
 //                              (cuda_common.h); bitwise the results of off
-//   gemm_fp8 = gemv | dequant | w8a8: GEMMs on FP8 block-scaled weights (gemv_fp8.cu, gemv_w8a8.cu, docs/routes.md)
+//   gemm_fp8 = gemv | dequant: GEMMs on FP8 block-scaled weights (gemv_fp8.cu, docs/routes.md)
 //   gdn_chunk = tf32x3 | bf16: the chunked GDN prefill kernels: 3xTF32 products on fp32 operands (gdn_chunk.cu,
 //                              ~fp32), or bf16 operands rounded where FLA rounds, fp32 sums and state
 //                              (gdn_chunk_bf16.cu)

@@ -469,12 +469,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rf->name = "gemm_fp8";
     rf->values[0] = "gemv";
     rf->values[1] = "dequant";
-    rf->values[2] = "w8a8";
     rf->sel = &c->gemm_fp8;
-    rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant; "
-                   "w8a8 with block_cols != 128: the weight-only gemv";
+    rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant";
     rf->help = "FP8 block-scaled weights: the FP8 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 "
-               "GEMM, or w8a8: activations quantized to e4m3 per (token, 128-group), e4m3 tensor-core MMAs";
+               "GEMM";
     fd_route *ri = &c->routes[CU_ROUTE_GEMM_INT4];
     ri->name = "gemm_int4";
     ri->values[0] = "gemv";

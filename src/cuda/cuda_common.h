@@ -84,7 +84,7 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 #define CU_GEMV_MAX_N    16
 #define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
 #define CU_GEMV_MAX_SEGS 4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
-// Default k slicing: ~2 64-row blocks per SM (gemv.cu cu_gemv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
+// Default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
 // 15.7 at 6.
 #define CU_GEMV_BLOCKS_PER_SM 2
 #define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
@@ -114,7 +114,7 @@ typedef struct {
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
-    int gemv_blocks_per_sm; // cu_gemv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
+    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
     // call copies nothing (a copy from host memory could not sit in a CUDA graph).
     struct {
@@ -152,10 +152,7 @@ enum {
 };
 // Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
 // dequantizes the weight to bf16 and runs the bf16 path (always so for n > 16 and shapes the GEMV does not take).
-// w8a8: the W8A8 GEMV (gemv_w8a8.cu): activations quantized to e4m3 per (token, 128-group) at run time, e4m3 x e4m3
-// tensor-core MMAs (HF's activation_scheme: dynamic); not the default (its activation rounding is coarser than the
-// bf16 bound); shapes it does not take run the weight-only GEMV (or dequant) by shape.
-enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1, CU_GEMM_FP8_W8A8 = 2 };
+enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1 };
 // Route gemm_int4 (gemv_int4.cu): GPTQ / AWQ int4 weights with <= 16 rows run the int4 GEMV, or every call
 // dequantizes the weight and runs the dense path (always so for n > 16 and act-order g_idx).
 enum { CU_GEMM_INT4_GEMV = 0, CU_GEMM_INT4_DEQUANT = 1 };
@@ -360,20 +357,6 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
 int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
 // outs[i][n, Ws[i]->rows] = x . Ws[i]^T for every i, in one launch; each result is bitwise cu_gemv's.
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n);
-// The split-k arrival counters of the GEMVs (gemv.cu, gemv_w8a8.cu): at least `tiles`, zero between calls.
-int *cu_gemv_counters(cu_impl *c, int tiles);
-
-// ---- gemv_w8a8.cu ----
-// 1 when the W8A8 GEMV (route gemm_fp8=w8a8) can run an FP8 block-scaled W: on the device, 1 <= n <= 16, k a
-// multiple of 16 below 2^21, block_cols 128 (one activation group per weight scale column), block_rows a multiple
-// of 32, W and x 16-byte aligned. Otherwise the caller takes the weight-only FP8 GEMV or dequant.
-int cu_gemv_w8a8_supported(const void *x, const fd_weight *W, int n);
-// The same for a fused group: each weight W8A8-eligible, all the same k, count <= CU_GEMV_MAX_SEGS.
-int cu_gemv_w8a8_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
-// outs[i][n, Ws[i]->rows] = e4m3(x) . Ws[i]^T, x quantized per (token, 128-group) in the kernel; one launch; row
-// results bitwise independent of n, a fused result bitwise the separate call's.
-void cu_gemv_w8a8_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x,
-                        int n);
 
 // ---- gemv_fp8.cu ----
 // dst [rows, cols] = the dequantized weight (fp8 x block scale): f32 (exact) or rounded to bf16.

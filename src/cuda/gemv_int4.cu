@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, c
 }
 
 // The k partition: a function of (m, k, SM count, the gemv blocks-per-SM knob) only, never of n. About
-// 2 x blocks_per_sm 32-row blocks per SM (cu_gemv_plan's target, counted the same way), slices multiples of
+// 2 x blocks_per_sm 32-row blocks per SM (gv_plan's target, counted the same way), slices multiples of
 // I4_SLICE_QUANTUM.
 static int i4_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
     const int tiles = (m + I4_ROWS - 1) / I4_ROWS;

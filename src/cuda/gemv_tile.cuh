@@ -47,21 +47,4 @@ cu_gemv_tile_finish(const float (&red)[CU_GEMV_TILE_WARPS][CU_GEMV_TILE_ROWS][NC
     }
     if (threadIdx.x == 0) counters[tile] = 0; // ready for the next call (stream order)
 }
-
-// The k partition of a (m, k) problem (gemv.cu, gemv_w8a8.cu): a function of the shape and the SM count only,
-// never of n (nor of the other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row
-// tiles (twice as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
-// Slices are multiples of the format's quantum (GV_SLICE_QUANTUM: two steps per warp, one loop iteration at P = 2
-// loads both), so every warp of a block gets the same work and a block is not all latency.
-static inline int cu_gemv_plan(int m, int k, int quantum, int num_sms, int blocks_per_sm, int *kslice) {
-    const int tiles64 = (m + 63) / 64;
-    const int max_slices = (k + quantum - 1) / quantum;
-    int S = (blocks_per_sm * num_sms + tiles64 - 1) / tiles64;
-    if (S > max_slices) S = max_slices;
-    if (S < 1) S = 1;
-    int ks = (k + S - 1) / S;
-    ks = (ks + quantum - 1) / quantum * quantum;
-    *kslice = ks;
-    return (k + ks - 1) / ks;
-}
 #endif

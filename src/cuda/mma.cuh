@@ -1,5 +1,5 @@
-// What the small-n GEMV kernels share (gemv.cu: bf16 and e4m3 weights; gemv_int4.cu; gemv_w8a8.cu): the
-// tensor-core MMAs and the streaming load of weights read once per call.
+// What the small-n GEMV kernels share (gemv.cu: bf16 and e4m3 weights; gemv_int4.cu): the bf16 tensor-core MMA
+// and the streaming load of weights read once per call.
 #ifndef FD_CUDA_MMA_CUH
 #define FD_CUDA_MMA_CUH
 #include <stdint.h>
@@ -8,16 +8,6 @@
 static __device__ __forceinline__ void cu_mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                    uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// c += a . b, mma.sync m16n8k16, f16 inputs, f32 accumulators (the same fragment layout as bf16; gemv_w8a8.cu,
-// whose e4m3 operands are exact in f16).
-static __device__ __forceinline__ void cu_mma_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                  uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
