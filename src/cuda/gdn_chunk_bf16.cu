@@ -8,7 +8,7 @@
 //                                  T = (I + A)^-1 in fp32, rounded to bf16 [FLA stores it as k.dtype];
 //                                  U = T bf16(beta V), W = T bf16(beta exp(gamma) K), stored bf16 [FLA: same];
 //                                  P = lower_incl(Q K^T o Gamma) stored bf16 [FLA casts it to bf16 before P Vnew]
-//   state_out (per head, 16 value columns; chunks in order)
+//   state_out (per head, 32 value columns; chunks in order)
 //                                  S (fp32, in mma accumulators) rounded to bf16 for the products [FLA: h is
 //                                  stored and multiplied as bf16]; Vnew = U - W S (fp32 sum);
 //                                  O = diag(exp gamma) Q S + P bf16(Vnew), written fp32 [FLA writes bf16];
@@ -299,9 +299,10 @@ __global__ void __launch_bounds__(256, JJ <= 4 ? 3 : 2)
 // transposed). Per chunk, three barriers: (A) state -> SbT; (B) Vnew = U - W S, O = e^gamma Q S; (C) O += P Vnew
 // (stored), S <- e^gamma_last S + K^T Vd. The next chunk's W and Q arrive (cp.async) during (C), its K and P
 // during (A) and (B), its U (registers) during (C).
-// COLS = 16 (the default): 384 blocks at the 27B's heads, 69 KB of shared memory and <= 80 registers, so three
-// blocks a SM and all of them resident at once (132 SMs: 396 places), ~2.9 chains on every SM; COLS = 32
-// (session 12; still built, for tools/gdn_emu): 192 blocks, two a SM at most, so 60 SMs run two chains and 72 one.
+// COLS = 32 (the default): 192 blocks at the 27B's heads, two a SM at most, so 60 SMs run two chains and 72 one.
+// COLS = 16: 384 blocks, 69 KB of shared memory and <= 80 registers, three a SM, all resident at once; measured
+// slower on the H200 (0.481 vs 0.451 ms per 4096 tokens, docs/perf-notes.md session 13: each block still loads
+// the whole W/Q/K/P tiles per chunk, so L2 traffic doubles). Kept built: tools/gdn_emu compares the two bitwise.
 // Every output and state element sums the same products in the same order for either COLS (each mma chain has the same
 // k-steps; only which warp owns a column changes), so the two give the same bits.
 template <int COLS>
@@ -452,8 +453,8 @@ static size_t smem_state_out_bf16(int dk, int cols) {
     return GB_C * sizeof(float) +
            ((size_t)3 * GB_C * ldk + (size_t)cols * ldk + GB_C * GB_LDC + 2 * (size_t)cols * GB_LDC) * sizeof(bf16);
 }
-// The call with `cols` value columns per state_out block (16 or 32; the same bits): cu_gdn_chunked_bf16 uses 16,
-// tools/gdn_emu also runs 32 and compares.
+// The call with `cols` value columns per state_out block (16 or 32; the same bits): cu_gdn_chunked_bf16 uses 32,
+// tools/gdn_emu also runs 16 and compares.
 static void gdn_chunked_bf16_cols(fd_backend *be, float *o, const float *qkv, const float *b, const float *a,
                                   const float *A_log, const float *dt_bias, float *state, int n_all, int Hk, int Hv,
                                   int dk, int dv, int cols) {
@@ -499,5 +500,5 @@ static void gdn_chunked_bf16_cols(fd_backend *be, float *o, const float *qkv, co
 
 void cu_gdn_chunked_bf16(fd_backend *be, float *o, const float *qkv, const float *b, const float *a, const float *A_log,
                          const float *dt_bias, float *state, int n_all, int Hk, int Hv, int dk, int dv) {
-    gdn_chunked_bf16_cols(be, o, qkv, b, a, A_log, dt_bias, state, n_all, Hk, Hv, dk, dv, 16);
+    gdn_chunked_bf16_cols(be, o, qkv, b, a, A_log, dt_bias, state, n_all, Hk, Hv, dk, dv, 32);
 }
