@@ -352,10 +352,10 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
 
     cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
     c->device = device;
-    // Default routes. attn_kernel=mma: validated against the CPU reference on the H200 (run 2, docs/perf-notes.md)
-    // and 13x the CUDA-core kernel at prefill. gemm_act=auto: bf16 activations (the numerics contract, DESIGN.md
+    // Default routes. attn_kernel=wgmma: the whole GPU suite passes under it and it is 1.30x mma at 60-64K on the
+    // H200 (session 14 call 1, docs/perf-notes.md); its calls outside head_dim 256 / bf16 cache run mma. gemm_act=auto: bf16 activations (the numerics contract, DESIGN.md
     // §5) on every real geometry, ~fp32 ones on GEMMs with k <= 256 (toy models; gemm.cu).
-    c->attn_kernel = CU_ATTN_MMA;
+    c->attn_kernel = CU_ATTN_WGMMA;
     c->gemm_act = CU_GEMM_AUTO;
     // gemm_small=gemv: batch invariant (decode and verify give the same logits) and no activation cast pass.
     c->gemm_small = CU_GEMM_SMALL_GEMV;
