@@ -226,7 +226,7 @@ TEST(bench_cuda_decode_attn) {
 
 // ---- tensor-core attention prefill (route attn_kernel=mma, and =wgmma beside it on the bf16 cache) at the 27B
 // geometry: a 4096-query chunk of a long prompt against everything cached so far (24q/4kv x 256, causal), bf16 and
-// e4m3 caches (wgmma declines e4m3: no row). FLOPs counted as
+// e4m3 caches, both kernels on each. FLOPs counted as
 // 4 * rows * visible keys * hd with rows = (token, q head) pairs; the ceiling is cuDNN's 621 TFLOP/s (DESIGN.md §8).
 // Timed with the decode bench's f_dattn (pos_dev NULL: the chunk starts at pos0).
 TEST(bench_cuda_attn_prefill) {
@@ -257,7 +257,7 @@ TEST(bench_cuda_attn_prefill) {
         void *table = NULL;
         const fd_kv_view paged = shuffled_view(be, a.cache, cap, cap, &table);
         const char *kernels[] = {"mma", "wgmma"};
-        for (int ki = 0; ki < (e4 ? 1 : 2); ki++) {
+        for (int ki = 0; ki < 2; ki++) {
             ASSERT(fd_cuda_set_route(be, "attn_kernel", kernels[ki]) == 0, "%s", fd_error_msg());
             const int64_t ran0 = cuda_rig_route_value_calls(be, "attn_kernel", kernels[ki]);
             for (int pg = 0; pg < 2; pg++) // contiguous, then through a shuffled page table

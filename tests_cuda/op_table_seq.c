@@ -317,7 +317,7 @@ static void r_lse(fd_backend *be, oh_case *c, int side) {
 // half-empty block, row counts no multiple of 128 or 16, warps of padding only, pos0 off the key grid, many tiles,
 // blocks across the causal diagonal; calls below 64 rows fall back to the CUDA-core kernel under this route.
 #define MMA(n0, n, H, Hkv, hd, causal) ATTN(n0, n, H, Hkv, hd, causal, "attn_kernel=mma", TEST_ONLY)
-// The Hopper wgmma kernel (attn_kernel=wgmma; 2 warpgroups x 64 rows, key tile 64; head_dim 256 and a bf16 cache,
+// The Hopper wgmma kernel (attn_kernel=wgmma; 2 warpgroups x 64 rows, key tile 64; head_dim 256 over bf16 or e4m3,
 // other shapes run the mma kernel under this route): the mma rows at head_dim 256, a second warpgroup that is
 // partly live (n 40 at G 2: rows 64..79) or barely (n 22 at G 3: 66 rows), one head_dim-128 call (mma fallback).
 #define WGMMA(n0, n, H, Hkv, hd, causal) ATTN(n0, n, H, Hkv, hd, causal, "attn_kernel=wgmma", TEST_ONLY)

@@ -73,7 +73,13 @@ TEST(cuda_kv_e4m3) {
     check(c, g, 300, 5, 6, 2, 256, "simt", 1);
     check(c, g, 0, 200, 8, 2, 128, "mma", 1);
     check(c, g, 64, 96, 6, 2, 256, "mma", 1);
-    check(c, g, 64, 96, 6, 2, 256, "wgmma", 1); // e4m3: the wgmma route runs the mma kernel
+    // the wgmma kernel's e4m3 path (head_dim 256): one block, and many key tiles with pos0 off the tile grid
+    const int64_t wg0 = cuda_rig_route_value_calls(g, "attn_kernel", "wgmma");
+    check(c, g, 64, 96, 6, 2, 256, "wgmma", 1);
+    check(c, g, 2000, 150, 6, 1, 256, "wgmma", 1);
+    check(c, g, 700, 300, 6, 2, 256, "wgmma", 0);
+    EXPECT(cuda_rig_route_value_calls(g, "attn_kernel", "wgmma") - wg0 == 6, "the e4m3 wgmma kernel ran %lld times",
+           (long long)(cuda_rig_route_value_calls(g, "attn_kernel", "wgmma") - wg0));
     // the tensor-core kernel's e4m3 path: many key tiles, pos0 off the tile grid, rows no multiple of the block
     check(c, g, 2000, 150, 6, 1, 256, "mma", 1);
     check(c, g, 77, 90, 8, 2, 64, "mma", 0);

@@ -16,7 +16,8 @@
 // The shared window starts off a 1024-byte boundary (at 0x410) so the kernel's own alignment is exercised.
 // Checks: the output against a direct attention in double over the same bf16 Q, K, V (rel-L2 <= 5e-3; P enters
 // the PV product as bf16), every output finite; bitwise paged == contiguous and pos_dev == pos0; the shapes the
-// kernel declines (head_dim 128, e4m3, < 64 rows) return 0.
+// kernel declines (head_dim 128, < 64 rows, a cache with neither layout) return 0. The e4m3 cache: raw bytes and
+// per-(slot, head) scales, the reference on the dequantised values.
 // From the repo root (g++ and the CUDA headers):
 //   g++ -std=c++17 -O2 -Isrc -Itools -I/usr/local/cuda/include -Wno-unknown-pragmas tools/wg_emu.cpp -o .dev/wg_emu
 //   -lpthread && .dev/wg_emu [quick]        "0 bad" at the end
@@ -80,6 +81,9 @@ static inline uint32_t wg_smem(const void *p) {
 }
 static inline void wg_cp16(void *dst, const void *src, bool ok) {
     cu_cp_async16(dst, src, ok);
+}
+static inline void wg_cp4(void *dst, const void *src, bool ok) {
+    emu_cp_async4(dst, src, ok);
 }
 static inline void wg_commit() {
     cu_cp_async_commit();
@@ -276,25 +280,58 @@ static float rbf(float x) {
 }
 
 struct cache {
-    int Hkv, paged;
-    std::vector<__nv_bfloat16> k, v;
+    int Hkv, paged, e4;
+    std::vector<__nv_bfloat16> k, v;  // bf16 layout
+    std::vector<uint8_t> k8, v8;      // e4m3 layout: bytes and one scale per (slot, head) row
+    std::vector<float> ks, vs;
     std::vector<int32_t> pages; // page size 64
     cu_kv view() const {
         cu_kv c = {};
-        c.k = k.data(), c.v = v.data();
+        if (e4)
+            c.k8 = k8.data(), c.v8 = v8.data(), c.ks = ks.data(), c.vs = vs.data();
+        else
+            c.k = k.data(), c.v = v.data();
         c.pages = paged ? pages.data() : NULL, c.page_shift = paged ? 6 : 0;
         return c;
     }
+    // element d of (slot, head) row r as the kernel must see it
+    double kval(int64_t r, int d) const {
+        return e4 ? (double)fp8f(k8[r * 256 + d]) * ks[r] : (double)__bfloat162float(k[r * 256 + d]);
+    }
+    double vval(int64_t r, int d) const {
+        return e4 ? (double)fp8f(v8[r * 256 + d]) * vs[r] : (double)__bfloat162float(v[r * 256 + d]);
+    }
+    static float fp8f(uint8_t b) {
+        const __half_raw h = __nv_cvt_fp8_to_halfraw(b, __NV_E4M3);
+        return __half2float(__half(h));
+    }
 };
-static cache make_cache(int Hkv, int64_t tot, int paged) {
+static cache make_cache(int Hkv, int64_t tot, int paged, int e4 = 0) {
     cache c;
-    c.Hkv = Hkv, c.paged = paged;
+    c.Hkv = Hkv, c.paged = paged, c.e4 = e4;
     const int64_t npages = (tot + 63) / 64;
     for (int i = 0; i < npages; i++) c.pages.push_back(i);
     for (int i = (int)npages - 1; i > 0; i--) std::swap(c.pages[i], c.pages[(int)(urand(0, 1) * (i + 1)) % (i + 1)]);
-    const size_t nel = (size_t)npages * 64 * Hkv * 256;
+    const size_t rows = (size_t)npages * 64 * Hkv, nel = rows * 256;
     c.k.resize(nel), c.v.resize(nel);
     for (size_t i = 0; i < nel; i++) c.k[i] = __float2bfloat16_rn(urand(-2, 2)), c.v[i] = __float2bfloat16_rn(urand(-1, 1));
+    if (e4) { // per-row amax / 448 scales (rows of different magnitude), bytes saturated and rounded to nearest
+        c.k8.resize(nel), c.v8.resize(nel), c.ks.resize(rows), c.vs.resize(rows);
+        for (size_t r = 0; r < rows; r++) {
+            const float mag = urand(0.25f, 4.0f);
+            float ak = 0, av = 0;
+            for (int d = 0; d < 256; d++)
+                ak = fmaxf(ak, fabsf(__bfloat162float(c.k[r * 256 + d]) * mag)),
+                av = fmaxf(av, fabsf(__bfloat162float(c.v[r * 256 + d])));
+            c.ks[r] = ak / 448.f, c.vs[r] = av / 448.f;
+            for (int d = 0; d < 256; d++) {
+                c.k8[r * 256 + d] = __nv_cvt_float_to_fp8(__bfloat162float(c.k[r * 256 + d]) * mag / c.ks[r],
+                                                          __NV_SATFINITE, __NV_E4M3);
+                c.v8[r * 256 + d] = __nv_cvt_float_to_fp8(__bfloat162float(c.v[r * 256 + d]) / c.vs[r],
+                                                          __NV_SATFINITE, __NV_E4M3);
+            }
+        }
+    }
     return c;
 }
 // the same positions laid out contiguously
@@ -306,6 +343,11 @@ static cache flatten(const cache &c, int64_t tot) {
     for (int64_t p = 0; p < tot; p++) {
         const int64_t s = cu_kv_slot(pv, p);
         for (size_t i = 0; i < row; i++) f.k[p * row + i] = c.k[s * row + i], f.v[p * row + i] = c.v[s * row + i];
+        if (c.e4) {
+            for (size_t i = 0; i < row; i++) f.k8[p * row + i] = c.k8[s * row + i], f.v8[p * row + i] = c.v8[s * row + i];
+            for (int h = 0; h < c.Hkv; h++)
+                f.ks[p * c.Hkv + h] = c.ks[s * c.Hkv + h], f.vs[p * c.Hkv + h] = c.vs[s * c.Hkv + h];
+        }
     }
     return f;
 }
@@ -316,7 +358,7 @@ static std::vector<float> run(const cache &c, const std::vector<float> &q, int64
     int64_t pd = pos0;
     const int ran = cu_attention_wgmma(NULL, out, q.data(), c.view(), use_dev ? 0 : pos0, use_dev ? &pd : NULL, n, H,
                                        c.Hkv, 256, 1.0f / 16.0f, causal);
-    expect(ran == 1, "the kernel takes head_dim 256, bf16, >= 64 rows");
+    expect(ran == 1, "the kernel takes head_dim 256, bf16 or e4m3, >= 64 rows");
     return std::vector<float>(out, out + on);
 }
 static double vs_reference(const cache &c, const std::vector<float> &out, const std::vector<float> &q, int64_t pos0,
@@ -331,9 +373,9 @@ static double vs_reference(const cache &c, const std::vector<float> &out, const 
             std::vector<double> s(last + 1);
             double mx = -INFINITY;
             for (int64_t k = 0; k <= last; k++) {
-                const __nv_bfloat16 *kr = c.k.data() + (cu_kv_slot(kv, k) * Hkv + kvh) * 256;
+                const int64_t kr = cu_kv_slot(kv, k) * Hkv + kvh;
                 double dot = 0;
-                for (int d = 0; d < 256; d++) dot += (double)rbf(q[((size_t)t * H + h) * 256 + d]) * __bfloat162float(kr[d]);
+                for (int d = 0; d < 256; d++) dot += (double)rbf(q[((size_t)t * H + h) * 256 + d]) * c.kval(kr, d);
                 s[k] = dot / 16.0, mx = fmax(mx, s[k]);
             }
             double Z = 0;
@@ -341,7 +383,7 @@ static double vs_reference(const cache &c, const std::vector<float> &out, const 
             for (int d = 0; d < 256; d++) {
                 double ref = 0;
                 for (int64_t k = 0; k <= last; k++)
-                    ref += s[k] * __bfloat162float(c.v[(cu_kv_slot(kv, k) * Hkv + kvh) * 256 + d]);
+                    ref += s[k] * c.vval(cu_kv_slot(kv, k) * Hkv + kvh, d);
                 ref /= Z;
                 const double got = out[((size_t)t * H + h) * 256 + d];
                 if (!std::isfinite(got)) return INFINITY;
@@ -357,33 +399,35 @@ int main(int argc, char **argv) {
     // the shapes the kernel declines run nothing (the mma kernel takes them)
     {
         cache c = make_cache(1, 64, 0);
-        cu_kv e4 = c.view();
-        e4.k = NULL, e4.v = NULL;
+        cu_kv none = c.view();
+        none.k = NULL, none.v = NULL; // and no e4m3 planes either
         float out[4];
         expect(!cu_attention_wgmma(NULL, out, NULL, c.view(), 0, NULL, 64, 2, 1, 128, 0.1f, 1), "head_dim 128 declined");
-        expect(!cu_attention_wgmma(NULL, out, NULL, e4, 0, NULL, 64, 2, 1, 256, 0.1f, 1), "e4m3 cache declined");
+        expect(!cu_attention_wgmma(NULL, out, NULL, none, 0, NULL, 64, 2, 1, 256, 0.1f, 1), "no cache declined");
         expect(!cu_attention_wgmma(NULL, out, NULL, c.view(), 0, NULL, 31, 2, 1, 256, 0.1f, 1), "62 rows declined");
     }
     // G, Hkv, n, pos0, causal, paged: one block of exactly 128 rows; blocks across the causal diagonal; a second
     // warpgroup partly (rows 64..79) or barely (2 rows) live; pos0 off the key grid; tiles straddling shuffled pages;
-    // many tiles; non-causal; GQA groups 1, 2, 3, 6
-    const int cfg[][6] = {
-        {2, 1, 64, 0, 1, 0},   {2, 2, 100, 37, 1, 1}, {2, 1, 40, 0, 1, 1},  {3, 1, 22, 70, 1, 0},
-        {6, 1, 50, 130, 1, 1}, {1, 2, 200, 0, 0, 0},  {2, 1, 72, 33, 0, 1}, {2, 1, 300, 500, 1, 1},
+    // many tiles; non-causal; GQA groups 1, 2, 3, 6; the e4m3 cache (last column) on the same edges
+    const int cfg[][7] = {
+        {2, 1, 64, 0, 1, 0, 0},   {2, 2, 100, 37, 1, 1, 1}, {2, 1, 40, 0, 1, 1, 0},  {3, 1, 22, 70, 1, 0, 1},
+        {6, 1, 50, 130, 1, 1, 0}, {1, 2, 200, 0, 0, 0, 0},  {2, 1, 72, 33, 0, 1, 1}, {2, 1, 300, 500, 1, 1, 0},
+        {6, 1, 50, 130, 1, 1, 1}, {2, 1, 300, 500, 1, 1, 1},
     };
     const int ncfg = quick ? 4 : (int)(sizeof cfg / sizeof cfg[0]);
     for (int ci = 0; ci < ncfg; ci++) {
         const int G = cfg[ci][0], Hkv = cfg[ci][1], n = cfg[ci][2], causal = cfg[ci][4], paged = cfg[ci][5];
+        const int e4 = cfg[ci][6];
         const int64_t pos0 = cfg[ci][3], tot = pos0 + n;
         const int H = G * Hkv;
-        cache c = make_cache(Hkv, tot, paged);
+        cache c = make_cache(Hkv, tot, paged, e4);
         std::vector<float> q((size_t)n * H * 256);
         for (float &x : q) x = urand(-2, 2);
         const std::vector<float> out = run(c, q, pos0, n, H, causal, 0);
         const double e = vs_reference(c, out, q, pos0, n, H, causal);
         char what[200];
-        snprintf(what, sizeof what, "G=%d Hkv=%d n=%d pos0=%lld%s%s: rel-L2 %.3g", G, Hkv, n, (long long)pos0,
-                 causal ? "" : " noncausal", paged ? " paged" : "", e);
+        snprintf(what, sizeof what, "G=%d Hkv=%d n=%d pos0=%lld%s%s%s: rel-L2 %.3g", G, Hkv, n, (long long)pos0,
+                 causal ? "" : " noncausal", paged ? " paged" : "", e4 ? " e4m3" : "", e);
         printf("%s\n", what);
         fflush(stdout);
         expect(e <= 5e-3, what);

@@ -353,7 +353,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     cu_impl *c = (cu_impl *)fd_calloc(1, sizeof *c);
     c->device = device;
     // Default routes. attn_kernel=wgmma: the whole GPU suite passes under it and it is 1.30x mma at 60-64K on the
-    // H200 (session 14 call 1, docs/perf-notes.md); its calls outside head_dim 256 / bf16 cache run mma. gemm_act=auto: bf16 activations (the numerics contract, DESIGN.md
+    // H200 (session 14 call 1, docs/perf-notes.md); its calls outside head_dim 256 run mma. gemm_act=auto: bf16 activations (the numerics contract, DESIGN.md
     // §5) on every real geometry, ~fp32 ones on GEMMs with k <= 256 (toy models; gemm.cu).
     c->attn_kernel = CU_ATTN_WGMMA;
     c->gemm_act = CU_GEMM_AUTO;
@@ -439,11 +439,11 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     ra->values[0] = "simt";
     ra->values[1] = "mma";
     ra->values[2] = "splitk"; // selectable, but only counts: calls with <= 16 tokens run it whatever is selected
-    ra->values[3] = "wgmma";  // Hopper warpgroup MMA, head_dim 256 / bf16 cache; its other calls run mma
+    ra->values[3] = "wgmma";  // Hopper warpgroup MMA, head_dim 256 (bf16 or e4m3 cache); its other calls run mma
     ra->sel = &c->attn_kernel;
     ra->by_shape = "calls with <= 16 query tokens always run splitk (head_dim 64/128/256, else simt); larger "
                    "calls run mma only with >= 64 query rows and head_dim 64/128/256, else simt; wgmma only "
-                   "with head_dim 256 and a bf16 cache, else as mma";
+                   "with head_dim 256, else as mma";
     ra->help = "attention: CUDA-core flash kernel, tensor-core mma kernel or Hopper wgmma kernel";
     fd_route *rk = &c->routes[CU_ROUTE_KV];
     rk->name = "kv";

@@ -14,6 +14,11 @@ static __device__ __forceinline__ void wg_cp16(void *dst, const void *src, bool 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
                  : "memory");
 }
+// A 4-byte cp.async (the e4m3 cache's per-(token, head) scales); !ok zero-fills.
+static __device__ __forceinline__ void wg_cp4(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(wg_smem(dst)), "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
 static __device__ __forceinline__ void wg_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
