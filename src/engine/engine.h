@@ -170,13 +170,14 @@ int engine_set_taps(fd_engine *e, const int *layers, int n);
 // block than the slots hold reallocates them (recorded forwards are dropped).
 int engine_enable_slots(fd_engine *e, int block);
 // Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
-// run the recurrence and record the state after every token. n_past advances by n until engine_commit.
+// run the recurrence and, under gdn_verify=slots, record the state after every token (replay: they keep the
+// core's inputs and leave the GDN state as it was). n_past advances by n until engine_commit, which must follow.
 int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits);
 // The same verify for greedy acceptance: only the argmax of every row (backend argmax_rows, lowest index on
 // ties as engine_argmax) crosses to the host, not the n x V logits.
 int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argmax);
 // Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
-// GDN and conv state are taken from slot keep-1 (no recompute).
+// the conv state is taken from slot keep-1, the GDN state too (slots) or replayed over the keep tokens (replay).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
 // The live GDN and conv state of every layer <- state slot `slot` (the state after that verified token or node),
 // in batches through the backend's copy_batch where it has one. engine_commit and engine_commit_tree end here.
