@@ -143,6 +143,14 @@ struct fd_backend {
     void (*gdn_core)(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                      const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
                      int dv, float *state_slots);
+    // The chain recurrence of gdn_core (FD_GDN_SERIAL) over n tokens with the state only read: o exactly as
+    // gdn_core writes it for those tokens, bitwise, and nothing else written (route gdn_verify=replay: a verify
+    // leaves the committed state S0 as it was; the commit replays the accepted a tokens through gdn_core from S0,
+    // whose per-token arithmetic is the verify's, so the state it leaves is bitwise what slot a - 1 would hold).
+    // Optional: NULL, and the engine offers only gdn_verify=slots.
+    void (*gdn_core_readonly)(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                              const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk,
+                              int Hv, int dk, int dv);
     // out[rows, dv] = w * rmsnorm(x) * silu(z), w [dv] (not zero-centred)
     void (*gated_rmsnorm)(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w, int64_t rows,
                           int dv, float eps);

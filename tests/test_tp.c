@@ -7,6 +7,7 @@
 
 #include "engine/dflash.h"
 #include "engine/engine_tp.h"
+#include "engine/routes.h"
 #include "engine/sampling.h"
 #include "engine/tp_sample.h"
 #include "fixture.h"
@@ -315,7 +316,7 @@ TEST(tp_sampling_matches_tp1) {
 }
 
 // DFlash over a tp 2 target (the drafter replicated on rank 0's backend, reading rank 0's taps): the greedy
-// continuation is plain greedy's (HF's), at every block size the drafter allows.
+// continuation is plain greedy's (HF's) under both gdn_verify values.
 TEST(tp_dflash_greedy_matches_plain) {
     const struct {
         const char *drafter, *target;
@@ -330,19 +331,36 @@ TEST(tp_dflash_greedy_matches_plain) {
         ASSERT(drafter_load(dir, &r.full, &d) == 0, "%s", fd_error_msg());
         free(dir);
         drafter_upload(&d, r.bes[0]);
-        fd_engine e;
-        ASSERT(rig_engine(&r, &e, 64, fx.n_ids + 64) == 0, "%s", fd_error_msg());
-        fd_dflash s;
-        ASSERT(dflash_init(&s, &e, &d, 0) == 0, "%s", fd_error_msg());
-        int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
-        ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
-        int same = 0;
-        while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
-        EXPECT(same == fx.n_greedy, "%s at tp 2: differs from greedy at token %d", k[i].drafter, same);
-        EXPECT(s.st.rounds >= 1);
-        free(out);
-        dflash_free(&s);
-        engine_free(&e);
+        // under both gdn_verify values (set on the leader, whose table is rank 0's; the ranks follow it), ending in
+        // bitwise the same rank states
+        fd_engine e[2];
+        for (int v = 0; v < 2; v++) {
+            ASSERT(rig_engine(&r, &e[v], 64, fx.n_ids + 64) == 0, "%s", fd_error_msg());
+            ASSERT(routes_set(&e[v], v ? "gdn_verify=replay" : "gdn_verify=slots") == 0, "%s", fd_error_msg());
+            fd_dflash s;
+            ASSERT(dflash_init(&s, &e[v], &d, 0) == 0, "%s", fd_error_msg());
+            int32_t *out = calloc((size_t)fx.n_greedy, sizeof *out);
+            ASSERT(dflash_generate(&s, fx.ids, fx.n_ids, 64, fx.n_greedy, NULL, out) == 0, "%s", fd_error_msg());
+            int same = 0;
+            while (same < fx.n_greedy && out[same] == fx.greedy[same]) same++;
+            EXPECT(same == fx.n_greedy, "%s at tp 2, gdn_verify %d: differs from greedy at token %d", k[i].drafter, v,
+                   same);
+            EXPECT(s.st.rounds >= 1);
+            for (int q = 0; q < 2; q++) // every rank verified by the value asked for
+                EXPECT(engine_tp_rank(&e[v], q)->routes[FD_ROUTE_GDN_VERIFY].calls[v] == s.st.rounds);
+            free(out);
+            dflash_free(&s);
+        }
+        for (int q = 0; q < 2; q++) {
+            const fd_engine *a = engine_tp_rank(&e[0], q), *b = engine_tp_rank(&e[1], q);
+            const fd_rank_plan *p = &a->m->plan;
+            for (int l = 0; l < p->num_layers; l++)
+                if (p->layers[l].kind == FD_LAYER_GDN)
+                    EXPECT(!memcmp(a->gdn_state[l], b->gdn_state[l], (size_t)plan_gdn_state_bytes(p)) &&
+                               !memcmp(a->conv_state[l], b->conv_state[l], (size_t)plan_conv_state_bytes(p)),
+                           "%s rank %d layer %d: state differs between slots and replay", k[i].drafter, q, l);
+        }
+        for (int v = 0; v < 2; v++) engine_free(&e[v]);
         drafter_release(&d, r.bes[0]);
         drafter_free(&d);
         rig_close(&r);

@@ -6,6 +6,8 @@
 //     of k_gdn_rec (rows per lane 1..32, vector and scalar loads, partial column groups, rows past dk).
 //   - cuda_conv1d_silu_one_launch: calls of up to 64 tokens update the conv state inside the output kernel;
 //     state exact vs the CPU, outputs within TOL_F32, for K = 2, 3, 4 around the 64-token boundary.
+//     The read-only core (gdn_core_readonly, route gdn_verify=replay) gives the same outputs and leaves the state
+//     as it was, and gdn_core over the first a tokens (the commit's replay) leaves bitwise slot a - 1's state.
 // The kernel's accuracy vs the CPU and an fp64 recurrence is checked in test_cuda_gdn.c (cuda_gdn_*).
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,28 @@ static void decode_vs_verify(int n, int Hk, int Hv, int dk, int dv) {
         }
         gpu()->free(gpu(), dS2), gpu()->free(gpu(), dout);
     }
+    // gdn_verify=replay: the read-only core gives the same outputs and leaves S0 as it was; gdn_core over the first
+    // a tokens from S0 (the commit's replay) leaves bitwise what slot a - 1 holds, for every a
+    int ro_o = 0, ro_untouched = 0, replay_same = 1;
+    {
+        void *dS2 = up(S0, ns), *dout = poisoned((size_t)n * no);
+        gpu()->gdn_core_readonly(gpu(), dout, dq, db, da, &A_log, &dt_bias, dS2, n, Hk, Hv, dk, dv);
+        down_to(o2, dout, (size_t)n * no);
+        down_to(fin, dS2, ns);
+        ro_o = !memcmp(o1, o2, (size_t)n * no * 4);
+        ro_untouched = !memcmp(S0, fin, ns * 4);
+        for (int keep = 1; keep <= n; keep++) {
+            gpu()->to_device(gpu(), dS2, S0, ns * 4);
+            gpu()->gdn_core(gpu(), FD_GDN_SERIAL, dout, dq, db, da, &A_log, &dt_bias, dS2, keep, Hk, Hv, dk, dv, NULL);
+            down_to(fin, dS2, ns);
+            replay_same &= !memcmp(st1 + (size_t)(keep - 1) * ns, fin, ns * 4);
+        }
+        gpu()->free(gpu(), dS2), gpu()->free(gpu(), dout);
+    }
+    printf("    gdn readonly n=%-2d: outputs %s, state %s; replays of 1..%d tokens %s\n", n, ro_o ? "bitwise" : "DIFFER",
+           ro_untouched ? "untouched" : "WRITTEN", n, replay_same ? "bitwise the slots" : "DIFFER");
+    EXPECT(ro_o && ro_untouched && replay_same, "gdn readonly / replay n=%d Hk=%d Hv=%d dk=%d dv=%d", n, Hk, Hv, dk,
+           dv);
     const int ok = finite && same_o[0] && same_o[1] && same_final[0] && same_final[1] && same_slots;
     printf("    gdn serial n=%-2d Hk=%d Hv=%d dk=%-3d dv=%-3d: outputs %s/%s, slots %s, final state %s/%s%s\n", n,
            Hk, Hv, dk, dv, same_o[1] ? "bitwise" : "DIFFER", same_o[0] ? "bitwise" : "DIFFER",

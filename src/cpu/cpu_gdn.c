@@ -96,6 +96,7 @@ typedef struct {
     float *slots;         // [n, Hv, dk, dv] or NULL: the state after every token
     int n, Hk, Hv, dk, dv, conv_dim;
     const int32_t *parent; // a verify tree (backend.h): node t starts from its parent's slot; NULL: a chain
+    int readonly;          // a chain that leaves `state` as it was (gdn_core_readonly): the recurrence on a copy
 } gdn_ctx;
 
 static inline const float *gdn_v(const gdn_ctx *c, int t, int h) {
@@ -105,13 +106,16 @@ static inline const float *gdn_v(const gdn_ctx *c, int t, int h) {
 static void gdn_serial_heads(void *p, int64_t h0, int64_t h1) {
     gdn_ctx *c = p;
     const int dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
-    float *kv = fd_malloc((size_t)dv * 4), *work = c->parent ? fd_malloc((size_t)dk * dv * 4) : NULL;
+    float *kv = fd_malloc((size_t)dv * 4);
+    float *work = c->parent || c->readonly ? fd_malloc((size_t)dk * dv * 4) : NULL;
     for (int64_t h = h0; h < h1; h++) {
-        // a chain updates the committed state in place; a tree updates a copy of its parent's state per node
+        // a chain updates the committed state in place (a read-only one a copy of it, the same arithmetic); a tree
+        // updates a copy of its parent's state per node
         float *S = work ? work : c->state + h * dk * dv;
         const int kh = (int)(h / r);
+        if (c->readonly) memcpy(S, c->state + h * dk * dv, (size_t)dk * dv * sizeof(float));
         for (int t = 0; t < c->n; t++) {
-            if (work) {
+            if (c->parent) {
                 const int pa = c->parent[t];
                 const float *from = pa < 0 ? c->state + h * dk * dv : c->slots + ((int64_t)pa * c->Hv + h) * dk * dv;
                 memcpy(S, from, (size_t)dk * dv * sizeof(float));
@@ -227,7 +231,7 @@ static void gdn_chunked_heads(void *p, int64_t h0, int64_t h1) {
 
 static void gdn_core_run(fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                          const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
-                         int dv, float *state_slots, const int32_t *parent) {
+                         int dv, float *state_slots, const int32_t *parent, int readonly) {
     const int conv_dim = 2 * Hk * dk + Hv * dv;
     const float *X = qkv, *B = b, *A = a;
     float *q = fd_malloc((size_t)n * Hk * dk * 4), *k = fd_malloc((size_t)n * Hk * dk * 4);
@@ -256,7 +260,7 @@ static void gdn_core_run(fd_gdn_route route, void *o, const void *qkv, const voi
             beta[i] = cpu_sigmoid(B[i]);
         }
     }
-    gdn_ctx c = {o, q, k, X, g, beta, state, state_slots, n, Hk, Hv, dk, dv, conv_dim, parent};
+    gdn_ctx c = {o, q, k, X, g, beta, state, state_slots, n, Hk, Hv, dk, dv, conv_dim, parent, readonly};
     // Per-token state slots only exist in the recurrence; the engine asks for them with FD_GDN_SERIAL.
     FD_CHECK(!state_slots || route == FD_GDN_SERIAL || n == 1, "GDN state slots need the serial route");
     fd_parallel_for(Hv, 1, route == FD_GDN_SERIAL || n == 1 ? gdn_serial_heads : gdn_chunked_heads, &c);
@@ -270,7 +274,15 @@ static void cpu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void
                          const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk,
                          int dv, float *state_slots) {
     (void)be;
-    gdn_core_run(route, o, qkv, b, a, A_log, dt_bias, state, n, Hk, Hv, dk, dv, state_slots, NULL);
+    gdn_core_run(route, o, qkv, b, a, A_log, dt_bias, state, n, Hk, Hv, dk, dv, state_slots, NULL, 0);
+}
+
+static void cpu_gdn_core_readonly(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                                  const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk,
+                                  int Hv, int dk, int dv) {
+    (void)be;
+    // the state is only read (gdn_serial_heads runs the recurrence on a copy of it)
+    gdn_core_run(FD_GDN_SERIAL, o, qkv, b, a, A_log, dt_bias, (float *)state, n, Hk, Hv, dk, dv, NULL, NULL, 1);
 }
 
 static void cpu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
@@ -280,7 +292,7 @@ static void cpu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const vo
     FD_CHECK(state_slots && parent_dev, "GDN tree: slots and parents required");
     // the state is only read (gdn_serial_heads copies it per node)
     gdn_core_run(FD_GDN_SERIAL, o, qkv, b, a, A_log, dt_bias, (float *)state, n, Hk, Hv, dk, dv, state_slots,
-                 parent_dev);
+                 parent_dev, 0);
 }
 
 static void cpu_gated_rmsnorm(fd_backend *be, void *out, const void *x, const void *z, const fd_weight *w,
@@ -302,6 +314,7 @@ void cpu_install_gdn(fd_backend *be) {
     be->gdn_split_qkvz = cpu_gdn_split_qkvz;
     be->conv1d_silu = cpu_conv1d_silu;
     be->gdn_core = cpu_gdn_core;
+    be->gdn_core_readonly = cpu_gdn_core_readonly;
     be->conv1d_silu_tree = cpu_conv1d_silu_tree;
     be->gdn_core_tree = cpu_gdn_core_tree;
     be->gated_rmsnorm = cpu_gated_rmsnorm;

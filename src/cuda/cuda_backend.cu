@@ -406,6 +406,7 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     be->gdn_split_qkvz = cu_gdn_split_qkvz;
     be->conv1d_silu = cu_conv1d_silu;
     be->gdn_core = cu_gdn_core;
+    be->gdn_core_readonly = cu_gdn_core_readonly;
     be->gated_rmsnorm = cu_gated_rmsnorm;
     be->split_q_gate = cu_split_q_gate;
     be->rope = cu_rope;

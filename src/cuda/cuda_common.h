@@ -416,6 +416,9 @@ void cu_gdn_split_qkvz(fd_backend *be, void *qkv, void *z, void *b, void *a, con
 void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, const void *b, const void *a,
                  const fd_weight *A_log, const fd_weight *dt_bias, float *state, int n, int Hk, int Hv, int dk, int dv,
                  float *state_slots);
+void cu_gdn_core_readonly(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                          const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv,
+                          int dk, int dv);
 void cu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, const void *a, const fd_weight *A_log,
                       const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv, int dk, int dv,
                       float *state_slots, const int32_t *parent_dev);

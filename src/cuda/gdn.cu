@@ -6,7 +6,8 @@
 //  FD_GDN_SERIAL  - one kernel, token-recurrent, the state in registers (k_gdn_rec; the first kernel, k_gdn_serial,
 //                   2x slower, was removed in session 6: docs/perf-notes.md). With state_slots (f32 [n, Hv, dk, dv]) it
 //                   also writes the state after every token to slot t (speculative verify: committing k accepted
-//                   tokens = taking slot k-1). Slots imply this route.
+//                   tokens = taking slot k-1). Slots imply this route. gdn_core_readonly is the same kernel
+//                   without the final state store (route gdn_verify=replay: the commit replays the accepted tokens).
 //  FD_GDN_CHUNKED - chunk C = 64, tensor cores (gdn_chunk.cu).
 // Tree verify (gdn_core_tree, route spec_verify=tree) is the recurrent kernel with TREE set: node t starts from
 // its parent's state (the committed state for a root, else the parent's slot, which this thread wrote itself), so
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
     k_gdn_rec(float *__restrict__ o, float *__restrict__ slots, const float *__restrict__ qkv,
               const float *__restrict__ bb, const float *__restrict__ aa, const float *__restrict__ A_log,
               const float *__restrict__ dt_bias, float *__restrict__ state, int n, int Hk, int Hv, int dk, int dv,
-              const int32_t *__restrict__ parent) {
+              const int32_t *__restrict__ parent, int store_state) {
     CU_PDL_ENTER();
     // Prefetching the next token doubles the q/k registers: skipped at dk > 128 (a test-only size) to stay unspilled.
     constexpr bool PREFETCH = RL <= 16;
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
 #pragma unroll
     for (int j = 0; j < RL; j++) {
         const int64_t at = (int64_t)(i0 + j) * dv + c;
-        if (!TREE && i0 + j < dk) { // a tree leaves the committed state as it was
+        if (!TREE && store_state && i0 + j < dk) { // a tree and a read-only chain leave the state as it was
             if (VEC) {
                 if (ok0) *(float2 *)(Sh + at) = make_float2(s0[j], s1[j]);
             } else {
@@ -292,46 +293,48 @@ __global__ void __launch_bounds__(REC_WARPS * 32)
 template <int RL, bool TREE>
 static void rec_launch_kind(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
                             const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv,
-                            int dk, int dv, const int32_t *parent) {
+                            int dk, int dv, const int32_t *parent, int store_state) {
     const int warps = (dv + REC_COLS - 1) / REC_COLS;
     const dim3 grid((unsigned)((warps + REC_WARPS - 1) / REC_WARPS), (unsigned)Hv);
     if (vec)
         cu_launch(be, (k_gdn_rec<RL, true, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk,
-                  Hv, dk, dv, parent);
+                  Hv, dk, dv, parent, store_state);
     else
         cu_launch(be, (k_gdn_rec<RL, false, TREE>), grid, REC_WARPS * 32, 0, o, slots, qkv, b, a, Al, dtb, state, n, Hk,
-                  Hv, dk, dv, parent);
+                  Hv, dk, dv, parent, store_state);
 }
 
 template <int RL>
 static void rec_launch(fd_backend *be, bool vec, float *o, float *slots, const float *qkv, const float *b,
                        const float *a, const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk,
-                       int dv, const int32_t *parent) {
+                       int dv, const int32_t *parent, int store_state) {
     if (parent)
-        rec_launch_kind<RL, true>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch_kind<RL, true>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, 0);
     else
-        rec_launch_kind<RL, false>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch_kind<RL, false>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent,
+                                   store_state);
 }
 
-// parent: NULL for a chain, else the tree's parents (backend memory; see k_gdn_rec).
+// parent: NULL for a chain, else the tree's parents (backend memory; see k_gdn_rec). store_state: a chain writes
+// its final state back (0: gdn_core_readonly; a tree never does).
 static void gdn_rec(fd_backend *be, float *o, float *slots, const float *qkv, const float *b, const float *a,
                     const float *Al, const float *dtb, float *state, int n, int Hk, int Hv, int dk, int dv,
-                    const int32_t *parent) {
+                    const int32_t *parent, int store_state) {
     const uintptr_t addr_bits = (uintptr_t)o | (uintptr_t)slots | (uintptr_t)qkv | (uintptr_t)state;
     const bool vec = dk % 4 == 0 && dv % 4 == 0 && addr_bits % 16 == 0;
     // rows per lane: dk over the 8 row groups, rounded up to a power of two (GDN_MAXD 256 -> 32)
     if (dk <= 8)
-        rec_launch<1>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<1>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
     else if (dk <= 16)
-        rec_launch<2>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<2>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
     else if (dk <= 32)
-        rec_launch<4>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<4>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
     else if (dk <= 64)
-        rec_launch<8>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<8>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
     else if (dk <= 128)
-        rec_launch<16>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<16>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
     else
-        rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent);
+        rec_launch<32>(be, vec, o, slots, qkv, b, a, Al, dtb, state, n, Hk, Hv, dk, dv, parent, store_state);
 }
 
 // Bench/test hooks (cuda.h).
@@ -352,7 +355,7 @@ void cu_gdn_core(fd_backend *be, fd_gdn_route route, void *o, const void *qkv, c
     const float *Al = cu_wf32(A_log), *dtb = cu_wf32(dt_bias);
     if (route == FD_GDN_SERIAL || state_slots) { // per-token slots only exist in the recurrence
         gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, Al, dtb, state, n,
-                Hk, Hv, dk, dv, NULL);
+                Hk, Hv, dk, dv, NULL, 1);
     } else {
         cu_impl *c = cu_of(be);
         fd_route *rc = &c->routes[CU_ROUTE_GDN_CHUNK];
@@ -377,5 +380,18 @@ void cu_gdn_core_tree(fd_backend *be, void *o, const void *qkv, const void *b, c
     FD_CHECK(n <= CU_TREE_MAX_NODES, "GDN tree of %d nodes: at most %d", n, CU_TREE_MAX_NODES);
     // the kernel only reads `state` with TREE set
     gdn_rec(be, (float *)o, state_slots, (const float *)qkv, (const float *)b, (const float *)a, cu_wf32(A_log),
-            cu_wf32(dt_bias), (float *)state, n, Hk, Hv, dk, dv, parent_dev);
+            cu_wf32(dt_bias), (float *)state, n, Hk, Hv, dk, dv, parent_dev, 0);
+}
+
+// The chain recurrence without the state store (backend.h: gdn_core_readonly): the kernel of gdn_core's serial
+// route, with the same per-token arithmetic (k_gdn_rec's registers hold the state; only the final store is skipped).
+void cu_gdn_core_readonly(fd_backend *be, void *o, const void *qkv, const void *b, const void *a,
+                          const fd_weight *A_log, const fd_weight *dt_bias, const float *state, int n, int Hk, int Hv,
+                          int dk, int dv) {
+    if (n <= 0) return;
+    if (Hk <= 0 || Hv % Hk) FD_PANIC("gdn_core_readonly: Hv %d not a multiple of Hk %d", Hv, Hk);
+    FD_CHECK(dk >= 1 && dk <= GDN_MAXD && dv >= 1 && dv <= GDN_MAXD, "GDN head dims %d/%d unsupported (max %d)", dk, dv,
+             GDN_MAXD);
+    gdn_rec(be, (float *)o, NULL, (const float *)qkv, (const float *)b, (const float *)a, cu_wf32(A_log),
+            cu_wf32(dt_bias), (float *)state, n, Hk, Hv, dk, dv, NULL, 0);
 }

@@ -58,6 +58,22 @@ int engine_init(fd_engine *e, fd_model *m, fd_backend *be, const fd_engine_opts 
         .sel = &e->spec_verify_sel,
         .help = "a DFlash round verifies the drafter's argmax chain, or a best-first tree of its likeliest "
                 "continuations under --tree-budget nodes (cpu and cuda; not under --tp)"};
+    // replay (the default) where the backend has the read-only core; a tree verify always takes slots (by shape)
+    e->gdn_verify_sel = be->gdn_core_readonly ? FD_GDN_VERIFY_REPLAY : FD_GDN_VERIFY_SLOTS;
+    if (be->gdn_core_readonly)
+        e->routes[FD_ROUTE_GDN_VERIFY] = (fd_route){
+            .name = "gdn_verify",
+            .values = {"slots", "replay"},
+            .sel = &e->gdn_verify_sel,
+            .by_shape = "a tree verify takes slots",
+            .help = "a chain verify writes every token's GDN state to a slot and the commit copies one, or it "
+                    "writes no GDN state and the commit replays the accepted tokens from the kept inputs"};
+    else
+        e->routes[FD_ROUTE_GDN_VERIFY] = (fd_route){
+            .name = "gdn_verify",
+            .values = {"slots"},
+            .sel = &e->gdn_verify_sel,
+            .help = "GDN state of a verify: per-token slots (replay needs the backend's gdn_core_readonly)"};
     // Graphs need the backend's recording entry points (cuda, not under --trace / FD_CUDA_SYNC / FD_CUDA_PROFILE);
     // a MoE layer copies its routing to the host mid-forward, which a recording cannot hold.
     e->graphs_capable = be->graph_begin && be->graph_end && be->graph_launch && be->graph_free &&
@@ -117,6 +133,7 @@ void engine_reset(fd_engine *e) {
         }
     e->n_past = 0;
     e->prompt_total = 0;
+    e->replay_pending = 0;
     kv_pages_release(&e->pages, e->pool);
 }
 
@@ -152,8 +169,10 @@ void engine_free(fd_engine *e) {
     for (int i = 0; e->gdn_slots && i < num_layers; i++) {
         if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
         if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
+        if (e->gdn_keep[i]) be->free(be, e->gdn_keep[i]);
     }
     free(e->gdn_slots);
+    free(e->gdn_keep);
     free(e->conv_slots);
     if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
     if (e->taps) be->free(be, e->taps);
@@ -173,6 +192,11 @@ static fd_kv_view seq_kv_view(const void *seq, int layer) { return engine_kv_vie
 // chunks take the gdn_prefill route.
 static int gdn_decode_rows(const fd_engine *q, int n) { return n == 1 || q->use_slots; }
 
+// A chain verify under gdn_verify=replay: the GDN core only reads the state and keeps its inputs (forward.h).
+static int verify_replays(const fd_engine *q) {
+    return q->use_slots && !q->tree && q->gdn_verify_sel == FD_GDN_VERIFY_REPLAY;
+}
+
 // Rows [row0, row0 + n) of a forward for sequence q, as the model's forward reads them.
 static fd_fwd_seg seg_of(fd_engine *q, int row0, int n) {
     const int decode = gdn_decode_rows(q, n);
@@ -183,7 +207,8 @@ static fd_fwd_seg seg_of(fd_engine *q, int row0, int n) {
                         .conv_state = q->conv_state,
                         .gdn_state = q->gdn_state,
                         .conv_slots = q->use_slots ? q->conv_slots : NULL,
-                        .gdn_slots = q->use_slots ? q->gdn_slots : NULL,
+                        .gdn_slots = q->use_slots && !verify_replays(q) ? q->gdn_slots : NULL,
+                        .gdn_keep = verify_replays(q) ? q->gdn_keep : NULL,
                         .kv_view = seq_kv_view,
                         .seq = q,
                         .tree = q->tree};
@@ -216,6 +241,9 @@ static void forward_body(void *ctx) {
         const int decode = gdn_decode_rows(q, g->n);
         routes_count(&q->routes[decode ? FD_ROUTE_GDN_DECODE : FD_ROUTE_GDN_PREFILL], decode ? 0 : q->gdn_prefill_sel,
                      g->n);
+        if (q->use_slots) // a verify: how its GDN states are kept (a tree's always in slots)
+            routes_count(&q->routes[FD_ROUTE_GDN_VERIFY], verify_replays(q) ? FD_GDN_VERIFY_REPLAY : FD_GDN_VERIFY_SLOTS,
+                         g->n);
         fd_route_count *rc = g->gdn_route == FD_GDN_CHUNKED ? &q->gdn_chunked : &q->gdn_serial;
         rc->calls += p->n_gdn_layers;
         rc->tokens += (int64_t)g->n * p->n_gdn_layers;
@@ -300,6 +328,8 @@ void engine_forward_rows(fd_engine *e, const int32_t *ids, int n, fd_engine *con
     for (int k = 0; k < n_segs; k++) {
         seqs[k]->n_past += segs[k].n;
         seqs[k]->tokens_computed += segs[k].n;
+        // a replay verify left the GDN state before its rows: the commit must replay them (engine_verify.c)
+        seqs[k]->replay_pending = segs[k].gdn_keep ? segs[k].n : 0;
     }
     if (segs != &one) free(segs);
     if (n_segs == 1 && e->prompt_total > 0) report_progress(e);

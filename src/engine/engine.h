@@ -12,7 +12,16 @@ typedef struct {
 } fd_route_count;
 
 // The engine's own routes (the backend adds its own).
-enum { FD_ROUTE_GDN_PREFILL = 0, FD_ROUTE_GDN_DECODE, FD_ROUTE_GRAPHS, FD_ROUTE_SPEC_VERIFY, FD_ENGINE_ROUTES };
+enum {
+    FD_ROUTE_GDN_PREFILL = 0,
+    FD_ROUTE_GDN_DECODE,
+    FD_ROUTE_GRAPHS,
+    FD_ROUTE_SPEC_VERIFY,
+    FD_ROUTE_GDN_VERIFY,
+    FD_ENGINE_ROUTES
+};
+// route gdn_verify's values (engine_verify.c)
+enum { FD_GDN_VERIFY_SLOTS = 0, FD_GDN_VERIFY_REPLAY = 1 };
 
 // Forwards of at most this many rows of one sequence (decode steps, verify blocks) are recorded once and replayed
 // as a CUDA graph when route graphs is on; they then read their position from backend memory (pos_dev) so a
@@ -69,6 +78,12 @@ typedef struct {
     float **gdn_slots;          // [num_layers] f32 [spec_block, Hv, dk, dv]
     float **conv_slots;         // [num_layers] f32 [spec_block, conv_dim, K-1]
     int use_slots;              // set for the duration of engine_verify
+    // route gdn_verify (slots | replay): a chain verify writes the GDN state after every token to its slot (the
+    // commit copies one), or leaves the GDN state as it was and keeps the core's inputs, from which the commit
+    // replays the accepted tokens (engine_verify.c). The conv state takes its slots either way.
+    int gdn_verify_sel;
+    void **gdn_keep;    // [num_layers] act [spec_block, conv_dim + 2 Hv]: the verify's post-conv qkv | b | a rows
+    int replay_pending; // tokens of the last chain verify whose GDN state the commit must replay (0: none)
     // route spec_verify (chain | tree): what a DFlash round verifies (engine/dflash_tree.h); a tree verify's
     // shape (set for the duration of engine_verify_tree) and its parents in backend memory [spec_block]
     int spec_verify_sel;
@@ -155,17 +170,21 @@ int engine_set_taps(fd_engine *e, const int *layers, int n);
 // block than the slots hold reallocates them (recorded forwards are dropped).
 int engine_enable_slots(fd_engine *e, int block);
 // Verify forward: n <= spec_block tokens at n_past.., all-position logits into host `logits` [n, V]; GDN layers
-// run the recurrence and record the state after every token. n_past advances by n until engine_commit.
+// run the recurrence and, under gdn_verify=slots, record the state after every token (replay: they keep the
+// core's inputs and leave the GDN state as it was). n_past advances by n until engine_commit, which must follow.
 int engine_verify(fd_engine *e, const int32_t *ids, int n, float *logits);
 // The same verify for greedy acceptance: only the argmax of every row (backend argmax_rows, lowest index on
 // ties as engine_argmax) crosses to the host, not the n x V logits.
 int engine_verify_greedy(fd_engine *e, const int32_t *ids, int n, int32_t *argmax);
 // Keeps the first `keep` (1..n) tokens of the last verify: KV is truncated by position (its pages stay reserved),
-// GDN and conv state are taken from slot keep-1 (no recompute).
+// the conv state is taken from slot keep-1, the GDN state too (slots) or replayed over the keep tokens (replay).
 void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep);
 // The live GDN and conv state of every layer <- state slot `slot` (the state after that verified token or node),
 // in batches through the backend's copy_batch where it has one. engine_commit and engine_commit_tree end here.
 void engine_commit_slot(fd_engine *e, int slot);
+// After a chain verify of n_verified tokens under gdn_verify=replay (engine_verify.c): the GDN state after the
+// first `keep` of them, replayed from the state the verify left untouched, and the conv state from slot keep - 1.
+void engine_commit_replay(fd_engine *e, int n_verified, int keep);
 // Tree verify (route spec_verify=tree; engine_tree.c): the n nodes of a tree (forward.h: fd_fwd_tree; parent[0]
 // == -1, parent[t] < t) with ids, in one forward at n_past..; all-node logits into host `logits` [n, V]. Node t's
 // logits are those of the chain of its root-to-node path. n_past advances by n until engine_commit_tree.

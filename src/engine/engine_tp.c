@@ -124,6 +124,7 @@ static void follow_leader(fd_engine *leader, fd_engine *q) {
     q->gdn_prefill_sel = r0->gdn_prefill_sel;
     q->gdn_decode_sel = r0->gdn_decode_sel;
     q->graphs_sel = r0->graphs_sel;
+    q->gdn_verify_sel = r0->gdn_verify_sel;
     if (q->be != r0->be)
         for (int i = 0; i < q->be->n_routes && i < r0->be->n_routes; i++) *q->be->routes[i].sel = *r0->be->routes[i].sel;
 }

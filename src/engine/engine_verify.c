@@ -1,6 +1,14 @@
 // The target's side of a speculative round (engine.h): hidden-state taps the drafter reads, per-token GDN / conv
 // state slots, the verify forward of a drafted block and the commit of its accepted prefix. The tree's verify
 // forward and commit are engine_tree.c; the round itself is dflash.c.
+//
+// Route gdn_verify: with `slots` a chain verify writes the GDN state after every token to slot t and updates the
+// live state; the commit copies slot keep - 1 (nothing when every token is kept). With `replay` (the default where
+// the backend has gdn_core_readonly) the verify's GDN core only reads the live state S0 and leaves its inputs (the
+// post-conv qkv, b and a rows) in gdn_keep; the commit runs gdn_core's recurrence over the first `keep` of them
+// from S0, in place. That is the verify's own per-token arithmetic (backend.h: gdn_core_readonly), so the state is
+// bitwise the slot's, and the verify writes no per-token GDN states (8 x 3.1 MB a layer for the 27B at block 8).
+// The conv state (K - 1 floats a channel) keeps its slots under both values; a tree verify always takes slots.
 #include "engine/engine.h"
 
 #include "engine/engine_graphs.h"
@@ -36,15 +44,20 @@ int engine_enable_slots(fd_engine *e, int block) {
     if (!e->gdn_slots) {
         e->gdn_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
         e->conv_slots = fd_calloc((size_t)p->num_layers, sizeof(float *));
+        e->gdn_keep = fd_calloc((size_t)p->num_layers, sizeof(void *));
     }
+    // a replay verify's kept rows per GDN layer: post-conv qkv, b, a (forward.h: fd_fwd_seg.gdn_keep)
+    const size_t keep_row = (size_t)(p->conv_channels + 2 * p->gdn_v_heads) * (size_t)be->act_bytes;
     if (e->tree_parent_dev) be->free(be, e->tree_parent_dev);
     e->tree_parent_dev = be->alloc(be, (size_t)2 * block * sizeof(int32_t)); // a tree's parents, then its depths
     for (int i = 0; i < p->num_layers; i++)
         if (p->layers[i].kind == FD_LAYER_GDN) {
             if (e->gdn_slots[i]) be->free(be, e->gdn_slots[i]);
             if (e->conv_slots[i]) be->free(be, e->conv_slots[i]);
+            if (e->gdn_keep[i]) be->free(be, e->gdn_keep[i]);
             e->gdn_slots[i] = be->alloc(be, (size_t)plan_gdn_state_bytes(p) * (size_t)block);
             e->conv_slots[i] = be->alloc(be, (size_t)plan_conv_state_bytes(p) * (size_t)block);
+            e->gdn_keep[i] = be->alloc(be, keep_row * (size_t)block);
         }
     e->spec_block = block;
     return 0;
@@ -77,7 +90,14 @@ void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
     }
     const int n_verified = (int)(e->n_past - n_past_before_verify);
     e->n_past = n_past_before_verify + keep; // attention KV past n_past is stale and never read
-    if (keep == n_verified) return;           // the live state is already the state after the last token
+    if (e->replay_pending) {
+        FD_CHECK(e->replay_pending == n_verified, "commit after a replay verify of %d tokens: %d verified",
+                 e->replay_pending, n_verified);
+        e->replay_pending = 0;
+        engine_commit_replay(e, n_verified, keep);
+        return;
+    }
+    if (keep == n_verified) return; // the live state is already the state after the last token
     engine_commit_slot(e, keep - 1);
 }
 
@@ -87,6 +107,32 @@ static void copy_all(fd_backend *be, void *const *dst, const void *const *src, c
         be->copy_batch(be, dst, src, bytes, count);
     else
         for (int j = 0; j < count; j++) be->copy(be, dst[j], src[j], bytes[j]);
+}
+
+void engine_commit_replay(fd_engine *e, int n_verified, int keep) {
+    const fd_rank_plan *p = &e->m->plan;
+    fd_backend *be = e->be;
+    const int C = p->conv_channels, Hv = p->gdn_v_heads, ab = be->act_bytes;
+    const size_t conv_bytes = (size_t)plan_conv_state_bytes(p);
+    enum { BATCH = 64 }; // conv slot copies per backend call
+    void *dst[BATCH];
+    const void *src[BATCH];
+    size_t bytes[BATCH];
+    int count = 0;
+    for (int i = 0; i < p->num_layers; i++) {
+        if (p->layers[i].kind != FD_LAYER_GDN) continue;
+        const fd_layer *L = &e->m->layers[i];
+        // the rows as the verify laid them out: qkv [n_verified, C], b [n_verified, Hv], a [n_verified, Hv]
+        const char *qkv = e->gdn_keep[i], *b = qkv + (size_t)n_verified * C * ab, *a = b + (size_t)n_verified * Hv * ab;
+        // o goes to the scratch's core-output rows, free between forwards (only the state is wanted)
+        be->gdn_core(be, FD_GDN_SERIAL, e->scratch.t[5], qkv, b, a, &L->A_log, &L->dt_bias, e->gdn_state[i], keep,
+                     p->gdn_k_heads, Hv, p->gdn_k_dim, p->gdn_v_dim, NULL);
+        if (keep == n_verified) continue; // the verify left the conv state after its last token
+        if (count + 1 > BATCH) copy_all(be, dst, src, bytes, count), count = 0;
+        dst[count] = e->conv_state[i], src[count] = (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1);
+        bytes[count++] = conv_bytes;
+    }
+    if (count) copy_all(be, dst, src, bytes, count);
 }
 
 void engine_commit_slot(fd_engine *e, int slot) {

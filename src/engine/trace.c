@@ -173,6 +173,10 @@ static void tr_gdn_tree(fd_backend *be, void *o, const void *qkv, const void *b,
                         const int32_t *par) {
     TRACED("gdn_core[tree]", n, IN(be)->gdn_core_tree(IN(be), o, qkv, b, a, A, dt, st, n, Hk, Hv, dk, dv, slots, par));
 }
+static void tr_gdn_readonly(fd_backend *be, void *o, const void *qkv, const void *b, const void *a, const fd_weight *A,
+                            const fd_weight *dt, const float *st, int n, int Hk, int Hv, int dk, int dv) {
+    TRACED("gdn_core[readonly]", n, IN(be)->gdn_core_readonly(IN(be), o, qkv, b, a, A, dt, st, n, Hk, Hv, dk, dv));
+}
 static void tr_attention_tree(fd_backend *be, void *o, const void *q, const fd_kv_view *c, int64_t pos0, int n, int H,
                               int Hkv, int hd, float scale, const int32_t *par) {
     TRACED("attention[tree]", pos0 + n, IN(be)->attention_tree(IN(be), o, q, c, pos0, n, H, Hkv, hd, scale, par));
@@ -241,6 +245,7 @@ fd_backend *trace_wrap(fd_backend *inner) {
     be->logsumexp_rows = inner->logsumexp_rows ? tr_logsumexp_rows : NULL;
     be->conv1d_silu_tree = inner->conv1d_silu_tree ? tr_conv_tree : NULL;
     be->gdn_core_tree = inner->gdn_core_tree ? tr_gdn_tree : NULL;
+    be->gdn_core_readonly = inner->gdn_core_readonly ? tr_gdn_readonly : NULL;
     be->attention_tree = inner->attention_tree ? tr_attention_tree : NULL;
     be->qk_norm_rope_tree = inner->qk_norm_rope_tree ? tr_qk_norm_rope_tree : NULL;
     // No recorded forwards under a trace: every op must run (and be timed) one by one, so the graphs route offers

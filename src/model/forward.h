@@ -47,6 +47,11 @@ typedef struct {
     fd_gdn_route gdn_route; // the GDN form of its rows (the engine picks it: route gdn_prefill / gdn_decode)
     float *const *conv_state, *const *gdn_state; // [num_layers] f32 state of its GDN layers (NULL elsewhere)
     float *const *conv_slots, *const *gdn_slots; // per-token states (verify blocks), or NULL
+    // A chain verify under gdn_verify=replay (gdn_slots NULL; the batch's only segment, rows from 0): per GDN layer
+    // the buffer its core's inputs land in, act [n, conv_dim] post-conv qkv, then [n, Hv] b, then [n, Hv] a; the
+    // core only reads the GDN state (gdn_core_readonly) and the engine's commit replays the accepted rows. NULL
+    // otherwise.
+    void *const *gdn_keep;
     fd_kv_view (*kv_view)(const void *seq, int layer); // attention layer `layer`'s cache of the sequence
     const void *seq;
     const fd_fwd_tree *tree; // NULL: the rows are a chain (row i at pos + i), as every forward but a tree verify

@@ -7,19 +7,21 @@
 static void *row(void *base, int64_t r, int64_t width, int ab) { return (char *)base + r * width * ab; }
 
 // The in-projections of one input run as one matmul_multi (one launch for decode-sized n on the GPU).
-void gdn_in_proj_separate(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n) {
+void gdn_in_proj_separate(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n,
+                          void *b_out, void *a_out) {
     (void)p;
-    void *const outs[] = {s->t[1], s->t[2], s->t[3], s->t[4]};
+    void *const outs[] = {s->t[1], s->t[2], b_out, a_out};
     const fd_weight *const Ws[] = {&L->in_qkv, &L->in_z, &L->in_b, &L->in_a};
     be->matmul_multi(be, outs, Ws, 4, s->h, n);
 }
 
-void gdn_in_proj_grouped(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n) {
+void gdn_in_proj_grouped(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n,
+                         void *b_out, void *a_out) {
     // qkvz lands in t0 and ba in t5 (both free until the conv and the core write them), then splits into t1..t4
     void *const outs[] = {s->t[0], s->t[5]};
     const fd_weight *const Ws[] = {&L->in_qkvz, &L->in_ba};
     be->matmul_multi(be, outs, Ws, 2, s->h, n);
-    be->gdn_split_qkvz(be, s->t[1], s->t[2], s->t[3], s->t[4], s->t[0], s->t[5], n, p->gdn_k_heads, p->gdn_v_heads,
+    be->gdn_split_qkvz(be, s->t[1], s->t[2], b_out, a_out, s->t[0], s->t[5], n, p->gdn_k_heads, p->gdn_v_heads,
                        p->gdn_k_dim, p->gdn_v_dim);
 }
 
@@ -39,8 +41,17 @@ void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be,
                const fd_fwd_batch *b, fd_gdn_in_proj in_proj) {
     const int Hk = p->gdn_k_heads, Hv = p->gdn_v_heads, dk = p->gdn_k_dim, dv = p->gdn_v_dim;
     const int C = p->conv_channels, ab = be->act_bytes;
-    // t1 = qkv [n, C], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out
-    in_proj(p, L, be, s, b->n);
+    // t1 = qkv [n, C], t2 = z [n, Hv dv], t3 = b [n, Hv], t4 = a [n, Hv], t0 = conv out, t5 = core out; a replay
+    // verify (fd_fwd_seg.gdn_keep) puts the conv out, b and a in its keep buffer instead, where the commit finds them
+    const fd_fwd_seg *keep = b->n_segs == 1 && b->segs[0].gdn_keep && !b->segs[0].tree ? &b->segs[0] : NULL;
+    void *conv_out = s->t[0], *bq = s->t[3], *aq = s->t[4];
+    if (keep) {
+        FD_CHECK(keep->row0 == 0 && keep->n == b->n, "a replay verify is the forward's only segment");
+        conv_out = keep->gdn_keep[li];
+        bq = row(conv_out, b->n, C, ab);
+        aq = row(bq, b->n, Hv, ab);
+    }
+    in_proj(p, L, be, s, b->n, bq, aq);
     for (int k = 0; k < b->n_segs; k++) {
         const fd_fwd_seg *q = &b->segs[k];
         const int r0 = q->row0, m = q->n;
@@ -48,11 +59,15 @@ void gdn_mixer(const fd_rank_plan *p, const fd_layer *L, int li, fd_backend *be,
             gdn_tree_segment(p, L, li, be, s, q);
             continue;
         }
-        be->conv1d_silu(be, row(s->t[0], r0, C, ab), row(s->t[1], r0, C, ab), &L->conv_w, q->conv_state[li], m, C,
-                        p->conv_kernel, q->conv_slots ? q->conv_slots[li] : NULL);
-        be->gdn_core(be, q->gdn_route, row(s->t[5], r0, (int64_t)Hv * dv, ab), row(s->t[0], r0, C, ab),
-                     row(s->t[3], r0, Hv, ab), row(s->t[4], r0, Hv, ab), &L->A_log, &L->dt_bias, q->gdn_state[li], m,
-                     Hk, Hv, dk, dv, q->gdn_slots ? q->gdn_slots[li] : NULL);
+        void *qkv = row(conv_out, r0, C, ab), *o = row(s->t[5], r0, (int64_t)Hv * dv, ab);
+        const void *br = row(bq, r0, Hv, ab), *ar = row(aq, r0, Hv, ab);
+        be->conv1d_silu(be, qkv, row(s->t[1], r0, C, ab), &L->conv_w, q->conv_state[li], m, C, p->conv_kernel,
+                        q->conv_slots ? q->conv_slots[li] : NULL);
+        if (keep)
+            be->gdn_core_readonly(be, o, qkv, br, ar, &L->A_log, &L->dt_bias, q->gdn_state[li], m, Hk, Hv, dk, dv);
+        else
+            be->gdn_core(be, q->gdn_route, o, qkv, br, ar, &L->A_log, &L->dt_bias, q->gdn_state[li], m, Hk, Hv, dk, dv,
+                         q->gdn_slots ? q->gdn_slots[li] : NULL);
     }
     be->gated_rmsnorm(be, s->t[5], s->t[5], s->t[2], &L->gdn_norm, (int64_t)b->n * Hv, dv, p->eps);
     be->matmul(be, s->y, s->t[5], &L->out_proj, b->n, 0);

@@ -7,11 +7,16 @@
 
 // The GDN in-projections of s->h into t1 = qkv [n, conv_channels], t2 = z [n, Hv dv], t3 = b [n, Hv],
 // t4 = a [n, Hv]: the one place the architecture families' GDN mixers differ (model/decoder.c picks one).
-typedef void (*fd_gdn_in_proj)(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n);
+// The in-projections of n rows: qkv -> t1, z -> t2, b -> b_out, a -> a_out ([n, Hv] each; t3 / t4, or a verify's
+// keep buffer, forward.h: fd_fwd_seg.gdn_keep).
+typedef void (*fd_gdn_in_proj)(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n,
+                               void *b_out, void *a_out);
 // qwen3_5 / qwen3_5_moe: four projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a).
-void gdn_in_proj_separate(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n);
+void gdn_in_proj_separate(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n,
+                          void *b_out, void *a_out);
 // qwen3_next: two grouped projections (in_proj_qkvz, in_proj_ba, per key-head group) and their split.
-void gdn_in_proj_grouped(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n);
+void gdn_in_proj_grouped(const fd_rank_plan *p, const fd_layer *L, fd_backend *be, fd_fwd_scratch *s, int n,
+                         void *b_out, void *a_out);
 
 // GDN layer li over the batch's rows: in-projections, then per segment the causal conv and the recurrence on the
 // segment's state, then the gated norm and the out-projection.
