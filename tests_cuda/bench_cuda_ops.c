@@ -160,8 +160,8 @@ static fd_kv_view shuffled_view(fd_backend *be, void *cache, int64_t slots, int6
     return v;
 }
 
-// 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify), each under every decode kernel
-// (route attn_decode = blocked | warp | rows); GB/s counts the K/V bytes of the live context (scales included for e4m3),
+// 24q/4kv x 256 at contexts 32K and 128K, n = 1 (decode), 8 and 16 (verify), each under both decode kernels
+// (route attn_decode = blocked | warp); GB/s counts the K/V bytes of the live context (scales included for e4m3),
 // the floor every such kernel has to read.
 static void bench_dattn(const char *kv) {
     fd_backend *be = cuda_rig_new_gpu();
@@ -185,11 +185,11 @@ static void bench_dattn(const char *kv) {
     const int ns[] = {1, 8, 16};
     void *table = NULL;
     const fd_kv_view paged = shuffled_view(be, d.cache, cap, cap / FD_KV_PAGE_TOKENS * FD_KV_PAGE_TOKENS, &table);
-    const char *decoders[] = {"blocked", "warp", "rows"}; // route attn_decode: each shape timed under each
+    const char *decoders[] = {"blocked", "warp"}; // route attn_decode: each shape timed under both, side by side
     for (int pg = 0; pg < 2; pg++)                // contiguous, then through a shuffled page table (the engine's pool)
         for (int ci = 0; ci < 2; ci++)
             for (int ni = 0; ni < 3; ni++)
-                for (int dk = 0; dk < 3; dk++) {
+                for (int dk = 0; dk < 2; dk++) {
                     FD_CHECK(fd_cuda_set_route(be, "attn_decode", decoders[dk]) == 0, "%s", fd_error_msg());
                     d.n = ns[ni], d.pos0 = ctxs[ci] - d.n, d.paged = pg ? &paged : NULL;
                     char what[96];

@@ -411,11 +411,6 @@ const oh_row oh_rows_seq[] = {
     ATTN(3000, 5, 8, 2, 128, 1, "attn_decode=warp", TEST_ONLY),
     ATTN(777, 16, 16, 4, 64, 1, "attn_decode=warp", TEST_ONLY),
     ATTN(3000, 16, 32, 8, 128, 0, "attn_decode=warp", BOTH),
-    // attn_decode=rows (head_dim 256): 8, 24 and 48 rows a block, two row blocks at n = 16, chunk edge at 3000
-    ATTN(32768, 16, 24, 4, 256, 1, "attn_decode=rows", BOTH),
-    ATTN(32768, 8, 24, 4, 256, 1, "attn_decode=rows", BOTH),
-    ATTN(32768, 1, 24, 4, 256, 1, "attn_decode=rows", BOTH),
-    ATTN(3000, 3, 24, 4, 256, 1, "attn_decode=rows", TEST_ONLY),
     // the DFlash2 drafter: windowed block attention and the dynamic conv
     WINDOW(100, 16, 4, 2, 16, 64, TEST_ONLY),
     WINDOW(3000, 16, 32, 8, 128, 2048, BOTH),

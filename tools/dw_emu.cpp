@@ -1,5 +1,4 @@
-// Runs src/cuda/attention_decode_warp.cu (route attn_decode=warp), or with "rows" attention_decode_rows.cu (=rows,
-// head_dim 256), on the host with tools/gdn_emu's runtime (one
+// Runs src/cuda/attention_decode_warp.cu (route attn_decode=warp) on the host with tools/gdn_emu's runtime (one
 // std::thread per CUDA thread; mma.sync, ldmatrix (.trans) and movmatrix rebuilt from the PTX fragment layouts,
 // independently of the kernel's code; cp.async queued until its wait) and checks, without a GPU:
 //  - the output (partials merged as k_attn_combine does, in double) against a direct attention over the same bf16
@@ -9,8 +8,7 @@
 //    the plain call; a chain-shaped tree == the causal call; paged == contiguous.
 // From the repo root (g++ and the CUDA headers):
 //   g++ -std=c++17 -O2 -Isrc -Itools -I/usr/local/cuda/include -Wno-unknown-pragmas tools/dw_emu.cpp -o .dev/dw_emu
-//   -lpthread && .dev/dw_emu [quick] [rows]   "0 bad" at the end; a few minutes of both cores
-// rows also checks every token of n = 1..16 calls against its 1-token call, bitwise, across a chunk edge.
+//   -lpthread && .dev/dw_emu [quick]        "0 bad" at the end; a few minutes of both cores
 #include "gdn_emu/emu.h"
 
 #include <cuda_fp8.h>
@@ -131,7 +129,6 @@ static inline uint32_t dw_movt(uint32_t a) {
 }
 
 #include "cuda/attention_decode_warp.cu"
-#include "cuda/attention_decode_rows.cu"
 
 // ---------------------------------------------------------------------------------------------------------
 static uint64_t rng = 88172645463325252ull;
@@ -206,7 +203,6 @@ struct result {
     std::vector<float> opart, ml;
     int64_t zslots;
 };
-static int use_rows = 0; // which kernel run_kernel runs
 static result run_kernel(const cache &c, const float *q, int64_t pos0, int n, int H, int64_t capacity, int use_dev,
                          int causal, const int32_t *parent) {
     result r;
@@ -216,7 +212,7 @@ static result run_kernel(const cache &c, const float *q, int64_t pos0, int n, in
     float *opart = (float *)cu_scratch(NULL, CU_SCR_B, rows * r.zslots * c.hd * 4);
     float *ml = (float *)cu_scratch(NULL, CU_SCR_C, rows * r.zslots * 2 * 4);
     int64_t pd = pos0;
-    (use_rows ? cu_decode_rows_chunks : cu_decode_warp_chunks)(NULL, opart, ml, q, c.view(), use_dev ? 0 : pos0, use_dev ? &pd : NULL, n, H, c.Hkv, c.hd,
+    cu_decode_warp_chunks(NULL, opart, ml, q, c.view(), use_dev ? 0 : pos0, use_dev ? &pd : NULL, n, H, c.Hkv, c.hd,
                           capacity, r.zslots, 1.0f / sqrtf((float)c.hd), causal, parent);
     r.opart.assign(opart, opart + rows * r.zslots * c.hd);
     r.ml.assign(ml, ml + rows * r.zslots * 2);
@@ -292,56 +288,19 @@ static void expect(bool ok, const char *what) {
     if (!ok) bad++, printf("  BAD: %s\n", what);
 }
 
-// Batch invariance across n: every token t of the n-token causal call (n = 1..16, pos0 so the tokens cross the
-// chunk edge at 1024) has bitwise the partials of the 1-token call at pos0 + t, bf16 and e4m3, paged.
-static void rows_across_n() {
-    const int H = 6, hd = 256, Nmax = 16;
-    const int64_t pos0 = 1013, tot = pos0 + Nmax;
-    for (int e4 = 0; e4 < 2; e4++) {
-        cache c = make_cache(e4, 1, hd, tot, 1);
-        std::vector<float> q((size_t)Nmax * H * hd);
-        for (float &x : q) x = urand(-2, 2);
-        std::vector<std::vector<std::string>> one(Nmax); // [t][h]: the 1-token call's row bits
-        for (int t = 0; t < Nmax; t++) {
-            const result r1 = run_kernel(c, q.data() + (size_t)t * H * hd, pos0 + t, 1, H, tot, 0, 1, NULL);
-            for (int h = 0; h < H; h++) one[t].push_back(row_bits(r1, pos0 + t, h, hd));
-        }
-        int diff = 0;
-        for (int n = 2; n <= Nmax; n++) {
-            const result r = run_kernel(c, q.data(), pos0, n, H, tot, 0, 1, NULL);
-            for (int t = 0; t < n; t++)
-                for (int h = 0; h < H; h++) diff += row_bits(r, pos0 + t, t * H + h, hd) != one[t][h];
-        }
-        char what[160];
-        snprintf(what, sizeof what, "kv=%s: rows of n = 2..16 calls vs their 1-token calls, %d rows differ",
-                 e4 ? "e4m3" : "bf16", diff);
-        printf("%s\n", what);
-        fflush(stdout);
-        expect(diff == 0, what);
-    }
-}
-
 int main(int argc, char **argv) {
-    int quick = 0;
-    for (int i = 1; i < argc; i++) quick |= !strcmp(argv[i], "quick"), use_rows |= !strcmp(argv[i], "rows");
+    const int quick = argc > 1 && !strcmp(argv[1], "quick");
     // e4, hd, G, Hkv, n, pos0, paged
     const int cfg[][7] = {
         {0, 256, 6, 1, 1, 1100, 0}, {1, 256, 6, 1, 1, 1100, 1}, {0, 256, 6, 1, 8, 600, 1},
         {1, 256, 3, 2, 5, 500, 0},  {0, 128, 6, 1, 16, 520, 0}, {1, 128, 1, 2, 16, 300, 1},
         {0, 64, 6, 1, 5, 700, 0},   {1, 64, 8, 1, 16, 0, 1},    {0, 64, 1, 2, 1, 0, 0},
     };
-    // rows: head_dim 256 only; 1, 3, 6 row tiles, two row blocks (n = 16), pos0 off the 16-key grid, chunk edges
-    const int cfg_rows[][7] = {
-        {0, 256, 6, 1, 1, 1100, 0}, {1, 256, 6, 1, 1, 1100, 1}, {0, 256, 6, 1, 8, 1020, 1}, {1, 256, 6, 1, 8, 1020, 1},
-        {0, 256, 6, 2, 16, 1015, 1}, {1, 256, 6, 1, 16, 500, 0}, {1, 256, 3, 2, 5, 500, 0}, {0, 256, 6, 1, 3, 1030, 0},
-    };
-    const int (*cfgs)[7] = use_rows ? cfg_rows : cfg;
-    const int ncfg = quick ? 4 : use_rows ? (int)(sizeof cfg_rows / sizeof cfg_rows[0]) : (int)(sizeof cfg / sizeof cfg[0]);
-    if (use_rows) rows_across_n();
+    const int ncfg = quick ? 4 : (int)(sizeof cfg / sizeof cfg[0]);
     for (int ci = 0; ci < ncfg; ci++) {
-        const int e4 = cfgs[ci][0], hd = cfgs[ci][1], G = cfgs[ci][2], Hkv = cfgs[ci][3], n = cfgs[ci][4],
-                  paged = cfgs[ci][6];
-        const int64_t pos0 = cfgs[ci][5], tot = pos0 + n;
+        const int e4 = cfg[ci][0], hd = cfg[ci][1], G = cfg[ci][2], Hkv = cfg[ci][3], n = cfg[ci][4],
+                  paged = cfg[ci][6];
+        const int64_t pos0 = cfg[ci][5], tot = pos0 + n;
         const int H = G * Hkv;
         cache c = make_cache(e4, Hkv, hd, tot, paged);
         std::vector<float> q((size_t)n * H * hd);

@@ -457,24 +457,18 @@ static void decode_run(fd_backend *be, float *out, const float *q, cu_kv kv, int
     float *opart = (float *)cu_scratch(be, CU_SCR_B, (size_t)(rows * zslots * hd) * sizeof(float));
     float *ml = (float *)cu_scratch(be, CU_SCR_C, (size_t)(rows * zslots * 2) * sizeof(float));
     cu_impl *c = cu_of(be);
-    // rows serves head_dim 256; its other calls run warp (counted under the kernel that runs the chunks)
-    const int kernel = c->attn_decode == CU_ATTN_DECODE_ROWS && hd != 256 ? CU_ATTN_DECODE_WARP : c->attn_decode;
-    const bool warp = kernel == CU_ATTN_DECODE_WARP, rows_k = kernel == CU_ATTN_DECODE_ROWS;
-    fd_route *route = &c->routes[CU_ROUTE_ATTN_DECODE];
-    route->calls[kernel]++;
-    route->tokens[kernel] += n;
+    const bool warp = c->attn_decode == CU_ATTN_DECODE_WARP;
+    fd_route *route = &c->routes[CU_ROUTE_ATTN_DECODE]; // counted under the kernel that runs the chunks
+    route->calls[c->attn_decode]++;
+    route->tokens[c->attn_decode] += n;
     cu_prof pr;
     cu_prof_begin(be, &pr,
-                  TREE ? (rows_k ? "attention_splitk_rows_tree"
-                                 : warp ? "attention_splitk_warp_tree" : "attention_splitk_tree")
-                       : (rows_k ? "attention_splitk_rows" : warp ? "attention_splitk_warp" : "attention_splitk"),
+                  TREE ? (warp ? "attention_splitk_warp_tree" : "attention_splitk_tree")
+                       : (warp ? "attention_splitk_warp" : "attention_splitk"),
                   n);
     const bool e4 = kv.k8 != NULL;
 #define FD_DEC_ARGS be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, capacity, zslots, scale, causal, tree_parent
-    if (rows_k)
-        cu_decode_rows_chunks(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity, zslots, scale, causal,
-                              tree_parent);
-    else if (warp)
+    if (warp)
         cu_decode_warp_chunks(be, opart, ml, q, kv, pos0, pos_dev, n, H, Hkv, hd, capacity, zslots, scale, causal,
                               tree_parent);
     else

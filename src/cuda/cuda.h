@@ -18,11 +18,9 @@ extern "C" { // also around backend.h: its declarations must keep C linkage whic
 //                              head_dim 256 over a bf16 cache, the other calls as mma. Calls with <= 16 tokens
 //                              (decode, verify) always take the split-K decode kernel (splitk; attention_decode.cu),
 //                              whatever is selected
-//   attn_decode = blocked | warp | rows: the split-K decode kernel's chunks: 32-key tiles shared by 8 warps
-//                              (attention_decode.cu), each warp its own keys and online softmax
-//                              (attention_decode_warp.cu, the default), or (rows, head_dim 256; others run warp)
-//                              each warp a quarter of the head dims for up to 48 rows (attention_decode_rows.cu);
-//                              all batch invariant, same partials and combine
+//   attn_decode = blocked | warp: the split-K decode kernel's chunks: 32-key tiles shared by 8 warps
+//                              (attention_decode.cu) or each warp its own keys and online softmax
+//                              (attention_decode_warp.cu, the default); both batch invariant, same partials and combine
 //   gemm_small = gemv | cublas: bf16-weight GEMMs with <= 16 rows: gemv.cu or cuBLASLt
 //   pdl = gemv | off: programmatic dependent launch of the small-n GEMVs: scheduled while the kernel
 //                              before them runs, their first weight loads in flight before griddepcontrol.wait

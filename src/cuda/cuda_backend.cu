@@ -492,13 +492,11 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rdec->name = "attn_decode";
     rdec->values[0] = "blocked";
     rdec->values[1] = "warp";
-    rdec->values[2] = "rows";
     rdec->sel = &c->attn_decode; // warp by default (see above)
     // every counted call runs the selected value (other head dims run attn_kernel simt and count nothing here)
     rdec->help = "decode / verify attention (<= 16 tokens, tree verify; head_dim 64/128/256): 32-key tiles shared "
                  "by the block with three barriers per tile, or each warp its own keys and online softmax, merged "
-                 "once per chunk, or (rows; head_dim 256, else warp) each warp a quarter of the head dims for up to "
-                 "48 rows, each chunk streamed once";
+                 "once per chunk";
     static_assert(CU_N_ROUTES <= sizeof c->routes / sizeof c->routes[0], "cu_impl.routes holds every route");
     be->routes = c->routes;
     be->n_routes = CU_N_ROUTES;

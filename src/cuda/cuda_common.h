@@ -73,9 +73,7 @@ enum { CU_ATTN_SIMT = 0, CU_ATTN_MMA = 1, CU_ATTN_SPLITK = 2, CU_ATTN_WGMMA = 3 
 // blocked: 32-key tiles through shared memory shared by the block's 8 warps, three block barriers per tile
 // (attention_decode.cu). warp: each of 4 warps streams its own 128 keys of the chunk through its own shared-memory
 // ring with its own online softmax, one block barrier per chunk to merge them (attention_decode_warp.cu).
-// rows (head_dim 256; other head dims run warp and count as warp): the 4 warps split the head dims, so one block
-// holds up to 48 rows (a verify step's 8 tokens x GQA 6) and streams each chunk once (attention_decode_rows.cu).
-enum { CU_ATTN_DECODE_BLOCKED = 0, CU_ATTN_DECODE_WARP = 1, CU_ATTN_DECODE_ROWS = 2 };
+enum { CU_ATTN_DECODE_BLOCKED = 0, CU_ATTN_DECODE_WARP = 1 };
 // Tree verify (spec_verify=tree): at most this many nodes per tree, so a node's ancestors fit one 64-bit mask
 // (cuda/tree.cuh) and a warp holds every parent in two registers per lane (k_gdn_rec). A tree's nodes span at
 // most two of the decode chunks above (64 < 512), which the tree attention's combine relies on.
@@ -470,12 +468,6 @@ int cu_attention_decode_tree(fd_backend *be, float *out, const float *q, cu_kv k
 // kernel: opart [n*H][zslots][hd], ml [n*H][zslots][2], max in log2 units; head_dim 64/128/256, n <= 64 for a
 // tree); the caller runs cu_attn_combine after it.
 void cu_decode_warp_chunks(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
-                           const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, int64_t zslots,
-                           float scale, int causal, const int32_t *tree_parent);
-// ---- attention_decode_rows.cu ----
-// Route attn_decode=rows: the same partials as cu_decode_warp_chunks, head_dim 256 only (not bitwise equal to warp:
-// a run uses one of them for every call).
-void cu_decode_rows_chunks(fd_backend *be, float *opart, float *ml, const float *q, cu_kv kv, int64_t pos0,
                            const int64_t *pos_dev, int n, int H, int Hkv, int hd, int64_t capacity, int64_t zslots,
                            float scale, int causal, const int32_t *tree_parent);
 // Merges split-K partials opart [n*H][zslots][hd], ml [n*H][zslots][2] (max, sum) over each row's live chunks
