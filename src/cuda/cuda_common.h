@@ -84,8 +84,8 @@ enum { CU_GEMM_SMALL_GEMV = 0, CU_GEMM_SMALL_CUBLAS = 1 };
 #define CU_GEMV_MAX_N    16
 #define CU_GEMV_COUNTERS 4096 // gemv split-k arrival counters allocated with the backend
 #define CU_GEMV_MAX_SEGS 4    // weights one fused gemv launch takes (matmul_multi; GDN qkv|z|b|a)
-// Default k slicing: ~2 64-row blocks per SM (gemv.cu gv_plan); swept on the H200: 14.58 ms per 27B step at 2 vs
-// 15.7 at 6.
+// Default k slicing: ~2 64-row blocks per SM (gemv_tile.cuh cu_gemv_plan); swept on the H200: 14.58 ms per 27B
+// step at 2 vs 15.7 at 6.
 #define CU_GEMV_BLOCKS_PER_SM 2
 #define CU_DEFERRED_MAX       64 // scratch buffers a failed recording may have replaced before graph_end frees them
 #define CU_ROPE_TABLES        8  // distinct (theta, rot_dim) pairs a backend keeps (target and drafter need 1-2)
@@ -114,7 +114,7 @@ typedef struct {
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
-    int gemv_blocks_per_sm; // gv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
+    int gemv_blocks_per_sm; // cu_gemv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
     // call copies nothing (a copy from host memory could not sit in a CUDA graph).
     struct {

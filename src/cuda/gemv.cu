@@ -27,7 +27,7 @@
 // Batch invariance (the contract that makes speculative decoding lossless on the GPU): one output element is the
 // same sum in the same order whatever n is and whatever the other token rows hold. The k partition depends on
 // (m, k, SM count) only:
-//   - k is cut into S slices of `kslice` (gv_plan; a multiple of two block steps);
+//   - k is cut into S slices of `kslice` (cu_gemv_plan; a multiple of two block steps);
 //   - inside a slice, warp w of 8 takes the 64-wide steps w, w+8, w+16, ... and accumulates them in k order in
 //     its MMA accumulators (a token's column of an MMA depends only on that column of B);
 //   - the 8 warp sums are added in warp order through shared memory, the S slice sums in slice order by the
@@ -39,7 +39,7 @@
 //
 // Fused projections (cu_gemv_multi): one launch runs up to GV_MAX_SEGS weights that share the input x (GDN
 // qkv|z|b|a, attention q|k|v, FFN gate|up). Each weight is a segment with its own pointer, output, row tiles and
-// its own gv_plan (m of that weight, not of the group), so a fused result is bitwise the separate call's. The
+// its own cu_gemv_plan (m of that weight, not of the group), so a fused result is bitwise the separate call's. The
 // weights need not be adjacent in memory: a block finds its segment in a small table passed by value.
 //
 // Load schedule: each warp loads P = 2 steps of weights, waits, runs their MMAs, repeat. Six other schedules
@@ -454,40 +454,6 @@ __global__ void __launch_bounds__(GV_THREADS, 2) k_gemv(const gv_job job, const 
     gv_finish<NG>(job, si, tile, s, n, acc, red, &is_last);
 }
 
-// The k partition of a (m, k) problem: a function of the shape and the SM count only, never of n (nor of the
-// other weights of a fused launch). Enough blocks for ~blocks_per_sm per SM counted in 64-row tiles (twice
-// as many 32-row blocks), so the blocks still running when the queue empties are a small part of the call.
-// Slices are multiples of the format's quantum (GV_SLICE_QUANTUM: two steps per warp, one loop iteration at P = 2
-// loads both), so every warp of a block gets the same work and a block is not all latency.
-static int gv_plan(int m, int k, int quantum, int num_sms, int blocks_per_sm, int *kslice) {
-    const int tiles64 = (m + 63) / 64;
-    const int max_slices = (k + quantum - 1) / quantum;
-    int S = (blocks_per_sm * num_sms + tiles64 - 1) / tiles64;
-    if (S > max_slices) S = max_slices;
-    if (S < 1) S = 1;
-    int ks = (k + S - 1) / S;
-    ks = (ks + quantum - 1) / quantum * quantum;
-    *kslice = ks;
-    return (k + ks - 1) / ks;
-}
-
-// Per-tile arrival counters: zeroed once when grown, and every kernel leaves them zero again. The backend
-// allocates CU_GEMV_COUNTERS at start (no allocation inside a captured graph); a launch needs one per 32-row
-// tile of its split-k segments (a 27B FFN gate|up pair: 1088), so this grows only for a much wider model.
-static int *gv_counters(cu_impl *c, int tiles) {
-    if (c->gemv_counters_len < tiles) {
-        if (c->gemv_counters) {
-            FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-            FD_CUDA_CHECK(cudaFree(c->gemv_counters));
-        }
-        int len = tiles < CU_GEMV_COUNTERS ? CU_GEMV_COUNTERS : tiles;
-        FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, (size_t)len * sizeof(int)));
-        FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, (size_t)len * sizeof(int), c->stream));
-        c->gemv_counters_len = len;
-    }
-    return c->gemv_counters;
-}
-
 int cu_gemv_supported(const void *x, const fd_weight *W, int n) {
     if (n < 1 || n > CU_GEMV_MAX_N || W->dev_dtype != FD_BF16 || !W->dev) return 0;
     // 16-byte loads of W rows and x rows: k % 8 (rows start 16-byte aligned) and aligned bases.
@@ -553,8 +519,9 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
             sg->scale = (const float *)Ws[i]->dev_scale;
             sg->br = Ws[i]->block_rows, sg->bc = Ws[i]->block_cols, sg->scols = (int)Ws[i]->scale_cols;
         }
-        sg->S = gv_plan(sg->m, k, fmt == GV_FP8 ? GV_SLICE_QUANTUM(GV_FP8) : GV_SLICE_QUANTUM(GV_BF16), c->num_sms,
-                        c->gemv_blocks_per_sm, &sg->kslice);
+        // ~blocks_per_sm blocks a SM counted in 64-row tiles (twice as many 32-row blocks)
+        sg->S = cu_gemv_plan(sg->m, k, 64, fmt == GV_FP8 ? GV_SLICE_QUANTUM(GV_FP8) : GV_SLICE_QUANTUM(GV_BF16),
+                             c->gemv_blocks_per_sm * c->num_sms, &sg->kslice);
         sg->tiles = (sg->m + GV_ROWS - 1) / GV_ROWS;
         sg->block0 = blocks;
         blocks += sg->tiles * sg->S;
@@ -567,7 +534,7 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
     }
     if (partial_elems) {
         float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
-        int *counters = gv_counters(c, split_tiles);
+        int *counters = cu_gemv_counters(c, split_tiles);
         for (int i = 0; i < count; i++)
             if (job.seg[i].S > 1)
                 job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];

@@ -6,7 +6,7 @@
 // Same schedule as the bf16 GEMV (gemv.cu): mma.sync m16n8k16 bf16 with the W rows as A (32 rows per block, two
 // tiles) and the token rows as B (8 per group, NG = 1 or 2 groups); 8 warps, warp w takes the 128-wide chunks w,
 // w + 8, ... of its block's k slice, I4_P chunks loaded before their MMAs run; k is cut into slices by (m, k, SM
-// count) only (i4_plan) and the slice sums added in slice order by the tile's last block. Every output element is
+// count) only (cu_gemv_plan) and the slice sums added in slice order by the tile's last block. Every output element is
 // the same sequence of operations whatever n is: batch invariant, bitwise. Up to CU_GEMV_MAX_SEGS weights sharing
 // x run as segments of one launch, each with its own plan, so a fused result is bitwise the separate call's.
 // Dequant in registers, exact: (word >> 4p) & 0x000f000f | 0x43004300 is the bf16 pair (128 + q_p, 128 + q_p+4),
@@ -248,35 +248,6 @@ __global__ void __launch_bounds__(I4_THREADS, 2) k_gemv_int4(const i4_job job, c
     cu_gemv_tile_finish<NC>(red, is_last, out, partial, sg.counters, S, tiles, tile, s, row_base, m, n);
 }
 
-// The k partition: a function of (m, k, SM count, the gemv blocks-per-SM knob) only, never of n. About
-// 2 x blocks_per_sm 32-row blocks per SM (gv_plan's target, counted the same way), slices multiples of
-// I4_SLICE_QUANTUM.
-static int i4_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
-    const int tiles = (m + I4_ROWS - 1) / I4_ROWS;
-    const int max_slices = (k + I4_SLICE_QUANTUM - 1) / I4_SLICE_QUANTUM;
-    int S = (2 * blocks_per_sm * num_sms + tiles - 1) / tiles;
-    if (S > max_slices) S = max_slices;
-    if (S < 1) S = 1;
-    int ks = (k + S - 1) / S;
-    ks = (ks + I4_SLICE_QUANTUM - 1) / I4_SLICE_QUANTUM * I4_SLICE_QUANTUM;
-    *kslice = ks;
-    return (k + ks - 1) / ks;
-}
-
-// The split-k arrival counters are the bf16 GEMV's (cu_impl.gemv_counters): kernels on the one stream run in
-// order and each leaves them zero, and an early-launched GEMV touches them only after its PDL wait. Grown here
-// like gemv.cu does, should an int4 weight need more tiles than the backend allocated.
-static int *i4_counters(cu_impl *c, int tiles) {
-    if (c->gemv_counters_len < tiles) {
-        FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        FD_CUDA_CHECK(cudaFree(c->gemv_counters));
-        FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, (size_t)tiles * sizeof(int)));
-        FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, (size_t)tiles * sizeof(int), c->stream));
-        c->gemv_counters_len = tiles;
-    }
-    return c->gemv_counters;
-}
-
 // Groups per 128-wide chunk, or 0 when the GEMV cannot take this grouping.
 static int i4_gpc(const fd_weight *W) {
     if (W->n_groups == 1 || W->group_size % I4_CHUNK == 0) return 1;
@@ -354,7 +325,9 @@ void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *co
         sg->m = (int)Ws[i]->rows;
         sg->m_pad = (int)i4_rows_pad(Ws[i]->rows);
         sg->gshift = i4_gshift(Ws[i]);
-        sg->S = i4_plan(sg->m, job.k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
+        // 2 x blocks_per_sm 32-row blocks a SM: gemv.cu's target, counted the same way
+        sg->S = cu_gemv_plan(sg->m, job.k, I4_ROWS, I4_SLICE_QUANTUM, 2 * c->gemv_blocks_per_sm * c->num_sms,
+                             &sg->kslice);
         sg->tiles = (sg->m + I4_ROWS - 1) / I4_ROWS;
         sg->block0 = blocks;
         blocks += sg->tiles * sg->S;
@@ -367,7 +340,7 @@ void cu_gemv_int4_multi(fd_backend *be, float *const outs[], const fd_weight *co
     }
     if (partial_elems) {
         float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
-        int *counters = i4_counters(c, split_tiles);
+        int *counters = cu_gemv_counters(c, split_tiles);
         for (int i = 0; i < count; i++)
             if (job.seg[i].S > 1)
                 job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];

@@ -101,12 +101,28 @@ void engine_commit(fd_engine *e, int64_t n_past_before_verify, int keep) {
     engine_commit_slot(e, keep - 1);
 }
 
-// count copies through copy_batch, or one at a time where the backend has none
-static void copy_all(fd_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int count) {
-    if (be->copy_batch)
-        be->copy_batch(be, dst, src, bytes, count);
+// State copies gathered into calls of copy_batch (at most BATCH a call), or one at a time where the backend has
+// none: the 27B's 48 GDN layers commit 96 copies in two calls.
+enum { BATCH = 64 };
+typedef struct {
+    fd_backend *be;
+    void *dst[BATCH];
+    const void *src[BATCH];
+    size_t bytes[BATCH];
+    int count;
+} copy_batcher;
+
+static void batch_flush(copy_batcher *cb) {
+    if (cb->be->copy_batch && cb->count)
+        cb->be->copy_batch(cb->be, cb->dst, cb->src, cb->bytes, cb->count);
     else
-        for (int j = 0; j < count; j++) be->copy(be, dst[j], src[j], bytes[j]);
+        for (int j = 0; j < cb->count; j++) cb->be->copy(cb->be, cb->dst[j], cb->src[j], cb->bytes[j]);
+    cb->count = 0;
+}
+
+static void batch_add(copy_batcher *cb, void *dst, const void *src, size_t bytes) {
+    if (cb->count == BATCH) batch_flush(cb);
+    cb->dst[cb->count] = dst, cb->src[cb->count] = src, cb->bytes[cb->count++] = bytes;
 }
 
 void engine_commit_replay(fd_engine *e, int n_verified, int keep) {
@@ -114,11 +130,7 @@ void engine_commit_replay(fd_engine *e, int n_verified, int keep) {
     fd_backend *be = e->be;
     const int C = p->conv_channels, Hv = p->gdn_v_heads, ab = be->act_bytes;
     const size_t conv_bytes = (size_t)plan_conv_state_bytes(p);
-    enum { BATCH = 64 }; // conv slot copies per backend call
-    void *dst[BATCH];
-    const void *src[BATCH];
-    size_t bytes[BATCH];
-    int count = 0;
+    copy_batcher cb = {.be = be};
     for (int i = 0; i < p->num_layers; i++) {
         if (p->layers[i].kind != FD_LAYER_GDN) continue;
         const fd_layer *L = &e->m->layers[i];
@@ -128,28 +140,19 @@ void engine_commit_replay(fd_engine *e, int n_verified, int keep) {
         be->gdn_core(be, FD_GDN_SERIAL, e->scratch.t[5], qkv, b, a, &L->A_log, &L->dt_bias, e->gdn_state[i], keep,
                      p->gdn_k_heads, Hv, p->gdn_k_dim, p->gdn_v_dim, NULL);
         if (keep == n_verified) continue; // the verify left the conv state after its last token
-        if (count + 1 > BATCH) copy_all(be, dst, src, bytes, count), count = 0;
-        dst[count] = e->conv_state[i], src[count] = (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1);
-        bytes[count++] = conv_bytes;
+        batch_add(&cb, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)(keep - 1), conv_bytes);
     }
-    if (count) copy_all(be, dst, src, bytes, count);
+    batch_flush(&cb);
 }
 
 void engine_commit_slot(fd_engine *e, int slot) {
     const fd_rank_plan *p = &e->m->plan;
     const size_t gdn_bytes = (size_t)plan_gdn_state_bytes(p), conv_bytes = (size_t)plan_conv_state_bytes(p);
-    enum { BATCH = 64 }; // copies per backend call (the 27B's 48 GDN layers: 96 copies, two calls)
-    void *dst[BATCH];
-    const void *src[BATCH];
-    size_t bytes[BATCH];
-    int count = 0;
+    copy_batcher cb = {.be = e->be};
     for (int i = 0; i < p->num_layers; i++) {
         if (p->layers[i].kind != FD_LAYER_GDN) continue;
-        if (count + 2 > BATCH) copy_all(e->be, dst, src, bytes, count), count = 0;
-        dst[count] = e->gdn_state[i], src[count] = (char *)e->gdn_slots[i] + gdn_bytes * (size_t)slot;
-        bytes[count++] = gdn_bytes;
-        dst[count] = e->conv_state[i], src[count] = (char *)e->conv_slots[i] + conv_bytes * (size_t)slot;
-        bytes[count++] = conv_bytes;
+        batch_add(&cb, e->gdn_state[i], (char *)e->gdn_slots[i] + gdn_bytes * (size_t)slot, gdn_bytes);
+        batch_add(&cb, e->conv_state[i], (char *)e->conv_slots[i] + conv_bytes * (size_t)slot, conv_bytes);
     }
-    if (count) copy_all(e->be, dst, src, bytes, count);
+    batch_flush(&cb);
 }
