@@ -5,8 +5,8 @@
 //     sums in double, each block's sum times w_scale * amax / 448; n = 1..16, k with a short last group, block_rows
 //     32 and 128, an all-zero group and an outlier; counted as gemm_fp8=wgmma;
 //   - batch invariance, bitwise: row j of a 16-row call equals the 1-row call of row j;
-//   - by shape: block_cols 64 and n = 17 run the fp32 matmul (bitwise the f32 value's result), counted as f32;
-//   - the default f32 value is the fp32 matmul on the dequantized weights, unchanged.
+//   - by shape: block_cols 64 and n = 17 run the fp32 matmul (bitwise the gemv value's result), counted as gemv;
+//   - gemv (the default) and dequant are the fp32 matmul on the dequantized weights, bitwise each other.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 #include "backend.h"
 #include "test.h"
 
-enum { V_F32 = 0, V_WGMMA = 1 };
+enum { V_GEMV = 0, V_DEQUANT = 1, V_WGMMA = 2 }; // the values of gemm_fp8 (the CUDA route's names)
 
 static fd_route *fp8_route(fd_backend *be) {
     for (int i = 0; i < be->n_routes; i++)
@@ -112,7 +112,7 @@ TEST(cpu_gemm_fp8_wgmma_matches_plain_w8a8) {
                    n * m);
             // and it is not the weight-only result: the activation rounding shows
             float *wonly = malloc(sizeof(float) * n * m);
-            *r->sel = V_F32;
+            *r->sel = V_GEMV;
             be->matmul(be, wonly, x, &w8, n, 0);
             *r->sel = V_WGMMA;
             EXPECT(memcmp(wonly, out, sizeof(float) * n * m) != 0, "n %d: W8A8 equals the fp32-activation result", n);
@@ -148,16 +148,23 @@ TEST(cpu_gemm_fp8_wgmma_batch_invariant_and_by_shape) {
         be->matmul(be, one, x + (size_t)j * k, &w8, 1, 0);
         EXPECT(!memcmp(one, all + (size_t)j * m, sizeof(float) * m), "row %d of 16 differs from its 1-row call", j);
     }
-    // by shape: 17 rows and block_cols 64 take the fp32 matmul, counted as f32
-    const int64_t f0 = r->calls[V_F32], w0 = r->calls[V_WGMMA];
+    // by shape: 17 rows and block_cols 64 take the fp32 matmul, counted as gemv
+    const int64_t f0 = r->calls[V_GEMV], w0 = r->calls[V_WGMMA];
     be->matmul(be, all, x, &w8, 17, 0);
     be->matmul(be, one, x, &w64, 1, 0);
-    EXPECT(r->calls[V_F32] == f0 + 2 && r->calls[V_WGMMA] == w0, "by-shape calls not counted as f32");
-    *r->sel = V_F32;
+    EXPECT(r->calls[V_GEMV] == f0 + 2 && r->calls[V_WGMMA] == w0, "by-shape calls not counted as gemv");
+    *r->sel = V_GEMV;
     be->matmul(be, f32, x, &w8, 17, 0);
-    EXPECT(!memcmp(all, f32, sizeof(float) * 17 * m), "17 rows under wgmma differ from the f32 value");
+    EXPECT(!memcmp(all, f32, sizeof(float) * 17 * m), "17 rows under wgmma differ from the gemv value");
     be->matmul(be, f32, x, &w64, 1, 0);
-    EXPECT(!memcmp(one, f32, sizeof(float) * m), "block_cols 64 under wgmma differs from the f32 value");
+    EXPECT(!memcmp(one, f32, sizeof(float) * m), "block_cols 64 under wgmma differs from the gemv value");
+    *r->sel = V_DEQUANT; // the reference of the CUDA dequant value: the same fp32 matmul, counted as dequant
+    const int64_t d0 = r->calls[V_DEQUANT];
+    be->matmul(be, all, x, &w8, 17, 0);
+    EXPECT(r->calls[V_DEQUANT] == d0 + 1, "dequant not counted");
+    *r->sel = V_GEMV;
+    be->matmul(be, f32, x, &w8, 17, 0);
+    EXPECT(!memcmp(all, f32, sizeof(float) * 17 * m), "dequant differs from gemv");
     free(w), free(q), free(s), free(q64), free(s64), free(x), free(all), free(one), free(f32);
     be->destroy(be);
 }

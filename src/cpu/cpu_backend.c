@@ -52,11 +52,12 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
                               .sel = &c->kv,
                               .help = "attention KV cache: fp32, or FP8 E4M3 with one fp32 scale per token and head"};
     c->routes[1] = (fd_route){.name = "gemm_fp8",
-                              .values = {"f32", "wgmma"},
+                              .values = {"gemv", "dequant", "wgmma"},
                               .sel = &c->gemm_fp8,
-                              .by_shape = "block_cols != 128 or > 16 rows: f32",
-                              .help = "FP8 block-scaled weights: fp32 activations, or W8A8 (x quantized to e4m3 per "
-                                      "token and 128-group, the CUDA wgmma kernel's semantics)"};
+                              .by_shape = "wgmma: block_cols != 128 or > 16 rows run gemv",
+                              .help = "FP8 block-scaled weights: gemv and dequant keep fp32 activations (the reference "
+                                      "of both CUDA values); wgmma is W8A8 (x quantized to e4m3 per token and "
+                                      "128-group, the CUDA wgmma kernel's semantics)"};
     be->routes = c->routes;
     be->n_routes = 2;
     be->alloc = cpu_alloc;

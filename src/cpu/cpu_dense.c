@@ -119,8 +119,10 @@ static void cpu_matmul(fd_backend *be, void *out, const void *x, const fd_weight
     (void)out_f32; // activations are fp32 already
     if (W->fmt == FD_WFMT_FP8_BLOCK) {
         cpu_impl *c = cpu_of(be);
-        const int value = c->gemm_fp8 == CPU_GEMM_FP8_WGMMA && cpu_w8a8_applies(W, n) ? CPU_GEMM_FP8_WGMMA
-                                                                                        : CPU_GEMM_FP8_F32;
+        const int w8a8 = c->gemm_fp8 == CPU_GEMM_FP8_WGMMA && cpu_w8a8_applies(W, n);
+        const int value = w8a8                                ? CPU_GEMM_FP8_WGMMA
+                          : c->gemm_fp8 == CPU_GEMM_FP8_WGMMA ? CPU_GEMM_FP8_GEMV
+                                                              : c->gemm_fp8;
         c->routes[1].calls[value]++;
         c->routes[1].tokens[value] += n;
         if (value == CPU_GEMM_FP8_WGMMA) {
