@@ -228,7 +228,9 @@ TEST(bench_cuda_gemv_fp8) {
                   {12288, 5120, 16, "attn q|gate"}, {1024, 5120, 32, "attn k, v"}, {17408, 5120, 128, "FFN gate, up"},
                   {5120, 17408, 64, "FFN down"}};
     const int ns[] = {1, 8, 16}, bps = bench_gemv_bps();
-    double per_token_ms[3] = {0};
+    // the weight-only GEMV (route gemm_fp8=gemv) and the W8A8 one on wgmma (gemm_fp8=wgmma) on the same weights
+    const char *values[] = {"gemv", "wgmma"};
+    double per_token_ms[2][3] = {{0}};
     bench_mm_ctx c;
     memset(&c, 0, sizeof c);
     c.x = dev_rand((size_t)16 * 17408, -1, 1);
@@ -256,24 +258,29 @@ TEST(bench_cuda_gemv_fp8) {
                 B()->copy(B(), c.Ws[i].dev, w.dev, (size_t)m * k);
             }
         }
-        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-            c.n = ns[j];
-            c.reps = copies > 8 ? copies : 8;
-            const double ms = time_ms(bench_mm_cycle, &c) / c.reps;
-            char what[96];
-            snprintf(what, sizeof what, "fp8 gemv %-15s %5d x %5d n=%2d", shapes[s].what, m, k, c.n);
-            row(what, ms, 2.0 * c.n * m * k, (double)wbytes);
-            per_token_ms[j] += ms * shapes[s].per_token;
+        for (int v = 0; v < 2; v++) {
+            ASSERT(fd_cuda_set_route(B(), "gemm_fp8", values[v]) == 0, "%s", fd_error_msg());
+            for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+                c.n = ns[j];
+                c.reps = copies > 8 ? copies : 8;
+                const double ms = time_ms(bench_mm_cycle, &c) / c.reps;
+                char what[96];
+                snprintf(what, sizeof what, "fp8 %-5s %-15s %5d x %5d n=%2d", values[v], shapes[s].what, m, k, c.n);
+                row(what, ms, 2.0 * c.n * m * k, (double)wbytes);
+                per_token_ms[v][j] += ms * shapes[s].per_token;
+            }
         }
+        ASSERT(fd_cuda_set_route(B(), "gemm_fp8", "gemv") == 0, "%s", fd_error_msg());
         for (int i = 1; i < copies; i++) B()->free(B(), c.Ws[i].dev);
         B()->release_weight(B(), &w);
         free(c.Ws);
         free(q);
         free(sc);
     }
-    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
-        printf("BENCH | fp8 gemv: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d bps=%d: %.2f ms\n", ns[j],
-               bps, per_token_ms[j]);
+    for (int v = 0; v < 2; v++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+            printf("BENCH | fp8 %s: all quantized GEMMs of one 27B step (25.6 GB) at n=%2d bps=%d: %.2f ms\n",
+                   values[v], ns[j], bps, per_token_ms[v][j]);
     B()->free(B(), c.x);
     B()->free(B(), c.out);
 }

@@ -18,12 +18,24 @@ void cpu_matmul_f32(float *out, const float *x, const fd_weight *W, int n);
 static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// The W8A8 reference of route gemm_fp8 = wgmma (cpu_w8a8.c): applies to FP8 block-scaled weights with
+// block_cols 128 and 1..16 rows (the CUDA kernel's shapes; other calls run the fp32 matmul, counted as gemv).
+int cpu_w8a8_applies(const fd_weight *W, int n);
+void cpu_matmul_w8a8(float *out, const float *x, const fd_weight *W, int n);
+// x [k] -> its e4m3 values as fp32 xq [k] and one scale a 128-group xs [ceil(k / 128)] (the route's quantization)
+void cpu_w8a8_quantize(const float *x, int64_t k, float *xq, float *xs);
+
 // CPU backend state: its routes.
 enum { CPU_KV_F32 = 0, CPU_KV_E4M3 = 1 };
+// route gemm_fp8, the CUDA route's values so one --route / FD_ROUTE_GEMM_FP8 serves both backends: gemv and dequant
+// keep activations fp32 (x . dequantized W: the reference of both CUDA values), wgmma runs the W8A8 semantics
+// (cpu_w8a8.c); under wgmma the shapes the CUDA kernel does not take run (and count as) gemv, as on CUDA.
+enum { CPU_GEMM_FP8_GEMV = 0, CPU_GEMM_FP8_DEQUANT = 1, CPU_GEMM_FP8_WGMMA = 2 };
 struct cpu_group;
 typedef struct {
     int kv;             // route kv: CPU_KV_*
-    fd_route routes[1]; // kv
+    int gemm_fp8;       // route gemm_fp8: CPU_GEMM_FP8_*
+    fd_route routes[2]; // kv, gemm_fp8
     // tensor parallelism (cpu_group.c): the group this backend is rank `rank` of (NULL: none), and its private
     // buffer for the sum
     struct cpu_group *group;

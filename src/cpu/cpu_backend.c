@@ -51,8 +51,15 @@ fd_backend *fd_backend_cpu_create(int n_threads) {
                               .values = {"f32", "e4m3"},
                               .sel = &c->kv,
                               .help = "attention KV cache: fp32, or FP8 E4M3 with one fp32 scale per token and head"};
+    c->routes[1] = (fd_route){.name = "gemm_fp8",
+                              .values = {"gemv", "dequant", "wgmma"},
+                              .sel = &c->gemm_fp8,
+                              .by_shape = "wgmma: block_cols != 128 or > 16 rows run gemv",
+                              .help = "FP8 block-scaled weights: gemv and dequant keep fp32 activations (the reference "
+                                      "of both CUDA values); wgmma is W8A8 (x quantized to e4m3 per token and "
+                                      "128-group, the CUDA wgmma kernel's semantics)"};
     be->routes = c->routes;
-    be->n_routes = 1;
+    be->n_routes = 2;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->zero = cpu_zero;

@@ -116,8 +116,20 @@ void cpu_matmul_f32(float *out, const float *x, const fd_weight *W, int n) {
 }
 
 static void cpu_matmul(fd_backend *be, void *out, const void *x, const fd_weight *W, int n, int out_f32) {
-    (void)be;
     (void)out_f32; // activations are fp32 already
+    if (W->fmt == FD_WFMT_FP8_BLOCK) {
+        cpu_impl *c = cpu_of(be);
+        const int w8a8 = c->gemm_fp8 == CPU_GEMM_FP8_WGMMA && cpu_w8a8_applies(W, n);
+        const int value = w8a8                                ? CPU_GEMM_FP8_WGMMA
+                          : c->gemm_fp8 == CPU_GEMM_FP8_WGMMA ? CPU_GEMM_FP8_GEMV
+                                                              : c->gemm_fp8;
+        c->routes[1].calls[value]++;
+        c->routes[1].tokens[value] += n;
+        if (value == CPU_GEMM_FP8_WGMMA) {
+            cpu_matmul_w8a8(out, x, W, n);
+            return;
+        }
+    }
     cpu_matmul_f32(out, x, W, n);
 }
 

@@ -470,10 +470,12 @@ extern "C" fd_backend *fd_backend_cuda_create(int device) {
     rf->name = "gemm_fp8";
     rf->values[0] = "gemv";
     rf->values[1] = "dequant";
+    rf->values[2] = "wgmma";
     rf->sel = &c->gemm_fp8;
-    rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant";
+    rf->by_shape = "n > 16 rows, k or block_cols not a multiple of 64, block_rows not of 32: always dequant; "
+                   "wgmma: block_cols != 128, block_rows not of 64 or k not of 128: gemv";
     rf->help = "FP8 block-scaled weights: the FP8 GEMV for <= 16 rows, or dequantize to bf16 and run the bf16 "
-               "GEMM";
+               "GEMM, or W8A8 on wgmma for <= 16 rows (x quantized to e4m3 per token and 128-group, sm_90a)";
     fd_route *ri = &c->routes[CU_ROUTE_GEMM_INT4];
     ri->name = "gemm_int4";
     ri->values[0] = "gemv";

@@ -113,6 +113,7 @@ typedef struct {
     int pdl;            // CU_PDL_*: GEMVs launched with programmatic stream serialization (cu_launch_early)
     int *gemv_counters; // gemv.cu: per-row-tile arrival counters of the split-k reduction (kept zero between calls)
     int gemv_counters_len;
+    int fp8wg_smem_set;     // gemv_fp8wg.cu: its kernel's dynamic shared memory limit raised on this device
     int64_t gemv_launches;  // gemv kernel launches (a fused matmul_multi group is one), fd_cuda_gemv_launches
     int gemv_blocks_per_sm; // cu_gemv_plan's k-slicing target (CU_GEMV_BLOCKS_PER_SM; benches: the setter)
     // RoPE inverse frequencies per (theta, rot_dim), computed on the host once and kept on the device, so a rope
@@ -152,7 +153,7 @@ enum {
 };
 // Route gemm_fp8 (gemv_fp8.cu): FP8 block-scaled weights with <= 16 rows run the FP8 GEMV, or every call
 // dequantizes the weight to bf16 and runs the bf16 path (always so for n > 16 and shapes the GEMV does not take).
-enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1 };
+enum { CU_GEMM_FP8_GEMV = 0, CU_GEMM_FP8_DEQUANT = 1, CU_GEMM_FP8_WGMMA = 2 };
 // Route gemm_int4 (gemv_int4.cu): GPTQ / AWQ int4 weights with <= 16 rows run the int4 GEMV, or every call
 // dequantizes the weight and runs the dense path (always so for n > 16 and act-order g_idx).
 enum { CU_GEMM_INT4_GEMV = 0, CU_GEMM_INT4_DEQUANT = 1 };
@@ -357,6 +358,15 @@ void cu_gemv(fd_backend *be, float *out, const float *x, const fd_weight *W, int
 int cu_gemv_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
 // outs[i][n, Ws[i]->rows] = x . Ws[i]^T for every i, in one launch; each result is bitwise cu_gemv's.
 void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x, int n);
+// Route gemm_fp8 = wgmma (gemv_fp8wg.cu, sm_90a): the W8A8 GEMV (x quantized to e4m3 per token and 128-group in the
+// kernel, e4m3 wgmma, fp32 promotion every 128 k; the CPU reference is cpu_w8a8.c). Supported: FP8 weights with
+// block_cols 128, block_rows % 64 == 0, k % 128 == 0, 1 <= n <= 16, 16-byte aligned bases; other calls run gemv
+// by shape. The multi form fuses up to CU_GEMV_MAX_SEGS such weights of one k (each result bitwise the single's).
+int cu_gemv_fp8wg_supported(const void *x, const fd_weight *W, int n);
+int cu_gemv_fp8wg_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
+void cu_gemv_fp8wg(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);
+void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x,
+                         int n);
 
 // ---- gemv_fp8.cu ----
 // dst [rows, cols] = the dequantized weight (fp8 x block scale): f32 (exact) or rounded to bf16.

@@ -140,8 +140,18 @@ void cu_gemm_quant(fd_backend *be, float *out, const float *x, const fd_weight *
 }
 
 // FP8 block-scaled weights (route gemm_fp8): the GEMV of gemv.cu, or the dequant route.
+// Under wgmma the W8A8 kernel (gemv_fp8wg.cu) runs what it supports, counted as wgmma (it reads x in fp32 and
+// quantizes it itself, so no gemm_act value applies); other shapes take the gemv / dequant rule below.
 static void gemm_fp8(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
-    const int gemv = cu_of(be)->gemm_fp8 == CU_GEMM_FP8_GEMV && cu_gemv_fp8_supported(x, W, n);
+    cu_impl *c = cu_of(be);
+    if (c->gemm_fp8 == CU_GEMM_FP8_WGMMA && cu_gemv_fp8wg_supported(x, W, n)) {
+        c->routes[CU_ROUTE_GEMM_FP8].calls[CU_GEMM_FP8_WGMMA]++;
+        c->routes[CU_ROUTE_GEMM_FP8].tokens[CU_GEMM_FP8_WGMMA] += n;
+        cu_gemv_fp8wg(be, out, x, W, n);
+        if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        return;
+    }
+    const int gemv = c->gemm_fp8 != CU_GEMM_FP8_DEQUANT && cu_gemv_fp8_supported(x, W, n);
     cu_gemm_quant(be, out, x, W, n, CU_ROUTE_GEMM_FP8, gemv, cu_gemv, cu_fp8_dequant);
 }
 
@@ -200,6 +210,13 @@ void cu_matmul_multi(fd_backend *be, void *const outs[], const fd_weight *const 
     if (cu_matmul_multi_int4(be, outs, Ws, count, x, n)) return; // int4 members fused (gemv_int4.cu), the rest here
     // bf16 groups under gemm_small=gemv, FP8 groups under gemm_fp8=gemv (cu_gemv_multi_supported: one format)
     const int fp8 = Ws[0]->fmt == FD_WFMT_FP8_BLOCK;
+    if (fp8 && count > 1 && c->gemm_fp8 == CU_GEMM_FP8_WGMMA && cu_gemv_fp8wg_multi_supported(x, Ws, count, n)) {
+        c->routes[CU_ROUTE_GEMM_FP8].calls[CU_GEMM_FP8_WGMMA] += count;
+        c->routes[CU_ROUTE_GEMM_FP8].tokens[CU_GEMM_FP8_WGMMA] += (int64_t)n * count;
+        cu_gemv_fp8wg_multi(be, (float *const *)outs, Ws, count, (const float *)x, n);
+        if (cu_debug_sync) FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        return;
+    }
     const int route_ok = fp8 ? c->gemm_fp8 == CU_GEMM_FP8_GEMV : c->gemm_small == CU_GEMM_SMALL_GEMV;
     if (count > 1 && route_ok && cu_gemv_multi_supported(x, Ws, count, n)) {
         const int split = cu_gemm_split(c->gemm_act, Ws[0]->cols); // one k for the whole group

@@ -1,4 +1,4 @@
-// The PTX of attention_wgmma.cu (route attn_kernel=wgmma, sm_90a): warpgroup MMA (wgmma.mma_async) with shared-
+// The PTX of attention_wgmma.cu (route attn_kernel=wgmma, sm_90a) and gemv_fp8wg.cu (route gemm_fp8=wgmma): warpgroup MMA (wgmma.mma_async) with shared-
 // memory descriptors, its fence / commit / wait, the async-proxy fence, cp.async. In a header of its own so that
 // tools/wg_emu.cpp can put host versions in their place (it defines the include guard first).
 // The descriptors themselves are built in attention_wgmma.cu (wg_desc_sw128), where the emulator runs them.
@@ -103,4 +103,24 @@ static __device__ __forceinline__ void wgmma_rs_m64n256_mn(float (&d)[128], cons
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
+// 4 fp32 -> 4 e4m3 in one word, byte i = element i (RNE, satfinite; cvt.rn.satfinite.e4m3x2.f32 puts its first
+// source in the upper byte).
+static __device__ __forceinline__ uint32_t wg_e4m3x4(float a, float b, float c, float d) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+// d (+)= A B, 64 x 16 x 32, e4m3 x e4m3 -> f32: A from registers (the 8-bit
+// fragment of gemv_fp8wg.cu's header), B from shared memory
+// through its descriptor; scale_d == 0: d = A B (no transpose immediates: e4m3 supports only K-major).
+static __device__ __forceinline__ void wgmma_rs_m64n16k32_e4m3(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                                uint32_t a3, uint64_t db, int scale_d) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %13, 0; wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+}
+
 #endif

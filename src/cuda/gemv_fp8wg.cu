@@ -1,0 +1,310 @@
+// Route gemm_fp8 = wgmma (sm_90a): the W8A8 GEMV on FP8 block-scaled weights on Hopper warpgroup MMA,
+// out[n, m] f32 = W8A8(x[n, k], W[m, k]) for n <= 16 rows. Semantics (the CPU reference, src/cpu/cpu_w8a8.c, is
+// the same bitwise up to the sums): x quantized per token and 128-group of k (amax clamped at 1e-10,
+// r = 448 / amax, s = amax / 448, x_q = e4m3(x * r), RNE, saturating: HF fine-grained FP8 with
+// `activation_scheme: dynamic`), each 128-k block's e4m3 x e4m3 dot in a fresh fp32 accumulator, times
+// w_scale * s and added in fp32 (DeepSeek-V3's promotion every 128 k). Design, counts and the prediction:
+// docs/perf-notes.md, session 14, "gemm_fp8=wgmma".
+//
+// Block: 2 warpgroups, 128 weight rows (warpgroup w: rows 64w..64w+63 as one m64 A tile) and one k slice.
+// - A = the weights, straight from global memory into the RS A fragment, no conversion: the PTX ISA's 8-bit A
+//   fragment (mma.m16n8k32's, per warp w rows 16w..16w+15; lane g = lane/4, c = lane%4; register 0 = row g, k
+//   4c..4c+3; 1 = row g+8, same k; 2 = row g, k 16+4c..; 3 = row g+8, k 16+4c..) is fed with lane c's 32
+//   contiguous bytes of rows g and g+8 of each 128-k block: byte 8j+i of the 32 is element i of k32 step j. That
+//   permutes k inside a step; the quantizer stores x_q into B with the same permutation, so the dot is the same
+//   (checked on the host: tools/fp8wg_layout.cpp).
+// - B = x_q, 16 token columns for every n (the unused ones zero) in shared memory, K-major, no swizzle: per 128-k
+//   block 2 KB, core matrix (k16 chunk q, token half h) at q * 256 + h * 128, 8 tokens x 16 bytes each; the
+//   descriptor of step j starts at block + 512 j (LBO 256: next k16 chunk, SBO 128: next 8 tokens).
+// - Batch invariance: N = 16 whatever n, and an output column depends only on its own B column and scale, so row
+//   j of an n-row call is bitwise the 1-row call (the k partition depends on (m, k, SM count) only, as gemv.cu's).
+// - Split k: S slices; each (tile, slice) block writes its 128 x 16 partial and the tile's last block adds the S
+//   partials in slice order (gemv_tile.cuh's pattern, 128-row tiles). Fused groups: one segment per weight, each
+//   with its own plan, so a fused result is bitwise the separate call's.
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "cuda/cuda_common.h"
+#include "cuda/wgmma_ptx.cuh"
+
+#define WG8_THREADS   256
+#define WG8_ROWS      128                // weight rows a block: 2 warpgroups x m64
+#define WG8_N         16                 // B columns (tokens) for every n
+#define WG8_KBLK      128                // k of one scale block = one promotion
+#define WG8_BTILE     (WG8_N * WG8_KBLK) // B bytes a 128-k block (2 KB)
+#define WG8_MAX_SLICE 4096               // k a block at most (B 64 KB)
+// dynamic shared memory of a block whose slice holds `groups` 128-k blocks
+#define WG8_SMEM(groups) ((size_t)(groups) * (WG8_BTILE + WG8_N * sizeof(float)) + WG8_PARTIAL * sizeof(float) + 16)
+#define WG8_PARTIAL      (WG8_ROWS * WG8_N) // partial sums a (tile, slice)
+#define WG8_MAX_SEGS     CU_GEMV_MAX_SEGS
+
+typedef struct {
+    const uint8_t *W;
+    const float *scale; // [ceil(m / br), scols] f32
+    float *out;
+    float *partial;
+    int *counters;
+    int m, kslice, S, tiles, block0, br, scols;
+} wg8_seg;
+typedef struct {
+    wg8_seg seg[WG8_MAX_SEGS];
+    int count;
+} wg8_job;
+
+// A K-major, no-swizzle matrix descriptor (start, LBO, SBO in bytes; base offset 0, swizzle mode 0).
+static __device__ __forceinline__ uint64_t wg8_desc(uint32_t start, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((start >> 4) & 0x3fff) | (uint64_t)((lbo >> 4) & 0x3fff) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3fff) << 32;
+}
+
+// One 128-k block of a lane's two rows: 32 bytes of row g (lo) and of row g + 8 (hi). Rows past m: zeros.
+struct wg8_a {
+    uint4 lo0, lo1, hi0, hi1;
+};
+static __device__ __forceinline__ void wg8_load(wg8_a &a, const uint8_t *rlo, const uint8_t *rhi, bool oklo, bool okhi,
+                                                int kb) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    a.lo0 = oklo ? *(const uint4 *)(rlo + kb) : z;
+    a.lo1 = oklo ? *(const uint4 *)(rlo + kb + 16) : z;
+    a.hi0 = okhi ? *(const uint4 *)(rhi + kb) : z;
+    a.hi1 = okhi ? *(const uint4 *)(rhi + kb + 16) : z;
+}
+static __device__ __forceinline__ uint32_t wg8_word(const uint4 &v0, const uint4 &v1, int w) {
+    const uint4 &v = w < 4 ? v0 : v1;
+    const int i = w & 3;
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The block's x_q and scales for its k slice [kbeg, kbeg + nk): 16 threads a (token, group), 8 consecutive k a
+// thread (two float4 loads, coherent: x may have been written by the kernel before, under PDL). Tokens past n get
+// zero bytes and scale 0.
+static __device__ void wg8_quantize(uint8_t *bs, float *xs, const float *x, int n, int k, int kbeg, int nk) {
+    const int groups = nk / WG8_KBLK, u = threadIdx.x & 15;
+    for (int item = threadIdx.x >> 4; item < WG8_N * groups; item += WG8_THREADS / 16) {
+        const int t = item / groups, g = item % groups; // token, group in the slice
+        float v[8];
+        if (t < n) {
+            const float4 *p = (const float4 *)(x + (int64_t)t * k + kbeg + g * WG8_KBLK + 8 * u);
+            const float4 f0 = p[0], f1 = p[1];
+            v[0] = f0.x, v[1] = f0.y, v[2] = f0.z, v[3] = f0.w, v[4] = f1.x, v[5] = f1.y, v[6] = f1.z, v[7] = f1.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.f;
+        }
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+        for (int o = 8; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        amax = fmaxf(amax, 1e-10f);
+        const float r = 448.f / amax; // IEEE division (no fast math): the CPU reference's r
+        if (u == 0) xs[t * (nk / WG8_KBLK) + g] = t < n ? amax / 448.f : 0.f;
+        // physical k 8u..8u+7 of the block = lane c = u / 4, step j = u % 4: logical k 4c..4c+3 (chunk 2j) and
+        // 16+4c.. (chunk 2j+1) of the B tile
+        const int c = u >> 2, j = u & 3;
+        uint8_t *tile = bs + g * WG8_BTILE + (t >> 3) * 128 + (t & 7) * 16 + 4 * c;
+        *(uint32_t *)(tile + (2 * j) * 256) = wg_e4m3x4(v[0] * r, v[1] * r, v[2] * r, v[3] * r);
+        *(uint32_t *)(tile + (2 * j + 1) * 256) = wg_e4m3x4(v[4] * r, v[5] * r, v[6] * r, v[7] * r);
+    }
+}
+
+// The 4 wgmmas of one 128-k block into a fresh accumulator, then the promotion: tot += acc * (w_scale * s[col]).
+// The accumulator's element i is row g + 8 ((i / 2) % 2), column 8 (i / 4) + 2c + i % 2 of the warp's 16 rows.
+static __device__ __forceinline__ void wg8_block(float (&tot)[8], const wg8_a &a, uint32_t bs_addr, const float *xs,
+                                                 int groups, int gb, float ws, int c) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint64_t db = wg8_desc(bs_addr + gb * WG8_BTILE + 512 * j, 256, 128);
+        wgmma_rs_m64n16k32_e4m3(acc, wg8_word(a.lo0, a.lo1, 2 * j), wg8_word(a.hi0, a.hi1, 2 * j),
+                                wg8_word(a.lo0, a.lo1, 2 * j + 1), wg8_word(a.hi0, a.hi1, 2 * j + 1), db, j);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wg_fence_regs(acc);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int col = 8 * (i >> 2) + 2 * c + (i & 1);
+        tot[i] = fmaf(acc[i], ws * xs[col * groups + gb], tot[i]);
+    }
+}
+
+__global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job, const float *x, int n, int k) {
+    // dynamic shared memory only (the name tools/gdn_emu's runtime gives it): B tiles [groups][2 KB], the x
+    // scales [16][groups], the block's sums [128 x 16], the last-block flag
+    extern __shared__ float4 sm4[];
+    // the segment of this block: the last one starting at or before it
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < WG8_MAX_SEGS; i++)
+        if (i < job.count && (int)blockIdx.x >= job.seg[i].block0) si = i;
+    const wg8_seg &sg = job.seg[si];
+    const int local = blockIdx.x - sg.block0, tile = local % sg.tiles, s = local / sg.tiles;
+    const int kbeg = s * sg.kslice, nk = min(sg.kslice, k - kbeg), groups = nk / WG8_KBLK;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
+              c = lane & 3;
+    const int row_lo = tile * WG8_ROWS + 64 * wg + 16 * warp + g, row_hi = row_lo + 8;
+    const bool oklo = row_lo < sg.m, okhi = row_hi < sg.m;
+    const uint8_t *rlo = sg.W + (int64_t)(oklo ? row_lo : 0) * k + kbeg + 32 * c;
+    const uint8_t *rhi = sg.W + (int64_t)(okhi ? row_hi : 0) * k + kbeg + 32 * c;
+    // one scale row for the warpgroup's 64 rows (block_rows % 64 == 0); a warpgroup wholly past m reads none
+    const bool wg_live = tile * WG8_ROWS + 64 * wg < sg.m;
+    const float *srow =
+        sg.scale + (int64_t)(wg_live ? (tile * WG8_ROWS + 64 * wg) / sg.br : 0) * sg.scols + kbeg / WG8_KBLK;
+
+    // the first two blocks' weights are in flight while the previous kernel finishes (weights are constant)
+    wg8_a a0, a1, a2;
+    wg8_load(a0, rlo, rhi, oklo, okhi, 0);
+    if (groups > 1) wg8_load(a1, rlo, rhi, oklo, okhi, WG8_KBLK);
+    CU_PDL_ENTER();
+    uint8_t *bs = (uint8_t *)sm4;
+    float *xs = (float *)(bs + (size_t)groups * WG8_BTILE), *red = xs + WG8_N * groups;
+    int &is_last = *(int *)(red + WG8_PARTIAL);
+    wg8_quantize(bs, xs, x, n, k, kbeg, nk);
+    wg_fence_proxy(); // the B tiles were written through the generic proxy; wgmma reads them through the async one
+    __syncthreads();
+
+    float tot[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) tot[i] = 0.f;
+    const uint32_t bs_addr = wg_smem(bs);
+    // a ring of 3 blocks in registers: block b + 2 loads while block b runs (the unrolled 3 keeps indices static)
+    for (int b0 = 0; b0 < groups; b0 += 3) {
+        if (b0 + 2 < groups) wg8_load(a2, rlo, rhi, oklo, okhi, (b0 + 2) * WG8_KBLK);
+        wg8_block(tot, a0, bs_addr, xs, groups, b0, wg_live ? srow[b0] : 0.f, c);
+        if (b0 + 1 >= groups) break;
+        if (b0 + 3 < groups) wg8_load(a0, rlo, rhi, oklo, okhi, (b0 + 3) * WG8_KBLK);
+        wg8_block(tot, a1, bs_addr, xs, groups, b0 + 1, wg_live ? srow[b0 + 1] : 0.f, c);
+        if (b0 + 2 >= groups) break;
+        if (b0 + 4 < groups) wg8_load(a1, rlo, rhi, oklo, okhi, (b0 + 4) * WG8_KBLK);
+        wg8_block(tot, a2, bs_addr, xs, groups, b0 + 2, wg_live ? srow[b0 + 2] : 0.f, c);
+    }
+
+    // the block's 128 x 16 sums (row-major by row: element (row, col) at row * 16 + col)
+    const int rl = 64 * wg + 16 * warp + g;
+#pragma unroll
+    for (int i = 0; i < 8; i++) red[(rl + 8 * ((i >> 1) & 1)) * WG8_N + 8 * (i >> 2) + 2 * c + (i & 1)] = tot[i];
+    __syncthreads();
+    const int row_base = tile * WG8_ROWS;
+    if (sg.S == 1) {
+        for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) {
+            const int row = e % WG8_ROWS, col = e / WG8_ROWS; // consecutive threads: consecutive rows
+            if (row_base + row < sg.m && col < n) sg.out[(int64_t)col * sg.m + row_base + row] = red[row * WG8_N + col];
+        }
+        return;
+    }
+    float *mine = sg.partial + ((int64_t)s * sg.tiles + tile) * WG8_PARTIAL;
+    for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) mine[e] = red[(e % WG8_ROWS) * WG8_N + e / WG8_ROWS];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&sg.counters[tile], 1) == sg.S - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) {
+        const int row = e % WG8_ROWS, col = e / WG8_ROWS;
+        if (row_base + row >= sg.m || col >= n) continue;
+        const float *pt = sg.partial + (int64_t)tile * WG8_PARTIAL + e;
+        float v = __ldcg(pt);
+        for (int s2 = 1; s2 < sg.S; s2++) v += __ldcg(pt + (int64_t)s2 * sg.tiles * WG8_PARTIAL);
+        sg.out[(int64_t)col * sg.m + row_base + row] = v;
+    }
+    if (threadIdx.x == 0) sg.counters[tile] = 0; // ready for the next call (stream order)
+}
+
+// The k partition of (m, k): the shape and the SM count only (never n), like gemv.cu's gv_plan; slices are whole
+// 128-k blocks and at most WG8_MAX_SLICE.
+static int wg8_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
+    const int tiles = (m + WG8_ROWS - 1) / WG8_ROWS, blocks_k = k / WG8_KBLK;
+    int S = (blocks_per_sm * num_sms + tiles - 1) / tiles;
+    const int min_s = (k + WG8_MAX_SLICE - 1) / WG8_MAX_SLICE;
+    if (S > blocks_k) S = blocks_k;
+    if (S < min_s) S = min_s;
+    const int per = (blocks_k + S - 1) / S;
+    *kslice = per * WG8_KBLK;
+    return (blocks_k + per - 1) / per;
+}
+
+#ifndef WG8_EMU // tools/fp8wg_emu.cpp runs the kernel and the plan above on the host, and builds the job itself
+// The split-k arrival counters are the GEMVs' (cu_impl.gemv_counters; gemv_int4.cu's note): kernels on the one
+// stream run in order and each leaves them zero; an early-launched GEMV touches them only after its PDL wait.
+static int *wg8_counters(cu_impl *c, int tiles) {
+    if (c->gemv_counters_len < tiles) {
+        FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        FD_CUDA_CHECK(cudaFree(c->gemv_counters));
+        FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, (size_t)tiles * sizeof(int)));
+        FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, (size_t)tiles * sizeof(int), c->stream));
+        c->gemv_counters_len = tiles;
+    }
+    return c->gemv_counters;
+}
+
+int cu_gemv_fp8wg_supported(const void *x, const fd_weight *W, int n) {
+    if (n < 1 || n > WG8_N || W->fmt != FD_WFMT_FP8_BLOCK || !W->dev || !W->dev_scale) return 0;
+    // whole 128-k blocks (one scale column each: block_cols 128), a warpgroup's 64 rows in one scale row, 16-byte
+    // loads of W rows and x rows
+    if (W->cols <= 0 || W->cols % WG8_KBLK || W->rows <= 0 || W->block_cols != WG8_KBLK || W->block_rows % 64) return 0;
+    return ((uintptr_t)W->dev | (uintptr_t)x) % 16 == 0;
+}
+
+int cu_gemv_fp8wg_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n) {
+    if (count < 1 || count > WG8_MAX_SEGS) return 0;
+    for (int i = 0; i < count; i++)
+        if (!cu_gemv_fp8wg_supported(x, Ws[i], n) || Ws[i]->cols != Ws[0]->cols) return 0;
+    return 1;
+}
+
+void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *const Ws[], int count, const float *x,
+                         int n) {
+    cu_impl *c = cu_of(be);
+    FD_CHECK(cu_gemv_fp8wg_multi_supported(x, Ws, count, n), "gemv_fp8wg: unsupported call n=%d count=%d %s", n, count,
+             Ws[0]->name ? Ws[0]->name : "?");
+    const int k = (int)Ws[0]->cols;
+    wg8_job job;
+    memset(&job, 0, sizeof job);
+    job.count = count;
+    int blocks = 0, split_tiles = 0, max_slice = 0;
+    size_t partial_elems = 0, part_off[WG8_MAX_SEGS];
+    int ctr_off[WG8_MAX_SEGS];
+    for (int i = 0; i < count; i++) {
+        wg8_seg *sg = &job.seg[i];
+        sg->W = (const uint8_t *)Ws[i]->dev;
+        sg->scale = (const float *)Ws[i]->dev_scale;
+        sg->out = outs[i];
+        sg->m = (int)Ws[i]->rows;
+        sg->br = Ws[i]->block_rows, sg->scols = (int)Ws[i]->scale_cols;
+        sg->S = wg8_plan(sg->m, k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
+        sg->tiles = (sg->m + WG8_ROWS - 1) / WG8_ROWS;
+        sg->block0 = blocks;
+        blocks += sg->tiles * sg->S;
+        if (sg->kslice > max_slice) max_slice = sg->kslice;
+        part_off[i] = partial_elems, ctr_off[i] = split_tiles;
+        if (sg->S > 1) partial_elems += (size_t)sg->S * sg->tiles * WG8_PARTIAL, split_tiles += sg->tiles;
+    }
+    if (partial_elems) {
+        float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
+        int *counters = wg8_counters(c, split_tiles);
+        for (int i = 0; i < count; i++)
+            if (job.seg[i].S > 1)
+                job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
+    }
+    const size_t smem = WG8_SMEM(max_slice / WG8_KBLK);
+    if (!c->fp8wg_smem_set) { // over 48 KB of dynamic shared memory: opted in once per backend (its device)
+        FD_CUDA_CHECK(cudaFuncSetAttribute(k_gemv_fp8wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)WG8_SMEM(WG8_MAX_SLICE / WG8_KBLK)));
+        c->fp8wg_smem_set = 1;
+    }
+    c->gemv_launches++;
+    cu_launch_early(be, k_gemv_fp8wg, blocks, WG8_THREADS, smem, job, x, n, k);
+}
+
+void cu_gemv_fp8wg(fd_backend *be, float *out, const float *x, const fd_weight *W, int n) {
+    float *outs[1] = {out};
+    const fd_weight *Ws[1] = {W};
+    cu_gemv_fp8wg_multi(be, outs, Ws, 1, x, n);
+}
+#endif
