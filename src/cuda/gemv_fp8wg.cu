@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
         return;
     }
     float *mine = sg.partial + ((int64_t)s * sg.tiles + tile) * WG8_PARTIAL;
-    for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) mine[e] = red[(e % WG8_ROWS) * WG8_N + e / WG8_ROWS];
+    // only the n live columns: the tile's last block reads no other (the sums are the same for every n)
+    for (int e = threadIdx.x; e < WG8_ROWS * n; e += WG8_THREADS) mine[e] = red[(e % WG8_ROWS) * WG8_N + e / WG8_ROWS];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) is_last = atomicAdd(&sg.counters[tile], 1) == sg.S - 1;
@@ -217,16 +218,24 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
 }
 
 // The k partition of (m, k): the shape and the SM count only (never n), like gemv.cu's gv_plan; slices are whole
-// 128-k blocks and at most WG8_MAX_SLICE.
+// 128-k blocks and at most WG8_MAX_SLICE. The grid is chosen in whole waves: a block count just over one wave of
+// blocks_per_sm x SMs (the first form of this plan: 272 blocks for the FFN gate|up on 264 slots) ran every 27B
+// shape at ~35 % of copy on the H200 (session 15), the last few blocks alone for a whole slice. Cost of a split
+// S = waves x (blocks of a slice + 1, the prologue's x quantization and the partial's write and read); the least
+// cost wins, ties to the smaller grid.
 static int wg8_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
-    const int tiles = (m + WG8_ROWS - 1) / WG8_ROWS, blocks_k = k / WG8_KBLK;
-    int S = (blocks_per_sm * num_sms + tiles - 1) / tiles;
+    const int tiles = (m + WG8_ROWS - 1) / WG8_ROWS, blocks_k = k / WG8_KBLK, slots = blocks_per_sm * num_sms;
     const int min_s = (k + WG8_MAX_SLICE - 1) / WG8_MAX_SLICE;
-    if (S > blocks_k) S = blocks_k;
-    if (S < min_s) S = min_s;
-    const int per = (blocks_k + S - 1) / S;
-    *kslice = per * WG8_KBLK;
-    return (blocks_k + per - 1) / per;
+    int best_per = blocks_k, best_cost = -1;
+    for (int S = min_s; S <= blocks_k && S <= 64; S++) {
+        const int per = (blocks_k + S - 1) / S, s_eff = (blocks_k + per - 1) / per;
+        if (per * WG8_KBLK > WG8_MAX_SLICE) continue;
+        const long waves = ((long)tiles * s_eff + slots - 1) / slots;
+        const long cost = waves * (per + 1);
+        if (best_cost < 0 || cost < best_cost) best_cost = (int)cost, best_per = per;
+    }
+    *kslice = best_per * WG8_KBLK;
+    return (blocks_k + best_per - 1) / best_per;
 }
 
 #ifndef WG8_EMU // tools/fp8wg_emu.cpp runs the kernel and the plan above on the host, and builds the job itself
