@@ -38,6 +38,9 @@
 #define WG8_SMEM(groups) ((size_t)(groups) * (WG8_BTILE + WG8_N * sizeof(float)) + WG8_PARTIAL * sizeof(float) + 16)
 #define WG8_PARTIAL      (WG8_ROWS * WG8_N) // partial sums a (tile, slice)
 #define WG8_MAX_SEGS     CU_GEMV_MAX_SEGS
+#ifndef WG8_RING
+#define WG8_RING 3 // 128-k weight blocks in flight a thread (64 bytes each)
+#endif
 
 typedef struct {
     const uint8_t *W;
@@ -76,36 +79,63 @@ static __device__ __forceinline__ uint32_t wg8_word(const uint4 &v0, const uint4
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The block's x_q and scales for its k slice [kbeg, kbeg + nk): 16 threads a (token, group), 8 consecutive k a
-// thread (two float4 loads, coherent: x may have been written by the kernel before, under PDL). Tokens past n get
-// zero bytes and scale 0.
+// The block's x_q and scales for its k slice [kbeg, kbeg + nk): 16 threads a live (token t < n, group), 8
+// consecutive k a thread (two float4 loads, coherent: x may have been written by the kernel before, under PDL).
+// A thread's items are loaded WG8_QBATCH at a time before any of their math, so their L2 round trips overlap
+// (one item at a time, the prologue was 8 serial round trips at n = 16, 6-7 us of a block's ~14: session 15).
+// Columns t >= n are zero bytes and scale 0, written as plain 16-byte stores (what quantizing zeros gives:
+// e4m3(0) = 0, and the scale is never used).
+#ifndef WG8_QBATCH
+#define WG8_QBATCH 4
+#endif
+static __device__ __forceinline__ void wg8_quantize_item(uint8_t *bs, float *xs, const float4 f0, const float4 f1,
+                                                         int t, int g, int groups, int u, bool ok) {
+    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    amax = fmaxf(amax, 1e-10f);
+    const float r = 448.f / amax; // IEEE division (no fast math): the CPU reference's r
+    if (!ok) return; // a lane past the live items: the shuffles above still had every lane of the warp
+    if (u == 0) xs[t * groups + g] = amax / 448.f;
+    // physical k 8u..8u+7 of the block = lane c = u / 4, step j = u % 4: logical k 4c..4c+3 (chunk 2j) and
+    // 16+4c.. (chunk 2j+1) of the B tile
+    const int c = u >> 2, j = u & 3;
+    uint8_t *tile = bs + g * WG8_BTILE + (t >> 3) * 128 + (t & 7) * 16 + 4 * c;
+    *(uint32_t *)(tile + (2 * j) * 256) = wg_e4m3x4(v[0] * r, v[1] * r, v[2] * r, v[3] * r);
+    *(uint32_t *)(tile + (2 * j + 1) * 256) = wg_e4m3x4(v[4] * r, v[5] * r, v[6] * r, v[7] * r);
+}
 static __device__ void wg8_quantize(uint8_t *bs, float *xs, const float *x, int n, int k, int kbeg, int nk) {
-    const int groups = nk / WG8_KBLK, u = threadIdx.x & 15;
-    for (int item = threadIdx.x >> 4; item < WG8_N * groups; item += WG8_THREADS / 16) {
-        const int t = item / groups, g = item % groups; // token, group in the slice
-        float v[8];
-        if (t < n) {
-            const float4 *p = (const float4 *)(x + (int64_t)t * k + kbeg + g * WG8_KBLK + 8 * u);
-            const float4 f0 = p[0], f1 = p[1];
-            v[0] = f0.x, v[1] = f0.y, v[2] = f0.z, v[3] = f0.w, v[4] = f1.x, v[5] = f1.y, v[6] = f1.z, v[7] = f1.w;
-        } else {
+    const int groups = nk / WG8_KBLK, u = threadIdx.x & 15, live = n * groups, step = WG8_THREADS / 16;
+    // the dead columns: (group, token t >= n, k16 chunk) 16 bytes each; their scales
+    const int dead = WG8_N - n;
+    for (int e = threadIdx.x; e < groups * dead * 8; e += WG8_THREADS) {
+        const int q = e & 7, t = n + (e >> 3) % dead, g = (e >> 3) / dead;
+        *(uint4 *)(bs + g * WG8_BTILE + q * 256 + (t >> 3) * 128 + (t & 7) * 16) = make_uint4(0, 0, 0, 0);
+    }
+    for (int e = threadIdx.x; e < groups * dead; e += WG8_THREADS) xs[(n + e / groups) * groups + e % groups] = 0.f;
+    // the live items, a half-warp each (the shuffles stay inside it); both halves of a warp run every batch
+    // (items past `live` load nothing and store nothing), so the full-mask shuffles see the whole warp
+    for (int wbase = (threadIdx.x >> 5) * 2; wbase < live; wbase += WG8_QBATCH * step) {
+        const int base = wbase + ((threadIdx.x >> 4) & 1); // this half-warp's first item
+        float4 f[WG8_QBATCH][2];
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = 0.f;
+        for (int i = 0; i < WG8_QBATCH; i++) {
+            const int item = base + i * step, t = item / groups, g = item % groups;
+            if (item < live) {
+                const float4 *p = (const float4 *)(x + (int64_t)t * k + kbeg + g * WG8_KBLK + 8 * u);
+                f[i][0] = p[0], f[i][1] = p[1];
+            } else {
+                f[i][0] = f[i][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
-        float amax = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-        for (int o = 8; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        amax = fmaxf(amax, 1e-10f);
-        const float r = 448.f / amax; // IEEE division (no fast math): the CPU reference's r
-        if (u == 0) xs[t * (nk / WG8_KBLK) + g] = t < n ? amax / 448.f : 0.f;
-        // physical k 8u..8u+7 of the block = lane c = u / 4, step j = u % 4: logical k 4c..4c+3 (chunk 2j) and
-        // 16+4c.. (chunk 2j+1) of the B tile
-        const int c = u >> 2, j = u & 3;
-        uint8_t *tile = bs + g * WG8_BTILE + (t >> 3) * 128 + (t & 7) * 16 + 4 * c;
-        *(uint32_t *)(tile + (2 * j) * 256) = wg_e4m3x4(v[0] * r, v[1] * r, v[2] * r, v[3] * r);
-        *(uint32_t *)(tile + (2 * j + 1) * 256) = wg_e4m3x4(v[4] * r, v[5] * r, v[6] * r, v[7] * r);
+        for (int i = 0; i < WG8_QBATCH; i++) {
+            const int item = base + i * step;
+            wg8_quantize_item(bs, xs, f[i][0], f[i][1], item / groups, item % groups, groups, u, item < live);
+        }
     }
 }
 
@@ -156,10 +186,13 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
     const float *srow =
         sg.scale + (int64_t)(wg_live ? (tile * WG8_ROWS + 64 * wg) / sg.br : 0) * sg.scols + kbeg / WG8_KBLK;
 
-    // the first two blocks' weights are in flight while the previous kernel finishes (weights are constant)
-    wg8_a a0, a1, a2;
-    wg8_load(a0, rlo, rhi, oklo, okhi, 0);
-    if (groups > 1) wg8_load(a1, rlo, rhi, oklo, okhi, WG8_KBLK);
+    // a ring of WG8_RING blocks in registers, all in flight while the previous kernel finishes (weights are
+    // constant) and the x quantization runs; slot r is refilled with block b + WG8_RING as soon as block b's
+    // wgmmas are done with it (the unrolled ring keeps the slot indices static)
+    wg8_a a[WG8_RING];
+#pragma unroll
+    for (int r = 0; r < WG8_RING; r++)
+        if (r < groups) wg8_load(a[r], rlo, rhi, oklo, okhi, r * WG8_KBLK);
     CU_PDL_ENTER();
     uint8_t *bs = (uint8_t *)sm4;
     float *xs = (float *)(bs + (size_t)groups * WG8_BTILE), *red = xs + WG8_N * groups;
@@ -172,16 +205,14 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
 #pragma unroll
     for (int i = 0; i < 8; i++) tot[i] = 0.f;
     const uint32_t bs_addr = wg_smem(bs);
-    // a ring of 3 blocks in registers: block b + 2 loads while block b runs (the unrolled 3 keeps indices static)
-    for (int b0 = 0; b0 < groups; b0 += 3) {
-        if (b0 + 2 < groups) wg8_load(a2, rlo, rhi, oklo, okhi, (b0 + 2) * WG8_KBLK);
-        wg8_block(tot, a0, bs_addr, xs, groups, b0, wg_live ? srow[b0] : 0.f, c);
-        if (b0 + 1 >= groups) break;
-        if (b0 + 3 < groups) wg8_load(a0, rlo, rhi, oklo, okhi, (b0 + 3) * WG8_KBLK);
-        wg8_block(tot, a1, bs_addr, xs, groups, b0 + 1, wg_live ? srow[b0 + 1] : 0.f, c);
-        if (b0 + 2 >= groups) break;
-        if (b0 + 4 < groups) wg8_load(a1, rlo, rhi, oklo, okhi, (b0 + 4) * WG8_KBLK);
-        wg8_block(tot, a2, bs_addr, xs, groups, b0 + 2, wg_live ? srow[b0 + 2] : 0.f, c);
+    for (int b0 = 0; b0 < groups; b0 += WG8_RING) {
+#pragma unroll
+        for (int r = 0; r < WG8_RING; r++) {
+            const int b = b0 + r;
+            if (b >= groups) break;
+            wg8_block(tot, a[r], bs_addr, xs, groups, b, wg_live ? srow[b] : 0.f, c);
+            if (b + WG8_RING < groups) wg8_load(a[r], rlo, rhi, oklo, okhi, (b + WG8_RING) * WG8_KBLK);
+        }
     }
 
     // the block's 128 x 16 sums (row-major by row: element (row, col) at row * 16 + col)
@@ -239,18 +270,8 @@ static int wg8_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
 }
 
 #ifndef WG8_EMU // tools/fp8wg_emu.cpp runs the kernel and the plan above on the host, and builds the job itself
-// The split-k arrival counters are the GEMVs' (cu_impl.gemv_counters; gemv_int4.cu's note): kernels on the one
-// stream run in order and each leaves them zero; an early-launched GEMV touches them only after its PDL wait.
-static int *wg8_counters(cu_impl *c, int tiles) {
-    if (c->gemv_counters_len < tiles) {
-        FD_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        FD_CUDA_CHECK(cudaFree(c->gemv_counters));
-        FD_CUDA_CHECK(cudaMalloc(&c->gemv_counters, (size_t)tiles * sizeof(int)));
-        FD_CUDA_CHECK(cudaMemsetAsync(c->gemv_counters, 0, (size_t)tiles * sizeof(int), c->stream));
-        c->gemv_counters_len = tiles;
-    }
-    return c->gemv_counters;
-}
+// The split-k arrival counters are the GEMVs' pool (gemv_tile.cuh's cu_gemv_counters), one per 128-row tile.
+#include "cuda/gemv_tile.cuh"
 
 int cu_gemv_fp8wg_supported(const void *x, const fd_weight *W, int n) {
     if (n < 1 || n > WG8_N || W->fmt != FD_WFMT_FP8_BLOCK || !W->dev || !W->dev_scale) return 0;
@@ -296,7 +317,7 @@ void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *c
     }
     if (partial_elems) {
         float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
-        int *counters = wg8_counters(c, split_tiles);
+        int *counters = cu_gemv_counters(c, split_tiles);
         for (int i = 0; i < count; i++)
             if (job.seg[i].S > 1)
                 job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
