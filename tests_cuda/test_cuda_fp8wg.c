@@ -4,7 +4,8 @@
 //     double sums): within TOL_W8A8 (the GPU sums each 128-k block in fp32 inside wgmma, with fewer bits kept);
 //     n = 1..16 spread, m not a multiple of 128, block_rows 128 and 64; counted as gemm_fp8=wgmma;
 //   - batch invariance, bitwise: row j of an n-row call equals the same row of the 16-row call, n = 1..16;
-//   - fused groups (matmul_multi): one launch, every output bitwise the separate call's, counted per weight;
+//   - fused groups (matmul_multi): one launch (the weights' tiles stacked into one cut), every output against the
+//     CPU W8A8, batch invariant (rows of an n-row call bitwise the 16-row call's), counted per weight;
 //   - by shape: block_cols 64 runs the weight-only GEMV (counted gemv, bitwise that route's result).
 #include <math.h>
 #include <stdlib.h>
@@ -112,20 +113,30 @@ TEST(cuda_fp8_wgmma_fused_groups) {
             const int m = i < 3 ? (groups[gi][1 + i] ? groups[gi][1 + i] : 64) : 128;
             w[i] = mkw_fp8(m, k, i == 1 ? 64 : 128, 128), Ws[i] = &w[i].g;
         }
-        for (int n = 1; n <= 16; n += 7) {
-            float *x = rnd((size_t)n * k, -1.f, 1.f), *outs[4];
+        // one x of 16 rows: the n-row calls take its first n, so their rows must be the 16-row call's bitwise
+        float *x = rnd((size_t)16 * k, -1.f, 1.f), *all[4];
+        gpu_multi(all, x, Ws, count, 16);
+        for (int n = 1; n <= 16; n += 5) {
+            float *outs[4];
             const int64_t l0 = fd_cuda_gemv_launches(gpu()), c0 = fp8_calls(V_WGMMA);
             gpu_multi(outs, x, Ws, count, n);
             EXPECT(fd_cuda_gemv_launches(gpu()) == l0 + 1, "group %zu n %d: not one launch", gi, n);
             EXPECT(fp8_calls(V_WGMMA) == c0 + count, "group %zu n %d: not counted per weight", gi, n);
             for (int i = 0; i < count; i++) {
-                float *sep = gpu_mm(x, Ws[i], n);
-                EXPECT(!memcmp(outs[i], sep, (size_t)n * Ws[i]->rows * 4), "group %zu n %d: weight %d differs", gi, n,
-                       i);
-                free(sep), free(outs[i]);
+                const size_t no = (size_t)n * Ws[i]->rows;
+                float *ref = fd_malloc(no * 4);
+                cpu()->matmul(cpu(), ref, x, &w[i].c, n, 0);
+                EXPECT(cuda_rig_all_finite(outs[i], no), "group %zu n %d: weight %d not finite", gi, n, i);
+                const double e = test_rel_l2(outs[i], ref, no);
+                EXPECT(e <= TOL_W8A8, "group %zu n %d: weight %d rel-L2 %.3g > %.3g vs the CPU W8A8", gi, n, i, e,
+                       TOL_W8A8);
+                EXPECT(!memcmp(outs[i], all[i], no * 4), "group %zu n %d: weight %d differs from the 16-row call", gi,
+                       n, i);
+                free(ref), free(outs[i]);
             }
-            free(x);
         }
+        for (int i = 0; i < count; i++) free(all[i]);
+        free(x);
         for (int i = 0; i < count; i++) freew(&w[i]);
     }
     set_routes("gemv", 0);

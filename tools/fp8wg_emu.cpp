@@ -17,8 +17,9 @@
 // fp32, x_q = e4m3(x * r), block sums in double times w_scale * amax / 448): every output within 1e-5 of the
 // column's largest |ref| (the same quantization, sums in another order), every output finite, rows past m
 // untouched; row j of an n-row call bitwise the 1-row call of row j (n = 1..16 over a 16-row x); a fused pair of
-// segments bitwise the separate calls; split k (S > 1) and S = 1; m not a multiple of 128, a warpgroup wholly past
-// m, block_rows 64 and 128; an all-zero group and an outlier. With FP8WG_EMU_BROKEN=1 the model swaps A registers
+// segments (stacked tiles, one cut) against the reference and batch invariant; tiles cut into 2 or more pieces,
+// runs spanning tiles, runs longer than a tile, one block; m not a multiple of 128, a warpgroup wholly past m,
+// block_rows 64 and 128; an all-zero group and an outlier. With FP8WG_EMU_BROKEN=1 the model swaps A registers
 // 1 and 2 (the 8-bit layout misread): the run must then report bad checks (the check can fail).
 // From the repo root (g++ and the CUDA headers):
 //   g++ -std=c++17 -O2 -Isrc -Itools -I/usr/local/cuda/include -Wno-unknown-pragmas tools/fp8wg_emu.cpp \
@@ -216,27 +217,21 @@ static void run(const fp8w *const ws[], int count, const float *x, int n, int nu
     wg8_job job;
     memset(&job, 0, sizeof job);
     job.count = count;
-    int blocks = 0, max_slice = 0;
-    std::vector<std::vector<float>> partial(count);
-    std::vector<std::vector<int>> counters(count);
     for (int i = 0; i < count; i++) {
         wg8_seg *sg = &job.seg[i];
         outs[i].assign((size_t)n * ws[i]->m + 64, NAN);
         sg->W = ws[i]->q.data(), sg->scale = ws[i]->s.data(), sg->out = outs[i].data();
         sg->m = ws[i]->m, sg->br = ws[i]->br, sg->scols = k / 128;
-        sg->S = wg8_plan(sg->m, k, num_sms, bps, &sg->kslice);
-        sg->tiles = (sg->m + WG8_ROWS - 1) / WG8_ROWS;
-        sg->block0 = blocks;
-        blocks += sg->tiles * sg->S;
-        max_slice = std::max(max_slice, sg->kslice);
-        partial[i].assign((size_t)sg->S * sg->tiles * WG8_PARTIAL, NAN);
-        counters[i].assign(sg->tiles, 0);
-        sg->partial = partial[i].data(), sg->counters = counters[i].data();
     }
-    emu_launch(k_gemv_fp8wg, dim3(blocks), dim3(WG8_THREADS), WG8_SMEM(max_slice / WG8_KBLK), job, x, n, k);
-    for (int i = 0; i < count; i++)
-        for (int t : counters[i])
-            if (t) expect(false, "a split-k counter left non-zero");
+    wg8_stack(&job);
+    size_t smem;
+    const int blocks = wg8_plan(&job, k, num_sms, bps, &smem);
+    std::vector<float> partial((size_t)(blocks + job.tiles) * WG8_PARTIAL, NAN);
+    std::vector<int> counters(job.tiles, 0);
+    job.partial = partial.data(), job.counters = counters.data();
+    emu_launch(k_gemv_fp8wg, dim3(blocks), dim3(WG8_THREADS), smem, job, x, n, k);
+    for (int t : counters)
+        if (t) expect(false, "a split-k counter left non-zero");
 }
 
 static int check_vs_ref(const fp8w &w, const std::vector<float> &out, const float *x, int n, const char *what) {
@@ -273,7 +268,8 @@ int main(int argc, char **argv) {
         {200, 1024, 128, 2, 2}, // 2 tiles, the second part-filled; split k
         {48, 512, 64, 1, 1},    // one tile, warpgroup 1 wholly past m; S = 1 ... or by the plan
         {256, 768, 64, 4, 2},   // block_rows 64: the warpgroups read different scale rows
-        {130, 4352, 128, 1, 1}, // k past WG8_MAX_SLICE: at least 2 slices whatever the plan
+        {130, 4352, 128, 1, 1}, // a tile longer than WG8_MAX_SLOTS: runs of 32, cut tiles
+        {520, 384, 128, 2, 1},  // runs longer than a tile (B slot = group): whole tiles direct, a tile cut in two
     };
     int nshape = quick ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < nshape; si++) {
@@ -283,9 +279,14 @@ int main(int argc, char **argv) {
         for (auto &v : x) v = ux(rng);
         for (int c = 128; c < 256; c++) x[c] = 0.f; // token 0: an all-zero group
         x[(size_t)15 * sh.k + 5] = 60.f;            // token 15: an outlier
-        int ks;
-        const int S = wg8_plan(sh.m, sh.k, sh.sms, sh.bps, &ks);
-        printf("m %d k %d br %d: S %d kslice %d\n", sh.m, sh.k, sh.br, S, ks);
+        wg8_job pj;
+        memset(&pj, 0, sizeof pj);
+        pj.count = 1, pj.seg[0].m = sh.m;
+        wg8_stack(&pj);
+        size_t smem;
+        const int blocks = wg8_plan(&pj, sh.k, sh.sms, sh.bps, &smem);
+        printf("m %d k %d br %d: %d tiles x %d units, run %d, %d blocks\n", sh.m, sh.k, sh.br, pj.tiles, pj.bk, pj.run,
+               blocks);
         const fp8w *one[1] = {&w};
         std::vector<float> all16[1];
         run(one, 1, x.data(), 16, sh.sms, sh.bps, all16);
@@ -305,21 +306,21 @@ int main(int argc, char **argv) {
             expect(same, what);
         }
     }
-    // a fused pair (different m and plans, one k) == the separate calls, bitwise
+    // a fused pair (different m and block_rows, one k): stacked into one cut, a run crossing from one segment
+    // into the other; against the reference, and the 7-row call's rows bitwise the 16-row call's
     {
         const int k = 640;
         const fp8w a = make_w(136, k, 128, rng), b = make_w(64, k, 64, rng);
-        std::vector<float> x((size_t)7 * k);
+        std::vector<float> x((size_t)16 * k);
         for (auto &v : x) v = ux(rng);
-        const fp8w *pair[2] = {&a, &b}, *sa[1] = {&a}, *sb[1] = {&b};
-        std::vector<float> fused[2], oa[1], ob[1];
-        run(pair, 2, x.data(), 7, 2, 2, fused);
-        run(sa, 1, x.data(), 7, 2, 2, oa);
-        run(sb, 1, x.data(), 7, 2, 2, ob);
-        expect(!memcmp(fused[0].data(), oa[0].data(), 4 * 7 * 136), "fused segment 0 differs");
-        expect(!memcmp(fused[1].data(), ob[0].data(), 4 * 7 * 64), "fused segment 1 differs");
-        check_vs_ref(a, oa[0], x.data(), 7, "fused pair, segment 0");
-        check_vs_ref(b, ob[0], x.data(), 7, "fused pair, segment 1");
+        const fp8w *pair[2] = {&a, &b};
+        std::vector<float> f7[2], f16[2];
+        run(pair, 2, x.data(), 7, 2, 2, f7);
+        run(pair, 2, x.data(), 16, 2, 2, f16);
+        check_vs_ref(a, f7[0], x.data(), 7, "fused pair, segment 0");
+        check_vs_ref(b, f7[1], x.data(), 7, "fused pair, segment 1");
+        expect(!memcmp(f7[0].data(), f16[0].data(), 4 * 7 * 136), "fused segment 0: 7 rows differ from the 16-row call");
+        expect(!memcmp(f7[1].data(), f16[1].data(), 4 * 7 * 64), "fused segment 1: 7 rows differ from the 16-row call");
     }
     printf("fp8wg_emu%s: %d checks, %d bad\n", model_broken ? " (broken model)" : "", checks, bad);
     return bad != 0;

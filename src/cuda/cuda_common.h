@@ -361,7 +361,8 @@ void cu_gemv_multi(fd_backend *be, float *const outs[], const fd_weight *const W
 // Route gemm_fp8 = wgmma (gemv_fp8wg.cu, sm_90a): the W8A8 GEMV (x quantized to e4m3 per token and 128-group in the
 // kernel, e4m3 wgmma, fp32 promotion every 128 k; the CPU reference is cpu_w8a8.c). Supported: FP8 weights with
 // block_cols 128, block_rows % 64 == 0, k % 128 == 0, 1 <= n <= 16, 16-byte aligned bases; other calls run gemv
-// by shape. The multi form fuses up to CU_GEMV_MAX_SEGS such weights of one k (each result bitwise the single's).
+// by shape. The multi form fuses up to CU_GEMV_MAX_SEGS such weights of one k into one stream-K cut of their stacked
+// tiles (batch invariant, within rounding of the single calls: not bitwise them).
 int cu_gemv_fp8wg_supported(const void *x, const fd_weight *W, int n);
 int cu_gemv_fp8wg_multi_supported(const void *x, const fd_weight *const Ws[], int count, int n);
 void cu_gemv_fp8wg(fd_backend *be, float *out, const float *x, const fd_weight *W, int n);

@@ -6,7 +6,8 @@
 // w_scale * s and added in fp32 (DeepSeek-V3's promotion every 128 k). Design, counts and the prediction:
 // docs/perf-notes.md, session 14, "gemm_fp8=wgmma".
 //
-// Block: 2 warpgroups, 128 weight rows (warpgroup w: rows 64w..64w+63 as one m64 A tile) and one k slice.
+// Block: 2 warpgroups, 128 weight rows of a tile at a time (warpgroup w: rows 64w..64w+63 as one m64 A tile), a
+// run of (tile, 128-k block) units (below).
 // - A = the weights, straight from global memory into the RS A fragment, no conversion: the PTX ISA's 8-bit A
 //   fragment (mma.m16n8k32's, per warp w rows 16w..16w+15; lane g = lane/4, c = lane%4; register 0 = row g, k
 //   4c..4c+3; 1 = row g+8, same k; 2 = row g, k 16+4c..; 3 = row g+8, k 16+4c..) is fed with lane c's 32
@@ -17,10 +18,13 @@
 //   block 2 KB, core matrix (k16 chunk q, token half h) at q * 256 + h * 128, 8 tokens x 16 bytes each; the
 //   descriptor of step j starts at block + 512 j (LBO 256: next k16 chunk, SBO 128: next 8 tokens).
 // - Batch invariance: N = 16 whatever n, and an output column depends only on its own B column and scale, so row
-//   j of an n-row call is bitwise the 1-row call (the k partition depends on (m, k, SM count) only, as gemv.cu's).
-// - Split k: S slices; each (tile, slice) block writes its 128 x 16 partial and the tile's last block adds the S
-//   partials in slice order (gemv_tile.cuh's pattern, 128-row tiles). Fused groups: one segment per weight, each
-//   with its own plan, so a fused result is bitwise the separate call's.
+//   j of an n-row call is bitwise the 1-row call (the cut below never depends on n).
+// - Stream-K split: the launch's weights are stacked into one column of 128-row tiles (fused groups: every
+//   segment's tiles, one k); its units, (tile, 128-k block) in tile-major order, are cut into equal runs of U,
+//   one a block, about one block per resident slot (wg8_plan), so the weights stream without waves. A block's run
+//   covers pieces of one or more tiles; a tile wholly in one run is written directly, else each piece writes its
+//   128 x n partial and the tile's last piece to arrive adds the pieces in run order (gemv_tile.cuh's pattern).
+//   The cut depends on (stacked tiles, k, SM count) only, never n.
 #include <stdint.h>
 #include <string.h>
 
@@ -33,26 +37,27 @@
 #define WG8_N         16                 // B columns (tokens) for every n
 #define WG8_KBLK      128                // k of one scale block = one promotion
 #define WG8_BTILE     (WG8_N * WG8_KBLK) // B bytes a 128-k block (2 KB)
-#define WG8_MAX_SLICE 4096               // k a block at most (B 64 KB)
-// dynamic shared memory of a block whose slice holds `groups` 128-k blocks
+#define WG8_MAX_SLOTS 32                 // B tiles a block holds at most (64 KB)
+#define WG8_MIN_RUN   4                  // units a block at least: a tile's pieces stay few on small launches
+// dynamic shared memory of a block holding `groups` B tiles (128-k blocks of x_q)
 #define WG8_SMEM(groups) ((size_t)(groups) * (WG8_BTILE + WG8_N * sizeof(float)) + WG8_PARTIAL * sizeof(float) + 16)
 #define WG8_PARTIAL      (WG8_ROWS * WG8_N) // partial sums a (tile, slice)
 #define WG8_MAX_SEGS     CU_GEMV_MAX_SEGS
 #ifndef WG8_RING
-#define WG8_RING 3 // 128-k weight blocks in flight a thread (64 bytes each)
+#define WG8_RING 4 // 128-k weight blocks in flight a thread (64 bytes each)
 #endif
 
 typedef struct {
     const uint8_t *W;
     const float *scale; // [ceil(m / br), scols] f32
     float *out;
-    float *partial;
-    int *counters;
-    int m, kslice, S, tiles, block0, br, scols;
+    int m, br, scols, tile0; // tile0: the segment's first tile in the launch's stack
 } wg8_seg;
 typedef struct {
     wg8_seg seg[WG8_MAX_SEGS];
-    int count;
+    float *partial; // [blocks + tiles][16][128]: piece (block b, tile t) at b + t (unique: pieces ordered by start)
+    int *counters;  // [tiles] pieces arrived, left zero
+    int count, tiles, bk, units, run; // bk = k / 128; units = tiles x bk; run = U
 } wg8_job;
 
 // A K-major, no-swizzle matrix descriptor (start, LBO, SBO in bytes; base offset 0, swizzle mode 0).
@@ -79,14 +84,12 @@ static __device__ __forceinline__ uint32_t wg8_word(const uint4 &v0, const uint4
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The block's x_q and scales for its k slice [kbeg, kbeg + nk): 16 threads a live (token t < n, group), 8
-// consecutive k a thread (two float4 loads, coherent: x may have been written by the kernel before, under PDL).
-// A thread's items are loaded WG8_QBATCH at a time before any of their math, so their L2 round trips overlap
-// (one item at a time, the prologue was 8 serial round trips at n = 16, 6-7 us of a block's ~14: session 15).
-// Columns t >= n are zero bytes and scale 0, written as plain 16-byte stores (what quantizing zeros gives:
-// e4m3(0) = 0, and the scale is never used).
+// The block's x_q and scales, one B tile a slot: slot s holds the 128-k group `g0 + s` mod bk (a run no longer
+// than a tile: its units' groups in run order, all distinct) or group s (a longer run: every group, once).
+// 16 threads a live (token t < n, slot), 8 consecutive k a thread (two float4 loads, coherent: x may have been
+// written by the kernel before, under PDL).
 #ifndef WG8_QBATCH
-#define WG8_QBATCH 4
+#define WG8_QBATCH 2
 #endif
 static __device__ __forceinline__ void wg8_quantize_item(uint8_t *bs, float *xs, const float4 f0, const float4 f1,
                                                          int t, int g, int groups, int u, bool ok) {
@@ -107,8 +110,8 @@ static __device__ __forceinline__ void wg8_quantize_item(uint8_t *bs, float *xs,
     *(uint32_t *)(tile + (2 * j) * 256) = wg_e4m3x4(v[0] * r, v[1] * r, v[2] * r, v[3] * r);
     *(uint32_t *)(tile + (2 * j + 1) * 256) = wg_e4m3x4(v[4] * r, v[5] * r, v[6] * r, v[7] * r);
 }
-static __device__ void wg8_quantize(uint8_t *bs, float *xs, const float *x, int n, int k, int kbeg, int nk) {
-    const int groups = nk / WG8_KBLK, u = threadIdx.x & 15, live = n * groups, step = WG8_THREADS / 16;
+static __device__ void wg8_quantize(uint8_t *bs, float *xs, const float *x, int n, int k, int groups, int g0) {
+    const int bk = k / WG8_KBLK, u = threadIdx.x & 15, live = n * groups, step = WG8_THREADS / 16;
     // the dead columns: (group, token t >= n, k16 chunk) 16 bytes each; their scales
     const int dead = WG8_N - n;
     for (int e = threadIdx.x; e < groups * dead * 8; e += WG8_THREADS) {
@@ -125,7 +128,7 @@ static __device__ void wg8_quantize(uint8_t *bs, float *xs, const float *x, int 
         for (int i = 0; i < WG8_QBATCH; i++) {
             const int item = base + i * step, t = item / groups, g = item % groups;
             if (item < live) {
-                const float4 *p = (const float4 *)(x + (int64_t)t * k + kbeg + g * WG8_KBLK + 8 * u);
+                const float4 *p = (const float4 *)(x + (int64_t)t * k + ((g0 + g) % bk) * WG8_KBLK + 8 * u);
                 f[i][0] = p[0], f[i][1] = p[1];
             } else {
                 f[i][0] = f[i][1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -163,41 +166,109 @@ static __device__ __forceinline__ void wg8_block(float (&tot)[8], const wg8_a &a
     }
 }
 
-__global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job, const float *x, int n, int k) {
-    // dynamic shared memory only (the name tools/gdn_emu's runtime gives it): B tiles [groups][2 KB], the x
-    // scales [16][groups], the block's sums [128 x 16], the last-block flag
-    extern __shared__ float4 sm4[];
-    // the segment of this block: the last one starting at or before it
+// Where unit u's weights are: its segment, the lane's two rows (zeros past m) and the warpgroup's scale row.
+struct wg8_src {
+    const uint8_t *rlo, *rhi;
+    const float *srow;
+    bool oklo, okhi, live;
+};
+static __device__ __forceinline__ int wg8_seg_of(const wg8_job &job, int tile) {
     int si = 0;
 #pragma unroll
     for (int i = 1; i < WG8_MAX_SEGS; i++)
-        if (i < job.count && (int)blockIdx.x >= job.seg[i].block0) si = i;
-    const wg8_seg &sg = job.seg[si];
-    const int local = blockIdx.x - sg.block0, tile = local % sg.tiles, s = local / sg.tiles;
-    const int kbeg = s * sg.kslice, nk = min(sg.kslice, k - kbeg), groups = nk / WG8_KBLK;
+        if (i < job.count && tile >= job.seg[i].tile0) si = i;
+    return si;
+}
+static __device__ __forceinline__ wg8_src wg8_src_of(const wg8_job &job, int tile, int k) {
+    const wg8_seg &sg = job.seg[wg8_seg_of(job, tile)];
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int r0 = (tile - sg.tile0) * WG8_ROWS + 64 * wg, row_lo = r0 + 16 * warp + (lane >> 2), row_hi = row_lo + 8;
+    wg8_src w;
+    w.oklo = row_lo < sg.m, w.okhi = row_hi < sg.m, w.live = r0 < sg.m; // live: the warpgroup has a row
+    w.rlo = sg.W + (int64_t)(w.oklo ? row_lo : 0) * k + 32 * (lane & 3);
+    w.rhi = sg.W + (int64_t)(w.okhi ? row_hi : 0) * k + 32 * (lane & 3);
+    // one scale row for the warpgroup's 64 rows (block_rows % 64 == 0); a warpgroup wholly past m reads none
+    w.srow = sg.scale + (int64_t)(w.live ? r0 / sg.br : 0) * sg.scols;
+    return w;
+}
+// Unit u's weights into a ring slot.
+static __device__ __forceinline__ void wg8_fetch(const wg8_job &job, int u, int k, wg8_a &a) {
+    const int tile = u / job.bk, kg = u - tile * job.bk;
+    const wg8_src w = wg8_src_of(job, tile, k);
+    wg8_load(a, w.rlo, w.rhi, w.oklo, w.okhi, kg * WG8_KBLK);
+}
+// Unit u's weight scale (an L1 hit after the tile's first unit).
+static __device__ __forceinline__ float wg8_wscale(const wg8_job &job, int tile, int kg, int k) {
+    const wg8_src w = wg8_src_of(job, tile, k);
+    return w.live ? w.srow[kg] : 0.f;
+}
+
+// The end of a piece (this block's units of `tile`): its 128 x 16 sums `tot` go out, directly when the tile is
+// wholly this block's, else as the piece's partial, the tile's last piece adding all of them in run order.
+static __device__ void wg8_flush(const wg8_job &job, const float (&tot)[8], float *red, int &is_last, int tile, int n) {
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               c = lane & 3;
-    const int row_lo = tile * WG8_ROWS + 64 * wg + 16 * warp + g, row_hi = row_lo + 8;
-    const bool oklo = row_lo < sg.m, okhi = row_hi < sg.m;
-    const uint8_t *rlo = sg.W + (int64_t)(oklo ? row_lo : 0) * k + kbeg + 32 * c;
-    const uint8_t *rhi = sg.W + (int64_t)(okhi ? row_hi : 0) * k + kbeg + 32 * c;
-    // one scale row for the warpgroup's 64 rows (block_rows % 64 == 0); a warpgroup wholly past m reads none
-    const bool wg_live = tile * WG8_ROWS + 64 * wg < sg.m;
-    const float *srow =
-        sg.scale + (int64_t)(wg_live ? (tile * WG8_ROWS + 64 * wg) / sg.br : 0) * sg.scols + kbeg / WG8_KBLK;
+    const wg8_seg &sg = job.seg[wg8_seg_of(job, tile)];
+    const int row_base = (tile - sg.tile0) * WG8_ROWS;
+    // the block's 128 x 16 sums (row-major by row: element (row, col) at row * 16 + col)
+    const int rl = 64 * wg + 16 * warp + g;
+#pragma unroll
+    for (int i = 0; i < 8; i++) red[(rl + 8 * ((i >> 1) & 1)) * WG8_N + 8 * (i >> 2) + 2 * c + (i & 1)] = tot[i];
+    __syncthreads();
+    const int b_first = tile * job.bk / job.run, b_last = ((tile + 1) * job.bk - 1) / job.run;
+    if (b_first == b_last) {
+        for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) {
+            const int row = e % WG8_ROWS, col = e / WG8_ROWS; // consecutive threads: consecutive rows
+            if (row_base + row < sg.m && col < n) sg.out[(int64_t)col * sg.m + row_base + row] = red[row * WG8_N + col];
+        }
+        __syncthreads(); // red is the next piece's
+        return;
+    }
+    float *mine = job.partial + (int64_t)(blockIdx.x + tile) * WG8_PARTIAL;
+    // only the n live columns: the last piece reads no other (the sums are the same for every n)
+    for (int e = threadIdx.x; e < WG8_ROWS * n; e += WG8_THREADS) mine[e] = red[(e % WG8_ROWS) * WG8_N + e / WG8_ROWS];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&job.counters[tile], 1) == b_last - b_first;
+    __syncthreads();
+    if (is_last) {
+        __threadfence();
+        for (int e = threadIdx.x; e < WG8_ROWS * n; e += WG8_THREADS) {
+            const int row = e % WG8_ROWS, col = e / WG8_ROWS;
+            if (row_base + row >= sg.m) continue;
+            const float *pt = job.partial + (int64_t)(b_first + tile) * WG8_PARTIAL + e;
+            float v = __ldcg(pt);
+            for (int b = b_first + 1; b <= b_last; b++) v += __ldcg(pt + (int64_t)(b - b_first) * WG8_PARTIAL);
+            sg.out[(int64_t)col * sg.m + row_base + row] = v;
+        }
+        if (threadIdx.x == 0) job.counters[tile] = 0; // ready for the next call (stream order)
+    }
+    __syncthreads(); // red and is_last are the next piece's
+}
 
-    // a ring of WG8_RING blocks in registers, all in flight while the previous kernel finishes (weights are
-    // constant) and the x quantization runs; slot r is refilled with block b + WG8_RING as soon as block b's
+__global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job, const float *x, int n, int k) {
+    // dynamic shared memory only (the name tools/gdn_emu's runtime gives it): B tiles [slots][2 KB], the x
+    // scales [16][slots], the piece's sums [128 x 16], the last-piece flag
+    extern __shared__ float4 sm4[];
+    const int bk = job.bk, u0 = blockIdx.x * job.run, u1 = min(u0 + job.run, job.units), len = u1 - u0;
+    // B slots: a run no longer than a tile has distinct groups, slot = position in the run; a longer one holds
+    // every group once, slot = group
+    const bool by_pos = len <= bk;
+    const int slots = by_pos ? len : bk, g0 = by_pos ? u0 % bk : 0;
+    const int c = threadIdx.x & 3;
+
+    // a ring of WG8_RING units in registers, all in flight while the previous kernel finishes (weights are
+    // constant) and the x quantization runs; slot r is refilled with unit u + WG8_RING as soon as unit u's
     // wgmmas are done with it (the unrolled ring keeps the slot indices static)
     wg8_a a[WG8_RING];
 #pragma unroll
     for (int r = 0; r < WG8_RING; r++)
-        if (r < groups) wg8_load(a[r], rlo, rhi, oklo, okhi, r * WG8_KBLK);
+        if (r < len) wg8_fetch(job, u0 + r, k, a[r]);
     CU_PDL_ENTER();
     uint8_t *bs = (uint8_t *)sm4;
-    float *xs = (float *)(bs + (size_t)groups * WG8_BTILE), *red = xs + WG8_N * groups;
+    float *xs = (float *)(bs + (size_t)slots * WG8_BTILE), *red = xs + WG8_N * slots;
     int &is_last = *(int *)(red + WG8_PARTIAL);
-    wg8_quantize(bs, xs, x, n, k, kbeg, nk);
+    wg8_quantize(bs, xs, x, n, k, slots, g0);
     wg_fence_proxy(); // the B tiles were written through the generic proxy; wgmma reads them through the async one
     __syncthreads();
 
@@ -205,68 +276,49 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
 #pragma unroll
     for (int i = 0; i < 8; i++) tot[i] = 0.f;
     const uint32_t bs_addr = wg_smem(bs);
-    for (int b0 = 0; b0 < groups; b0 += WG8_RING) {
+    for (int ub = u0; ub < u1; ub += WG8_RING) {
 #pragma unroll
         for (int r = 0; r < WG8_RING; r++) {
-            const int b = b0 + r;
-            if (b >= groups) break;
-            wg8_block(tot, a[r], bs_addr, xs, groups, b, wg_live ? srow[b] : 0.f, c);
-            if (b + WG8_RING < groups) wg8_load(a[r], rlo, rhi, oklo, okhi, (b + WG8_RING) * WG8_KBLK);
-        }
-    }
-
-    // the block's 128 x 16 sums (row-major by row: element (row, col) at row * 16 + col)
-    const int rl = 64 * wg + 16 * warp + g;
+            const int u = ub + r;
+            if (u >= u1) break;
+            const int tile = u / bk, kg = u - tile * bk;
+            const float ws = wg8_wscale(job, tile, kg, k);
+            wg8_block(tot, a[r], bs_addr, xs, slots, by_pos ? u - u0 : kg, ws, c);
+            if (u + WG8_RING < u1) wg8_fetch(job, u + WG8_RING, k, a[r]);
+            if (kg == bk - 1 || u == u1 - 1) { // the piece of `tile` ends here
+                wg8_flush(job, tot, red, is_last, tile, n);
 #pragma unroll
-    for (int i = 0; i < 8; i++) red[(rl + 8 * ((i >> 1) & 1)) * WG8_N + 8 * (i >> 2) + 2 * c + (i & 1)] = tot[i];
-    __syncthreads();
-    const int row_base = tile * WG8_ROWS;
-    if (sg.S == 1) {
-        for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) {
-            const int row = e % WG8_ROWS, col = e / WG8_ROWS; // consecutive threads: consecutive rows
-            if (row_base + row < sg.m && col < n) sg.out[(int64_t)col * sg.m + row_base + row] = red[row * WG8_N + col];
+                for (int i = 0; i < 8; i++) tot[i] = 0.f;
+            }
         }
-        return;
     }
-    float *mine = sg.partial + ((int64_t)s * sg.tiles + tile) * WG8_PARTIAL;
-    // only the n live columns: the tile's last block reads no other (the sums are the same for every n)
-    for (int e = threadIdx.x; e < WG8_ROWS * n; e += WG8_THREADS) mine[e] = red[(e % WG8_ROWS) * WG8_N + e / WG8_ROWS];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&sg.counters[tile], 1) == sg.S - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < WG8_PARTIAL; e += WG8_THREADS) {
-        const int row = e % WG8_ROWS, col = e / WG8_ROWS;
-        if (row_base + row >= sg.m || col >= n) continue;
-        const float *pt = sg.partial + (int64_t)tile * WG8_PARTIAL + e;
-        float v = __ldcg(pt);
-        for (int s2 = 1; s2 < sg.S; s2++) v += __ldcg(pt + (int64_t)s2 * sg.tiles * WG8_PARTIAL);
-        sg.out[(int64_t)col * sg.m + row_base + row] = v;
-    }
-    if (threadIdx.x == 0) sg.counters[tile] = 0; // ready for the next call (stream order)
 }
 
-// The k partition of (m, k): the shape and the SM count only (never n), like gemv.cu's gv_plan; slices are whole
-// 128-k blocks and at most WG8_MAX_SLICE. The grid is chosen in whole waves: a block count just over one wave of
-// blocks_per_sm x SMs (the first form of this plan: 272 blocks for the FFN gate|up on 264 slots) ran every 27B
-// shape at ~35 % of copy on the H200 (session 15), the last few blocks alone for a whole slice. Cost of a split
-// S = waves x (blocks of a slice + 1, the prologue's x quantization and the partial's write and read); the least
-// cost wins, ties to the smaller grid.
-static int wg8_plan(int m, int k, int num_sms, int blocks_per_sm, int *kslice) {
-    const int tiles = (m + WG8_ROWS - 1) / WG8_ROWS, blocks_k = k / WG8_KBLK, slots = blocks_per_sm * num_sms;
-    const int min_s = (k + WG8_MAX_SLICE - 1) / WG8_MAX_SLICE;
-    int best_per = blocks_k, best_cost = -1;
-    for (int S = min_s; S <= blocks_k && S <= 64; S++) {
-        const int per = (blocks_k + S - 1) / S, s_eff = (blocks_k + per - 1) / per;
-        if (per * WG8_KBLK > WG8_MAX_SLICE) continue;
-        const long waves = ((long)tiles * s_eff + slots - 1) / slots;
-        const long cost = waves * (per + 1);
-        if (best_cost < 0 || cost < best_cost) best_cost = (int)cost, best_per = per;
+// The cut of a launch's units (tiles x k / 128) into runs: one run a resident slot (blocks_per_sm x SMs), so
+// the weights stream in one wave with no tail (session 15's slices in waves left ~6 us a wave of ramp and
+// drain); at least WG8_MIN_RUN units, and at most WG8_MAX_SLOTS when a tile is longer (a run's B tiles must fit
+// in shared memory). A function of (tiles, k, SM count) only. Returns the block count; *smem its shared memory.
+static int wg8_plan(wg8_job *job, int k, int num_sms, int blocks_per_sm, size_t *smem) {
+    job->bk = k / WG8_KBLK;
+    job->units = job->tiles * job->bk;
+    const int slots = num_sms * blocks_per_sm;
+    int run = (job->units + slots - 1) / slots;
+    if (run < WG8_MIN_RUN) run = WG8_MIN_RUN;
+    if (run > WG8_MAX_SLOTS && job->bk > WG8_MAX_SLOTS) run = WG8_MAX_SLOTS;
+    if (run > job->units) run = job->units;
+    job->run = run;
+    const int blocks = (job->units + run - 1) / run;
+    // slots a block: its run's length when no longer than a tile, else one per group (bk <= WG8_MAX_SLOTS then)
+    *smem = WG8_SMEM(run <= job->bk ? run : job->bk);
+    return blocks;
+}
+// Stacks the segments' tiles (each segment's m set): tile0 of each, the launch's tile count.
+static void wg8_stack(wg8_job *job) {
+    job->tiles = 0;
+    for (int i = 0; i < job->count; i++) {
+        job->seg[i].tile0 = job->tiles;
+        job->tiles += (job->seg[i].m + WG8_ROWS - 1) / WG8_ROWS;
     }
-    *kslice = best_per * WG8_KBLK;
-    return (blocks_k + best_per - 1) / best_per;
 }
 
 #ifndef WG8_EMU // tools/fp8wg_emu.cpp runs the kernel and the plan above on the host, and builds the job itself
@@ -297,9 +349,6 @@ void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *c
     wg8_job job;
     memset(&job, 0, sizeof job);
     job.count = count;
-    int blocks = 0, split_tiles = 0, max_slice = 0;
-    size_t partial_elems = 0, part_off[WG8_MAX_SEGS];
-    int ctr_off[WG8_MAX_SEGS];
     for (int i = 0; i < count; i++) {
         wg8_seg *sg = &job.seg[i];
         sg->W = (const uint8_t *)Ws[i]->dev;
@@ -307,25 +356,17 @@ void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *c
         sg->out = outs[i];
         sg->m = (int)Ws[i]->rows;
         sg->br = Ws[i]->block_rows, sg->scols = (int)Ws[i]->scale_cols;
-        sg->S = wg8_plan(sg->m, k, c->num_sms, c->gemv_blocks_per_sm, &sg->kslice);
-        sg->tiles = (sg->m + WG8_ROWS - 1) / WG8_ROWS;
-        sg->block0 = blocks;
-        blocks += sg->tiles * sg->S;
-        if (sg->kslice > max_slice) max_slice = sg->kslice;
-        part_off[i] = partial_elems, ctr_off[i] = split_tiles;
-        if (sg->S > 1) partial_elems += (size_t)sg->S * sg->tiles * WG8_PARTIAL, split_tiles += sg->tiles;
     }
-    if (partial_elems) {
-        float *partial = (float *)cu_scratch(be, CU_SCR_A, partial_elems * sizeof(float));
-        int *counters = cu_gemv_counters(c, split_tiles);
-        for (int i = 0; i < count; i++)
-            if (job.seg[i].S > 1)
-                job.seg[i].partial = partial + part_off[i], job.seg[i].counters = counters + ctr_off[i];
+    wg8_stack(&job);
+    size_t smem;
+    const int blocks = wg8_plan(&job, k, c->num_sms, c->gemv_blocks_per_sm, &smem);
+    if (blocks > 1) { // a tile may be cut: the pieces' partials and the tiles' arrival counters
+        job.partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)(blocks + job.tiles) * WG8_PARTIAL * sizeof(float));
+        job.counters = cu_gemv_counters(c, job.tiles);
     }
-    const size_t smem = WG8_SMEM(max_slice / WG8_KBLK);
     if (!c->fp8wg_smem_set) { // over 48 KB of dynamic shared memory: opted in once per backend (its device)
         FD_CUDA_CHECK(cudaFuncSetAttribute(k_gemv_fp8wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)WG8_SMEM(WG8_MAX_SLICE / WG8_KBLK)));
+                                           (int)WG8_SMEM(WG8_MAX_SLOTS)));
         c->fp8wg_smem_set = 1;
     }
     c->gemv_launches++;
