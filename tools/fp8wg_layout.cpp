@@ -1,6 +1,6 @@
 // Host check of the one layout trick gemm_fp8=wgmma's design rests on (docs/perf-notes.md, session 14): the
 // weights are the RS A operand of wgmma.m64n16k32 .e4m3 loaded straight from their row-major bytes (lane c of a
-// quad takes 32 contiguous bytes of row g and of row g+8 of a 128-k block), which permutes k inside each k32 step;
+// quad takes bytes 16c.. and 64 + 16c.. of row g and of row g+8 of a 128-k block), which permutes k inside the block;
 // the quantized activations are stored into the K-major B tile with the same permutation, so the dot is unchanged.
 // The wgmma model here is written from the PTX ISA text, independently of the design's index maths:
 //  - RS A fragment for 8-bit types, per warp w (rows 16w..16w+15), lane (g = lane/4, c = lane%4), element i of 16:
@@ -25,11 +25,15 @@ static double e4m3_value(uint8_t b) {
 }
 
 // ---- the design's side: which bytes a lane loads, where the quantizer stores x_q ----
-// Lane c's byte p (0..31) of a row's 128-k block is physical k 32c + p; in k32 step j = p / 8 it is fragment
-// element (p % 8 < 4 ? p % 8 : 8 + p % 8 - 4) of the row's two registers (row g: regs 0 and 2; row g+8: 1 and 3).
+// Lane c's 32 bytes of a row's 128-k block are two 16-byte loads, physical k 16c.. (words 0..3) and 64 + 16c..
+// (words 4..7), so a warp's load covers whole 32-byte sectors of its 8 rows; word w is fragment register
+// (w % 2 ? k 16+4c.. : k 4c..) of k32 step w / 2 (row g: regs 0 and 2; row g+8: 1 and 3).
+static int design_word_k(int c, int w) { // physical k of lane c's word w
+    return w < 4 ? 16 * c + 4 * w : 64 + 16 * c + 4 * (w - 4);
+}
 static int design_phys_k(int step, int logical_k) { // logical k (0..31) of step j -> physical k of the block
     const int hi = logical_k >= 16, q = logical_k % 16;
-    return 32 * (q / 4) + 8 * step + (hi ? 4 : 0) + q % 4;
+    return design_word_k(q / 4, 2 * step + hi) + q % 4;
 }
 
 struct Fragment { uint8_t a[16]; };  // one lane's 4 registers of one k32 step, byte i = element i
@@ -39,8 +43,9 @@ static void design_load_a(const uint8_t *W, int ld, int warp, int lane, int step
     for (int half = 0; half < 2; half++) { // row g, row g + 8
         const uint8_t *row = W + (size_t)(16 * warp + g + 8 * half) * ld;
         for (int i = 0; i < 8; i++) {
-            // permuted: the lane's own 32 contiguous bytes; not: the ISA's logical positions (a broken variant)
-            const int k = permuted ? 32 * c + 8 * step + i : 32 * step + (i < 4 ? 4 * c + i : 16 + 4 * c + i - 4);
+            // permuted: the lane's own two 16-byte runs; not: the ISA's logical positions (a broken variant)
+            const int k = permuted ? design_word_k(c, 2 * step + i / 4) + i % 4
+                                   : 32 * step + (i < 4 ? 4 * c + i : 16 + 4 * c + i - 4);
             const int reg = half + (i < 4 ? 0 : 2);
             f->a[4 * reg + i % 4] = row[k];
         }

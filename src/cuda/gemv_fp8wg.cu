@@ -10,10 +10,10 @@
 // run of (tile, 128-k block) units (below).
 // - A = the weights, straight from global memory into the RS A fragment, no conversion: the PTX ISA's 8-bit A
 //   fragment (mma.m16n8k32's, per warp w rows 16w..16w+15; lane g = lane/4, c = lane%4; register 0 = row g, k
-//   4c..4c+3; 1 = row g+8, same k; 2 = row g, k 16+4c..; 3 = row g+8, k 16+4c..) is fed with lane c's 32
-//   contiguous bytes of rows g and g+8 of each 128-k block: byte 8j+i of the 32 is element i of k32 step j. That
-//   permutes k inside a step; the quantizer stores x_q into B with the same permutation, so the dot is the same
-//   (checked on the host: tools/fp8wg_layout.cpp).
+//   4c..4c+3; 1 = row g+8, same k; 2 = row g, k 16+4c..; 3 = row g+8, k 16+4c..) is fed with lane c's bytes
+//   16c..16c+15 and 64+16c..64+16c+15 of rows g and g+8 of each 128-k block (words 0..7): word w is register
+//   (w odd ? k 16+4c.. : k 4c..) of k32 step w / 2. That permutes k inside the block; the quantizer stores x_q
+//   into B with the same permutation, so the dot is the same (checked on the host: tools/fp8wg_layout.cpp).
 // - B = x_q, 16 token columns for every n (the unused ones zero) in shared memory, K-major, no swizzle: per 128-k
 //   block 2 KB, core matrix (k16 chunk q, token half h) at q * 256 + h * 128, 8 tokens x 16 bytes each; the
 //   descriptor of step j starts at block + 512 j (LBO 256: next k16 chunk, SBO 128: next 8 tokens).
@@ -37,7 +37,7 @@
 #define WG8_N         16                 // B columns (tokens) for every n
 #define WG8_KBLK      128                // k of one scale block = one promotion
 #define WG8_BTILE     (WG8_N * WG8_KBLK) // B bytes a 128-k block (2 KB)
-#define WG8_MAX_SLOTS 32                 // B tiles a block holds at most (64 KB)
+#define WG8_MAX_SLOTS 48                 // B tiles a block holds at most (96 KB: two blocks a SM still fit)
 #define WG8_MIN_RUN   4                  // units a block at least: a tile's pieces stay few on small launches
 // dynamic shared memory of a block holding `groups` B tiles (128-k blocks of x_q)
 #define WG8_SMEM(groups) ((size_t)(groups) * (WG8_BTILE + WG8_N * sizeof(float)) + WG8_PARTIAL * sizeof(float) + 16)
@@ -66,17 +66,26 @@ static __device__ __forceinline__ uint64_t wg8_desc(uint32_t start, uint32_t lbo
            (uint64_t)((sbo >> 4) & 0x3fff) << 32;
 }
 
-// One 128-k block of a lane's two rows: 32 bytes of row g (lo) and of row g + 8 (hi). Rows past m: zeros.
+// One 128-k block of a lane's two rows: bytes 16c.. and 64 + 16c.. of row g (lo) and of row g + 8 (hi), so each
+// 16-byte load of a warp covers whole 32-byte sectors of its 8 rows. Rows past m: zeros. Streaming loads
+// (mma.cuh's cu_ld_stream: not kept in L1, L2 asked for the 256-byte window), safe before the PDL wait: the
+// weights are constant during a forward.
 struct wg8_a {
     uint4 lo0, lo1, hi0, hi1;
 };
+#ifdef WG8_EMU
+#define wg8_ld(p) (*(const uint4 *)(p))
+#else
+#include "cuda/mma.cuh"
+#define wg8_ld(p) cu_ld_stream(p)
+#endif
 static __device__ __forceinline__ void wg8_load(wg8_a &a, const uint8_t *rlo, const uint8_t *rhi, bool oklo, bool okhi,
                                                 int kb) {
     const uint4 z = make_uint4(0, 0, 0, 0);
-    a.lo0 = oklo ? *(const uint4 *)(rlo + kb) : z;
-    a.lo1 = oklo ? *(const uint4 *)(rlo + kb + 16) : z;
-    a.hi0 = okhi ? *(const uint4 *)(rhi + kb) : z;
-    a.hi1 = okhi ? *(const uint4 *)(rhi + kb + 16) : z;
+    a.lo0 = oklo ? wg8_ld(rlo + kb) : z;
+    a.lo1 = oklo ? wg8_ld(rlo + kb + 64) : z;
+    a.hi0 = okhi ? wg8_ld(rhi + kb) : z;
+    a.hi1 = okhi ? wg8_ld(rhi + kb + 64) : z;
 }
 static __device__ __forceinline__ uint32_t wg8_word(const uint4 &v0, const uint4 &v1, int w) {
     const uint4 &v = w < 4 ? v0 : v1;
@@ -103,9 +112,9 @@ static __device__ __forceinline__ void wg8_quantize_item(uint8_t *bs, float *xs,
     const float r = 448.f / amax; // IEEE division (no fast math): the CPU reference's r
     if (!ok) return; // a lane past the live items: the shuffles above still had every lane of the warp
     if (u == 0) xs[t * groups + g] = amax / 448.f;
-    // physical k 8u..8u+7 of the block = lane c = u / 4, step j = u % 4: logical k 4c..4c+3 (chunk 2j) and
-    // 16+4c.. (chunk 2j+1) of the B tile
-    const int c = u >> 2, j = u & 3;
+    // physical k 8u..8u+7 of the block = words 2(u % 2), +1 of lane c = (u % 8) / 2's load u / 8 (wg8_load):
+    // step j = 2 (u / 8) + u % 2, logical k 4c..4c+3 (chunk 2j) and 16+4c.. (chunk 2j+1) of the B tile
+    const int c = (u & 7) >> 1, j = ((u >> 3) << 1) | (u & 1);
     uint8_t *tile = bs + g * WG8_BTILE + (t >> 3) * 128 + (t & 7) * 16 + 4 * c;
     *(uint32_t *)(tile + (2 * j) * 256) = wg_e4m3x4(v[0] * r, v[1] * r, v[2] * r, v[3] * r);
     *(uint32_t *)(tile + (2 * j + 1) * 256) = wg_e4m3x4(v[4] * r, v[5] * r, v[6] * r, v[7] * r);
@@ -185,8 +194,8 @@ static __device__ __forceinline__ wg8_src wg8_src_of(const wg8_job &job, int til
     const int r0 = (tile - sg.tile0) * WG8_ROWS + 64 * wg, row_lo = r0 + 16 * warp + (lane >> 2), row_hi = row_lo + 8;
     wg8_src w;
     w.oklo = row_lo < sg.m, w.okhi = row_hi < sg.m, w.live = r0 < sg.m; // live: the warpgroup has a row
-    w.rlo = sg.W + (int64_t)(w.oklo ? row_lo : 0) * k + 32 * (lane & 3);
-    w.rhi = sg.W + (int64_t)(w.okhi ? row_hi : 0) * k + 32 * (lane & 3);
+    w.rlo = sg.W + (int64_t)(w.oklo ? row_lo : 0) * k + 16 * (lane & 3);
+    w.rhi = sg.W + (int64_t)(w.okhi ? row_hi : 0) * k + 16 * (lane & 3);
     // one scale row for the warpgroup's 64 rows (block_rows % 64 == 0); a warpgroup wholly past m reads none
     w.srow = sg.scale + (int64_t)(w.live ? r0 / sg.br : 0) * sg.scols;
     return w;
