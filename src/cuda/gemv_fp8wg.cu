@@ -37,14 +37,20 @@
 #define WG8_N         16                 // B columns (tokens) for every n
 #define WG8_KBLK      128                // k of one scale block = one promotion
 #define WG8_BTILE     (WG8_N * WG8_KBLK) // B bytes a 128-k block (2 KB)
-#define WG8_MAX_SLOTS 48                 // B tiles a block holds at most (96 KB: two blocks a SM still fit)
 #define WG8_MIN_RUN   4                  // units a block at least: a tile's pieces stay few on small launches
 // dynamic shared memory of a block holding `groups` B tiles (128-k blocks of x_q)
 #define WG8_SMEM(groups) ((size_t)(groups) * (WG8_BTILE + WG8_N * sizeof(float)) + WG8_PARTIAL * sizeof(float) + 16)
 #define WG8_PARTIAL      (WG8_ROWS * WG8_N) // partial sums a (tile, slice)
 #define WG8_MAX_SEGS     CU_GEMV_MAX_SEGS
+#ifndef WG8_BLOCKS_PER_SM
+#define WG8_BLOCKS_PER_SM 3 // resident blocks a SM (the launch bound: 80 registers a thread); the cut plans on it
+#endif
+// B tiles a block holds at most: WG8_BLOCKS_PER_SM blocks of WG8_SMEM(slots) in a SM's 228 KB (1 KB of it
+// reserved a block), so the plan's slot count stays resident (3 a SM: 32 tiles, 75 KB)
+#define WG8_MAX_SLOTS \
+    ((int)((228 * 1024 / WG8_BLOCKS_PER_SM - 1024 - WG8_PARTIAL * sizeof(float) - 16) / (WG8_BTILE + WG8_N * sizeof(float))))
 #ifndef WG8_RING
-#define WG8_RING 4 // 128-k weight blocks in flight a thread (64 bytes each)
+#define WG8_RING 2 // 128-k weight blocks in flight a thread (64 bytes each; x 3 blocks a SM)
 #endif
 
 typedef struct {
@@ -98,7 +104,7 @@ static __device__ __forceinline__ uint32_t wg8_word(const uint4 &v0, const uint4
 // 16 threads a live (token t < n, slot), 8 consecutive k a thread (two float4 loads, coherent: x may have been
 // written by the kernel before, under PDL).
 #ifndef WG8_QBATCH
-#define WG8_QBATCH 2
+#define WG8_QBATCH 1
 #endif
 static __device__ __forceinline__ void wg8_quantize_item(uint8_t *bs, float *xs, const float4 f0, const float4 f1,
                                                          int t, int g, int groups, int u, bool ok) {
@@ -255,7 +261,7 @@ static __device__ void wg8_flush(const wg8_job &job, const float (&tot)[8], floa
     __syncthreads(); // red and is_last are the next piece's
 }
 
-__global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job, const float *x, int n, int k) {
+__global__ void __launch_bounds__(WG8_THREADS, WG8_BLOCKS_PER_SM) k_gemv_fp8wg(const wg8_job job, const float *x, int n, int k) {
     // dynamic shared memory only (the name tools/gdn_emu's runtime gives it): B tiles [slots][2 KB], the x
     // scales [16][slots], the piece's sums [128 x 16], the last-piece flag
     extern __shared__ float4 sm4[];
@@ -304,8 +310,8 @@ __global__ void __launch_bounds__(WG8_THREADS, 2) k_gemv_fp8wg(const wg8_job job
 }
 
 // The cut of a launch's units (tiles x k / 128) into runs: one run a resident slot (blocks_per_sm x SMs), so
-// the weights stream in one wave with no tail (session 15's slices in waves left ~6 us a wave of ramp and
-// drain); at least WG8_MIN_RUN units, and at most WG8_MAX_SLOTS when a tile is longer (a run's B tiles must fit
+// the weights stream in one wave with no tail (on the H200 about as fast as session 15's slices in whole waves
+// for single weights, and it keeps a fused group's stacked tiles in one wave); at least WG8_MIN_RUN units, and at most WG8_MAX_SLOTS when a tile is longer (a run's B tiles must fit
 // in shared memory). A function of (tiles, k, SM count) only. Returns the block count; *smem its shared memory.
 static int wg8_plan(wg8_job *job, int k, int num_sms, int blocks_per_sm, size_t *smem) {
     job->bk = k / WG8_KBLK;
@@ -368,7 +374,7 @@ void cu_gemv_fp8wg_multi(fd_backend *be, float *const outs[], const fd_weight *c
     }
     wg8_stack(&job);
     size_t smem;
-    const int blocks = wg8_plan(&job, k, c->num_sms, c->gemv_blocks_per_sm, &smem);
+    const int blocks = wg8_plan(&job, k, c->num_sms, WG8_BLOCKS_PER_SM, &smem);
     if (blocks > 1) { // a tile may be cut: the pieces' partials and the tiles' arrival counters
         job.partial = (float *)cu_scratch(be, CU_SCR_A, (size_t)(blocks + job.tiles) * WG8_PARTIAL * sizeof(float));
         job.counters = cu_gemv_counters(c, job.tiles);
